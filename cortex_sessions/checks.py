@@ -1,0 +1,114 @@
+"""System checks validating ``settings.CORTEX_SESSIONS`` at start-up (DESIGN §9).
+
+IDs:
+- ``cortex_sessions.E001``: ``CORTEX_SESSIONS`` is not a dict.
+- ``cortex_sessions.W001``: ``CORTEX_SESSIONS`` has a key this app does not know.
+- ``cortex_sessions.E002``: ``SCOPE_RESOLVER`` cannot be imported or is not callable.
+- ``cortex_sessions.E003``: ``MAX_SCOPE_DEPTH`` is not an integer from 1 to 8.
+- ``cortex_sessions.E004``: a size or count setting is not a positive integer.
+- ``cortex_sessions.E005``: ``PAGE_SIZE`` is larger than ``MAX_PAGE_SIZE``.
+- ``cortex_sessions.E006``: ``MAX_REFERENCES`` is not an integer from 1 to 3; the session
+  reference feature would raise ``SESSION_REFERENCE_INVALID_CONFIG`` (DESIGN §8.9).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+
+from .conf import DEFAULTS, HARD_MAX_REFERENCES, HARD_MAX_SCOPE_DEPTH, app_settings
+
+__all__ = ["check_settings"]
+
+_POSITIVE_INTS = (
+    "LAST_MESSAGE_PREVIEW_CHARS",
+    "MAX_MESSAGE_BYTES",
+    "CANDIDATE_LIMIT",
+    "MAX_REFERENCE_BYTES",
+    "PAGE_SIZE",
+    "MAX_PAGE_SIZE",
+)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Validate every ``CORTEX_SESSIONS`` key; returns the problems found (empty when valid)."""
+    user = app_settings.user_settings
+    if not isinstance(user, dict):
+        return [
+            Error(
+                "CORTEX_SESSIONS must be a dict.",
+                hint="Set CORTEX_SESSIONS = {...} with the keys documented in README.md.",
+                id="cortex_sessions.E001",
+            )
+        ]
+    errors: list[CheckMessage] = [
+        Warning(
+            f"CORTEX_SESSIONS has an unknown key {key!r}.",
+            hint=f"Known keys: {', '.join(sorted(DEFAULTS))}.",
+            id="cortex_sessions.W001",
+        )
+        for key in sorted(set(user) - set(DEFAULTS))
+    ]
+
+    try:
+        resolver = app_settings.SCOPE_RESOLVER
+    except ImportError as exc:
+        resolver, problem = None, f"cannot be imported ({exc})"
+    else:
+        problem = "" if callable(resolver) else "is not callable"
+    if resolver is None or problem:
+        errors.append(
+            Error(
+                f"CORTEX_SESSIONS['SCOPE_RESOLVER'] {problem}.",
+                hint="Give a dotted path to a callable (request) -> Scope | None.",
+                id="cortex_sessions.E002",
+            )
+        )
+
+    depth = app_settings.MAX_SCOPE_DEPTH
+    if not _is_int(depth) or not 1 <= depth <= HARD_MAX_SCOPE_DEPTH:
+        errors.append(
+            Error(
+                f"CORTEX_SESSIONS['MAX_SCOPE_DEPTH'] is {depth!r}.",
+                hint=f"Use an integer from 1 to {HARD_MAX_SCOPE_DEPTH}.",
+                id="cortex_sessions.E003",
+            )
+        )
+
+    for name in _POSITIVE_INTS:
+        value = getattr(app_settings, name)
+        if not _is_int(value) or value < 1:
+            errors.append(
+                Error(
+                    f"CORTEX_SESSIONS[{name!r}] is {value!r}.",
+                    hint="Use a positive integer.",
+                    id="cortex_sessions.E004",
+                )
+            )
+
+    page, max_page = app_settings.PAGE_SIZE, app_settings.MAX_PAGE_SIZE
+    if _is_int(page) and _is_int(max_page) and page > max_page:
+        errors.append(
+            Error(
+                f"CORTEX_SESSIONS['PAGE_SIZE'] ({page}) is larger than MAX_PAGE_SIZE ({max_page}).",
+                hint="Lower PAGE_SIZE or raise MAX_PAGE_SIZE.",
+                id="cortex_sessions.E005",
+            )
+        )
+
+    refs = app_settings.MAX_REFERENCES
+    if not _is_int(refs) or not 1 <= refs <= HARD_MAX_REFERENCES:
+        errors.append(
+            Error(
+                f"CORTEX_SESSIONS['MAX_REFERENCES'] is {refs!r} (SESSION_REFERENCE_INVALID_CONFIG).",
+                hint=f"Use an integer from 1 to {HARD_MAX_REFERENCES}.",
+                id="cortex_sessions.E006",
+            )
+        )
+    return errors

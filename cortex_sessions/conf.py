@@ -1,0 +1,97 @@
+"""Settings of the app, read live from ``settings.CORTEX_SESSIONS`` on every access (DESIGN §9).
+
+Use ``from cortex_sessions.conf import app_settings`` and read attributes; nothing is cached, so
+``override_settings(CORTEX_SESSIONS={...})`` takes effect at once. Values are validated by the
+system checks in :mod:`cortex_sessions.checks`, not here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+__all__ = ["DEFAULTS", "HARD_MAX_REFERENCES", "HARD_MAX_SCOPE_DEPTH", "AppSettings", "app_settings"]
+
+#: Upper bound of ``MAX_SCOPE_DEPTH`` (DESIGN §2.1).
+HARD_MAX_SCOPE_DEPTH = 8
+#: Upper bound of ``MAX_REFERENCES`` (DESIGN §8.3).
+HARD_MAX_REFERENCES = 3
+
+DEFAULTS: dict[str, Any] = {
+    "SCOPE_RESOLVER": "cortex_sessions.scope.user_scope_resolver",
+    "MAX_SCOPE_DEPTH": 3,
+    "LAST_MESSAGE_PREVIEW_CHARS": 280,
+    "MAX_MESSAGE_BYTES": 1_048_576,
+    "MAX_REFERENCES": 3,
+    "CANDIDATE_LIMIT": 50,
+    "MAX_REFERENCE_BYTES": 65_536,
+    "PAGE_SIZE": 50,
+    "MAX_PAGE_SIZE": 1000,
+}
+
+
+class AppSettings:
+    """Typed, live view of ``settings.CORTEX_SESSIONS`` with the defaults of DESIGN §9."""
+
+    def _get(self, name: str) -> Any:
+        user = getattr(settings, "CORTEX_SESSIONS", {})
+        if isinstance(user, dict) and name in user:
+            return user[name]
+        return DEFAULTS[name]
+
+    @property
+    def user_settings(self) -> Any:
+        """The raw ``CORTEX_SESSIONS`` value (for the system checks)."""
+        return getattr(settings, "CORTEX_SESSIONS", {})
+
+    @property
+    def SCOPE_RESOLVER(self) -> Callable[..., Any]:  # noqa: N802 - settings are upper case
+        """The callable ``(request) -> Scope | None`` named by the dotted path (DESIGN §2.5)."""
+        value = self._get("SCOPE_RESOLVER")
+        return import_string(value) if isinstance(value, str) else value
+
+    @property
+    def MAX_SCOPE_DEPTH(self) -> int:  # noqa: N802
+        """Most levels a scope may have; default 3, at most 8 (DESIGN §2.1)."""
+        return self._get("MAX_SCOPE_DEPTH")
+
+    @property
+    def LAST_MESSAGE_PREVIEW_CHARS(self) -> int:  # noqa: N802
+        """Characters kept in ``Session.last_message`` before ``…`` (DESIGN §5)."""
+        return self._get("LAST_MESSAGE_PREVIEW_CHARS")
+
+    @property
+    def MAX_MESSAGE_BYTES(self) -> int:  # noqa: N802
+        """Largest message, in UTF-8 bytes of the JSON of its content plus metadata."""
+        return self._get("MAX_MESSAGE_BYTES")
+
+    @property
+    def MAX_REFERENCES(self) -> int:  # noqa: N802
+        """Most distinct session references one message may carry; at most 3 (DESIGN §8.3)."""
+        return self._get("MAX_REFERENCES")
+
+    @property
+    def CANDIDATE_LIMIT(self) -> int:  # noqa: N802
+        """Most reference candidates returned (DESIGN §8.4)."""
+        return self._get("CANDIDATE_LIMIT")
+
+    @property
+    def MAX_REFERENCE_BYTES(self) -> int:  # noqa: N802
+        """UTF-8 byte budget of one serialized reference snapshot (DESIGN §8.6)."""
+        return self._get("MAX_REFERENCE_BYTES")
+
+    @property
+    def PAGE_SIZE(self) -> int:  # noqa: N802
+        """Default page size of the API's list endpoints (DESIGN §7.3)."""
+        return self._get("PAGE_SIZE")
+
+    @property
+    def MAX_PAGE_SIZE(self) -> int:  # noqa: N802
+        """Largest page a client may ask for (DESIGN §7.3)."""
+        return self._get("MAX_PAGE_SIZE")
+
+
+app_settings = AppSettings()

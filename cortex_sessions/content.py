@@ -1,0 +1,161 @@
+"""Pure helpers for message content: normalizing, text extraction, previews, JSON checks.
+
+Nothing here touches the database, so migrations and the reference module can use it too.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from collections.abc import Mapping
+from typing import Any
+
+from .exceptions import EmptyContent, InvalidContent, InvalidMetadata, NulCharacter
+
+__all__ = [
+    "CONVERSATION_USER_SOURCES",
+    "ELLIPSIS",
+    "check_json_object",
+    "content_text",
+    "ensure_no_nul",
+    "is_conversation",
+    "json_bytes",
+    "normalize_content",
+    "preview",
+]
+
+#: Sources of a ``user`` message that count as conversation (DESIGN §3.2).
+CONVERSATION_USER_SOURCES = frozenset({"user", "checkpoint"})
+ELLIPSIS = "…"
+_ZWJ = "\u200d"
+
+
+def is_conversation(role: str, source: str) -> bool:
+    """Whether a message is a conversation message: an ``assistant`` message, or a ``user``
+    message typed by a person or a checkpoint summary (DESIGN §3.2)."""
+    return role == "assistant" or (role == "user" and source in CONVERSATION_USER_SOURCES)
+
+
+def content_text(content: Any) -> str:
+    """The text of a message: its text blocks' ``text`` joined by ``\\n`` (DESIGN §3.2).
+
+    Args:
+        content: a list of content blocks (dicts); anything else yields ``""``.
+    """
+    if not isinstance(content, list):
+        return ""
+    return "\n".join(
+        block["text"]
+        for block in content
+        if isinstance(block, Mapping)
+        and block.get("type") == "text"
+        and isinstance(block.get("text"), str)
+    )
+
+
+def ensure_no_nul(value: Any, *, field: str) -> None:
+    """Raise ``NulCharacter`` if any string inside ``value`` (keys included) contains ``\\x00``.
+
+    PostgreSQL refuses NUL in ``text`` and ``jsonb``; refusing it here makes it a clear
+    validation error on every database instead of a database crash.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                raise NulCharacter(field=field)
+        elif isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+
+
+def json_bytes(value: Any, *, field: str) -> int:
+    """UTF-8 byte length of the compact JSON encoding of ``value``.
+
+    Raises:
+        InvalidContent / InvalidMetadata: ``value`` is not JSON (e.g. a set, NaN, infinity);
+            the class follows ``field``.
+    """
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        error = InvalidMetadata if field == "metadata" else InvalidContent
+        raise error(f"{field} is not valid JSON: {exc}", field=field) from exc
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def check_json_object(value: Any, *, field: str = "metadata") -> dict[str, Any]:
+    """Validate a host-owned JSON object (``metadata``) and return it.
+
+    Raises:
+        InvalidMetadata: ``value`` is not a dict or not JSON-serializable.
+        NulCharacter: a key or string value contains ``\\x00``.
+    """
+    if not isinstance(value, dict):
+        raise InvalidMetadata(
+            f"{field} must be a JSON object, not {type(value).__name__}.", field=field
+        )
+    json_bytes(value, field=field)
+    ensure_no_nul(value, field=field)
+    return value
+
+
+def normalize_content(content: Any) -> list[dict[str, Any]]:
+    """Turn API or service input into a list of content blocks (DESIGN §3.2).
+
+    A string becomes one ``{"type": "text", "text": ...}`` block; a list must hold objects each
+    with a string ``type``, and text blocks need a string ``text``. Other block types are kept as
+    given. Blocks are copied, never mutated.
+
+    Raises:
+        InvalidContent: not a string or a list of blocks, or a malformed block.
+        EmptyContent: no blocks, or only text blocks whose text is blank.
+        NulCharacter: a string inside contains ``\\x00``.
+    """
+    if isinstance(content, str):
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": content}]
+    elif isinstance(content, list | tuple):
+        blocks = []
+        for index, block in enumerate(content):
+            if not isinstance(block, Mapping):
+                raise InvalidContent(
+                    f"content[{index}] must be an object with a 'type'.", field="content"
+                )
+            kind = block.get("type")
+            if not isinstance(kind, str) or not kind:
+                raise InvalidContent(
+                    f"content[{index}] needs a non-empty string 'type'.", field="content"
+                )
+            if kind == "text" and not isinstance(block.get("text"), str):
+                raise InvalidContent(
+                    f"content[{index}] is a text block without a string 'text'.", field="content"
+                )
+            blocks.append(dict(block))
+    else:
+        raise InvalidContent(field="content")
+    ensure_no_nul(blocks, field="content")
+    only_text = all(block["type"] == "text" for block in blocks)
+    if not blocks or (only_text and not content_text(blocks).strip()):
+        raise EmptyContent(field="content")
+    return blocks
+
+
+def _is_joiner(char: str) -> bool:
+    return char == _ZWJ or unicodedata.combining(char) > 0 or "\ufe00" <= char <= "\ufe0f"
+
+
+def preview(text: str, max_chars: int) -> str:
+    """``text`` cut to at most ``max_chars`` characters, with ``…`` appended when cut (DESIGN §5).
+
+    The cut never separates a base character from the combining marks, variation selectors or
+    zero-width joiner sequence that follow it, so a preview never ends in half a character.
+    """
+    if len(text) <= max_chars:
+        return text
+    cut = max_chars
+    while cut > 0 and (_is_joiner(text[cut]) or _is_joiner(text[cut - 1])):
+        cut -= 1
+    return text[:cut] + ELLIPSIS

@@ -1,0 +1,175 @@
+"""The app's own exceptions, each with a stable ``code``.
+
+Clients branch on ``code``, never on the message text. The core never maps these to HTTP: the API
+layer (``cortex_sessions.api``) does, so the core stays free of DRF (DESIGN §7.1, §7.3).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "CortexSessionsError",
+    "DefaultConflict",
+    "EmptyContent",
+    "InvalidAgentId",
+    "InvalidContent",
+    "InvalidFilter",
+    "InvalidInput",
+    "InvalidMetadata",
+    "InvalidRole",
+    "InvalidScope",
+    "InvalidSource",
+    "MessageNotFound",
+    "MessageTooLarge",
+    "NoScope",
+    "NulCharacter",
+    "ScopeError",
+    "ScopeForbidden",
+    "SessionNotFound",
+    "ValueTooLong",
+]
+
+
+class CortexSessionsError(Exception):
+    """Base class of every error the app raises on purpose.
+
+    Attributes:
+        code: stable, machine-readable identifier (``snake_case``) of the failure.
+        message: human-readable explanation; may change between releases.
+        params: extra structured details (for example ``{"field": "title"}``).
+    """
+
+    code: str = "error"
+    default_message: str = "The request could not be completed."
+
+    def __init__(self, message: str | None = None, **params: Any) -> None:
+        self.message = message or self.default_message
+        self.params = params
+        super().__init__(self.message)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!r}, message={self.message!r})"
+
+
+# -- scopes (DESIGN §2) ---------------------------------------------------------------------------
+
+
+class ScopeError(CortexSessionsError):
+    """A scope could not be used."""
+
+    code = "scope_error"
+
+
+class NoScope(ScopeError):
+    """No scope, or an empty one, was given where one is required (DESIGN §2.4)."""
+
+    code = "no_scope"
+    default_message = "A scope is required; an empty or missing scope never means 'match all'."
+
+
+class InvalidScope(ScopeError):
+    """A scope string or level breaks the rules of DESIGN §2.1–2.2."""
+
+    code = "invalid_scope"
+    default_message = "The scope is not valid."
+
+
+class ScopeForbidden(ScopeError):
+    """A request tried to narrow to a scope that is not at or beneath its own (DESIGN §2.5)."""
+
+    code = "scope_forbidden"
+    default_message = "The requested scope is outside the scope this request may use."
+
+
+# -- lookups --------------------------------------------------------------------------------------
+
+
+class SessionNotFound(CortexSessionsError):
+    """The session does not exist, lies outside the caller's scope, or belongs to another agent.
+
+    The three cases are deliberately indistinguishable (DESIGN §6.1, §7.3).
+    """
+
+    code = "session_not_found"
+    default_message = "Session not found."
+
+
+class MessageNotFound(CortexSessionsError):
+    """The message does not exist in the session."""
+
+    code = "message_not_found"
+    default_message = "Message not found."
+
+
+class DefaultConflict(CortexSessionsError):
+    """Another session already is the default for this agent and scope (DESIGN §6)."""
+
+    code = "default_conflict"
+    default_message = "Another session is already the default for this agent and scope."
+
+
+# -- bad input ------------------------------------------------------------------------------------
+
+
+class InvalidInput(CortexSessionsError):
+    """Input that fails validation. ``field`` names the offending input field, when there is one."""
+
+    code = "invalid"
+    default_message = "Invalid input."
+
+    def __init__(self, message: str | None = None, *, field: str | None = None, **params: Any):
+        super().__init__(message, field=field, **params)
+        self.field = field
+
+
+class InvalidAgentId(InvalidInput):
+    code = "invalid_agent_id"
+    default_message = "agent_id must be 1 to 255 characters without control characters."
+
+
+class InvalidMetadata(InvalidInput):
+    code = "invalid_metadata"
+    default_message = "metadata must be a JSON object."
+
+
+class InvalidRole(InvalidInput):
+    code = "invalid_role"
+    default_message = "Unknown message role."
+
+
+class InvalidSource(InvalidInput):
+    code = "invalid_source"
+    default_message = "Unknown message source."
+
+
+class InvalidContent(InvalidInput):
+    code = "invalid_content"
+    default_message = "content must be a string or a list of content blocks."
+
+
+class EmptyContent(InvalidInput):
+    code = "empty_content"
+    default_message = "A message needs non-empty content."
+
+
+class MessageTooLarge(InvalidInput):
+    code = "message_too_large"
+    default_message = "The message is larger than MAX_MESSAGE_BYTES."
+
+
+class NulCharacter(InvalidInput):
+    code = "nul_character"
+    default_message = "Text may not contain NUL (\\u0000) characters."
+
+
+class ValueTooLong(InvalidInput):
+    code = "too_long"
+    default_message = "The value is too long."
+
+
+class InvalidFilter(InvalidInput):
+    """A list filter, ordering or page bound is not acceptable (DESIGN §7.2)."""
+
+    code = "invalid_filter"
+    default_message = "Invalid list filter."

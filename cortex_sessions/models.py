@@ -1,0 +1,164 @@
+"""Session and Message (DESIGN §3).
+
+App-owned columns (``message_count``, ``last_message``, ``last_seq``, ``backfilled_by``, ``scope``,
+``agent_id``, ``is_default``) are written only by :mod:`cortex_sessions.services` and the backfill,
+through queryset updates. ``Session.save()`` on an existing row writes only the host-editable
+columns, so no read-modify-write (an admin form, host code) can put stale counters back (DESIGN §5).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+from uuid6 import uuid7
+
+from .content import content_text
+from .fields import ScopeField
+from .scope import Scope, scope_q
+
+__all__ = ["EDITABLE_SESSION_FIELDS", "Message", "Session", "SessionQuerySet"]
+
+#: The columns a plain ``save()`` of an existing session may write (DESIGN §7.1 update).
+EDITABLE_SESSION_FIELDS = ("title", "metadata", "cwd", "updated_at")
+
+
+class SessionQuerySet(models.QuerySet["Session"]):
+    def within(self, scope: Scope | str, *, exact: bool = False) -> SessionQuerySet:
+        """Sessions at ``scope`` and beneath it, or exactly at it with ``exact`` (DESIGN §2.3).
+
+        Raises:
+            NoScope: ``scope`` is missing or empty.
+            InvalidScope: ``scope`` is not a canonical scope string.
+        """
+        return self.filter(scope_q(scope, exact=exact))
+
+
+class Session(models.Model):
+    """One conversation thread against one agent in one scope (DESIGN §3.1)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    agent_id = models.CharField(_("agent id"), max_length=255)
+    scope = ScopeField(_("scope"))
+    title = models.CharField(_("title"), max_length=500, blank=True, default="")
+    metadata = models.JSONField(_("metadata"), default=dict, blank=True)
+    cwd = models.TextField(_("working directory"), null=True, blank=True)
+    message_count = models.BigIntegerField(_("message count"), default=0, editable=False)
+    last_message = models.TextField(_("last message"), blank=True, default="", editable=False)
+    #: Highest ``seq`` ever given to a message of this session; ``seq`` is never reused.
+    last_seq = models.BigIntegerField(_("last seq"), default=0, editable=False)
+    is_default = models.BooleanField(_("default"), default=False)
+    backfilled_by = models.CharField(
+        _("backfilled by"), max_length=100, blank=True, default="", editable=False
+    )
+    created_at = models.DateTimeField(_("created at"), default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(_("updated at"), default=timezone.now, editable=False)
+
+    objects = SessionQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("session")
+        verbose_name_plural = _("sessions")
+        ordering = ["-updated_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent_id", "scope"],
+                condition=Q(is_default=True),
+                name="cortex_session_one_default",
+                violation_error_message=_(
+                    "Another session is already the default for this agent and scope."
+                ),
+            ),
+            models.CheckConstraint(
+                condition=Q(message_count__gte=0), name="cortex_session_count_non_negative"
+            ),
+            models.CheckConstraint(
+                condition=Q(last_seq__gte=0), name="cortex_session_last_seq_non_negative"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["scope", "-updated_at", "-id"], name="cortex_session_scope_idx"),
+            models.Index(
+                fields=["agent_id", "scope", "-updated_at", "-id"],
+                name="cortex_session_agent_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.title or str(self.id)
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Insert a new session, or write only the editable columns of an existing one.
+
+        On an existing row, ``update_fields`` defaults to ``EDITABLE_SESSION_FIELDS`` and
+        ``updated_at`` moves to now; naming an app-owned field raises ``ValueError`` (DESIGN §5).
+        """
+        if self._state.adding:
+            super().save(*args, **kwargs)
+            return
+        update_fields = kwargs.get("update_fields")
+        fields = set(EDITABLE_SESSION_FIELDS if update_fields is None else update_fields)
+        forbidden = fields - set(EDITABLE_SESSION_FIELDS)
+        if forbidden:
+            raise ValueError(
+                f"{', '.join(sorted(forbidden))} belong to cortex_sessions and are written only "
+                "by its services."
+            )
+        self.updated_at = timezone.now()
+        kwargs["update_fields"] = fields | {"updated_at"}
+        super().save(*args, **kwargs)
+
+
+class Message(models.Model):
+    """One conversation message (DESIGN §3.2). ``session`` is null only for legacy rows (§4)."""
+
+    class Role(models.TextChoices):
+        USER = "user"
+        ASSISTANT = "assistant"
+        SYSTEM = "system"
+        TOOL = "tool"
+
+    class Source(models.TextChoices):
+        USER = "user"
+        CHECKPOINT = "checkpoint"
+        SESSION_REFERENCE = "session-reference"
+        HOST = "host"
+
+    session = models.ForeignKey(
+        Session, on_delete=models.CASCADE, null=True, blank=True, related_name="messages"
+    )
+    agent_id = models.CharField(max_length=255)
+    scope = ScopeField()
+    seq = models.BigIntegerField(null=True, blank=True)
+    role = models.CharField(max_length=16, choices=Role.choices)
+    source = models.CharField(max_length=32, choices=Source.choices, default=Source.USER)
+    content = models.JSONField(default=list)
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name = _("message")
+        verbose_name_plural = _("messages")
+        ordering = ["session", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "seq"], name="cortex_message_session_seq"),
+            models.CheckConstraint(
+                condition=Q(session__isnull=True, seq__isnull=True)
+                | Q(session__isnull=False, seq__gt=0),
+                name="cortex_message_seq_with_session",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["agent_id", "scope", "id"], name="cortex_msg_agent_scope_idx")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role} #{self.seq}"
+
+    @property
+    def text(self) -> str:
+        """The message's text blocks joined by ``\\n`` (DESIGN §3.2)."""
+        return content_text(self.content)

@@ -1,0 +1,16 @@
+"""Signals of DESIGN §9, sent after the transaction that made the change commits.
+
+- ``session_created(sender=Session, session)``
+- ``messages_appended(sender=Session, session, messages)``: ``messages`` is the list of new rows.
+- ``session_deleted(sender=Session, session_id, agent_id, scope)``: ``scope`` is canonical.
+"""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+__all__ = ["messages_appended", "session_created", "session_deleted"]
+
+session_created = Signal()
+messages_appended = Signal()
+session_deleted = Signal()
