@@ -106,7 +106,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     if not _is_int(refs) or not 1 <= refs <= HARD_MAX_REFERENCES:
         errors.append(
             Error(
-                f"CORTEX_SESSIONS['MAX_REFERENCES'] is {refs!r} (SESSION_REFERENCE_INVALID_CONFIG).",
+                f"CORTEX_SESSIONS['MAX_REFERENCES'] is {refs!r}; session references would "
+                "fail with SESSION_REFERENCE_INVALID_CONFIG.",
                 hint=f"Use an integer from 1 to {HARD_MAX_REFERENCES}.",
                 id="cortex_sessions.E006",
             )

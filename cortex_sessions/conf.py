@@ -48,48 +48,48 @@ class AppSettings:
         return getattr(settings, "CORTEX_SESSIONS", {})
 
     @property
-    def SCOPE_RESOLVER(self) -> Callable[..., Any]:  # noqa: N802 - settings are upper case
+    def SCOPE_RESOLVER(self) -> Callable[..., Any]:
         """The callable ``(request) -> Scope | None`` named by the dotted path (DESIGN §2.5)."""
         value = self._get("SCOPE_RESOLVER")
         return import_string(value) if isinstance(value, str) else value
 
     @property
-    def MAX_SCOPE_DEPTH(self) -> int:  # noqa: N802
+    def MAX_SCOPE_DEPTH(self) -> int:
         """Most levels a scope may have; default 3, at most 8 (DESIGN §2.1)."""
         return self._get("MAX_SCOPE_DEPTH")
 
     @property
-    def LAST_MESSAGE_PREVIEW_CHARS(self) -> int:  # noqa: N802
+    def LAST_MESSAGE_PREVIEW_CHARS(self) -> int:
         """Characters kept in ``Session.last_message`` before ``…`` (DESIGN §5)."""
         return self._get("LAST_MESSAGE_PREVIEW_CHARS")
 
     @property
-    def MAX_MESSAGE_BYTES(self) -> int:  # noqa: N802
+    def MAX_MESSAGE_BYTES(self) -> int:
         """Largest message, in UTF-8 bytes of the JSON of its content plus metadata."""
         return self._get("MAX_MESSAGE_BYTES")
 
     @property
-    def MAX_REFERENCES(self) -> int:  # noqa: N802
+    def MAX_REFERENCES(self) -> int:
         """Most distinct session references one message may carry; at most 3 (DESIGN §8.3)."""
         return self._get("MAX_REFERENCES")
 
     @property
-    def CANDIDATE_LIMIT(self) -> int:  # noqa: N802
+    def CANDIDATE_LIMIT(self) -> int:
         """Most reference candidates returned (DESIGN §8.4)."""
         return self._get("CANDIDATE_LIMIT")
 
     @property
-    def MAX_REFERENCE_BYTES(self) -> int:  # noqa: N802
+    def MAX_REFERENCE_BYTES(self) -> int:
         """UTF-8 byte budget of one serialized reference snapshot (DESIGN §8.6)."""
         return self._get("MAX_REFERENCE_BYTES")
 
     @property
-    def PAGE_SIZE(self) -> int:  # noqa: N802
+    def PAGE_SIZE(self) -> int:
         """Default page size of the API's list endpoints (DESIGN §7.3)."""
         return self._get("PAGE_SIZE")
 
     @property
-    def MAX_PAGE_SIZE(self) -> int:  # noqa: N802
+    def MAX_PAGE_SIZE(self) -> int:
         """Largest page a client may ask for (DESIGN §7.3)."""
         return self._get("MAX_PAGE_SIZE")
 

@@ -45,7 +45,7 @@ class Session(models.Model):
     scope = ScopeField(_("scope"))
     title = models.CharField(_("title"), max_length=500, blank=True, default="")
     metadata = models.JSONField(_("metadata"), default=dict, blank=True)
-    cwd = models.TextField(_("working directory"), null=True, blank=True)
+    cwd = models.TextField(_("working directory"), null=True, blank=True)  # noqa: DJ001 - §3.1
     message_count = models.BigIntegerField(_("message count"), default=0, editable=False)
     last_message = models.TextField(_("last message"), blank=True, default="", editable=False)
     #: Highest ``seq`` ever given to a message of this session; ``seq`` is never reused.

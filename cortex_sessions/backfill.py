@@ -1,0 +1,211 @@
+"""The default-session backfill of DESIGN §4, shared by migration 0003 and a management command.
+
+It takes the models as arguments so the migration can pass its historical models. Memory is
+bounded by ``batch_size``: pairs are read with keyset pagination and messages are attached
+``batch_size`` at a time, each batch in its own transaction that also moves the counters, so
+the counters are exact at every commit and an interrupted run can simply be run again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Count, F, Min, Q
+from django.utils import timezone
+
+from .counters import newest_conversation_text
+
+__all__ = [
+    "BACKFILL_MARKER",
+    "DEFAULT_BATCH_SIZE",
+    "BackfillReport",
+    "backfill_default_sessions",
+    "reverse_backfill",
+]
+
+#: ``backfilled_by`` of the sessions the backfill creates: the name of migration 0003.
+BACKFILL_MARKER = "0003_backfill_default_sessions"
+DEFAULT_BATCH_SIZE = 1000
+DEFAULT_TITLE = "Default"
+
+
+@dataclass
+class BackfillReport:
+    """What a backfill did (or, in a dry run, would do)."""
+
+    pairs: int = 0
+    sessions_created: int = 0
+    messages_attached: int = 0
+    batches: int = 0
+
+
+def _legacy_pairs(messages: Any, batch_size: int) -> Any:
+    """Yield lists of at most ``batch_size`` ``(agent_id, scope)`` pairs with legacy rows."""
+    last: tuple[str, str] | None = None
+    while True:
+        pairs = (
+            messages.filter(session__isnull=True)
+            .values_list("agent_id", "scope")
+            .order_by("agent_id", "scope")
+            .distinct()
+        )
+        if last is not None:
+            pairs = pairs.filter(Q(agent_id__gt=last[0]) | Q(agent_id=last[0], scope__gt=last[1]))
+        page = list(pairs[:batch_size])
+        if not page:
+            return
+        yield page
+        last = page[-1]
+
+
+def _default_session(sessions: Any, agent_id: str, scope: str, marker: str) -> tuple[Any, bool]:
+    """The default session of the pair, created (marked with ``marker``) when there is none."""
+    existing = sessions.filter(agent_id=agent_id, scope=scope, is_default=True).first()
+    if existing is not None:
+        return existing, False
+    try:
+        with transaction.atomic(using=sessions.db):
+            return (
+                sessions.create(
+                    agent_id=agent_id,
+                    scope=scope,
+                    title=DEFAULT_TITLE,
+                    is_default=True,
+                    backfilled_by=marker,
+                ),
+                True,
+            )
+    except IntegrityError:
+        # A run resolved the default meanwhile: the constraint decided, use the winner.
+        return sessions.get(agent_id=agent_id, scope=scope, is_default=True), False
+
+
+def _attach_batch(sessions: Any, messages: Any, session_pk: Any, batch_size: int) -> int:
+    """Attach the next ``batch_size`` legacy rows of the session's pair; returns how many."""
+    using = sessions.db
+    with transaction.atomic(using=using):
+        session = sessions.select_for_update().get(pk=session_pk)
+        ids = list(
+            messages.filter(session__isnull=True, agent_id=session.agent_id, scope=session.scope)
+            .order_by("id")
+            .values_list("id", flat=True)[:batch_size]
+        )
+        if not ids:
+            return 0
+        model = messages.model
+        rows = [
+            model(pk=pk, session_id=session.pk, seq=session.last_seq + offset)
+            for offset, pk in enumerate(ids, start=1)
+        ]
+        messages.bulk_update(rows, ["session", "seq"], batch_size=batch_size)
+        sessions.filter(pk=session.pk).update(
+            message_count=F("message_count") + len(ids),
+            last_seq=session.last_seq + len(ids),
+            updated_at=timezone.now(),
+        )
+    return len(ids)
+
+
+def _settle_counters(sessions: Any, messages: Any, session_pk: Any, created: bool) -> None:
+    """Set ``message_count``/``last_message`` from the rows (also on a pre-existing default)."""
+    with transaction.atomic(using=sessions.db):
+        session = sessions.select_for_update().get(pk=session_pk)
+        rows = messages.filter(session_id=session.pk)
+        stats = rows.aggregate(count=Count("pk"), first=Min("created_at"))
+        changes: dict[str, Any] = {
+            "message_count": stats["count"],
+            "last_message": newest_conversation_text(rows),
+        }
+        if created and stats["first"] is not None:
+            changes["created_at"] = stats["first"]
+        sessions.filter(pk=session.pk).update(**changes)
+
+
+def backfill_default_sessions(
+    *,
+    session_model: Any,
+    message_model: Any,
+    using: str = "default",
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    dry_run: bool = False,
+    marker: str = BACKFILL_MARKER,
+    progress: Callable[[str], None] | None = None,
+) -> BackfillReport:
+    """Give every ``(agent_id, scope)`` with unsessioned messages its default session (§4).
+
+    For each pair: take the existing default or create one (title ``"Default"``,
+    ``is_default``, ``backfilled_by=marker``), attach the legacy messages in their original
+    (id) order with ``seq`` continuing after the session's ``last_seq``, and set
+    ``message_count``/``last_message`` from the rows. Idempotent: a second run finds nothing.
+
+    Args:
+        session_model, message_model: the Session and Message models (historical ones in a
+            migration).
+        using: database alias.
+        batch_size: pairs per page and messages per transaction; bounds memory and queries.
+        dry_run: count what would be done and write nothing.
+        marker: value of ``backfilled_by`` on created sessions.
+        progress: called with a one-line message after each batch.
+
+    Returns:
+        A :class:`BackfillReport`.
+
+    Raises:
+        ValueError: ``batch_size`` is below 1.
+    """
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1.")
+    sessions = session_model._default_manager.using(using)
+    messages = message_model._default_manager.using(using)
+    report = BackfillReport()
+    say = progress or (lambda line: None)
+    for pairs in _legacy_pairs(messages, batch_size):
+        for agent_id, scope in pairs:
+            report.pairs += 1
+            if dry_run:
+                exists = sessions.filter(agent_id=agent_id, scope=scope, is_default=True).exists()
+                report.sessions_created += 0 if exists else 1
+                report.messages_attached += messages.filter(
+                    session__isnull=True, agent_id=agent_id, scope=scope
+                ).count()
+                continue
+            session, created = _default_session(sessions, agent_id, scope, marker)
+            report.sessions_created += int(created)
+            while attached := _attach_batch(sessions, messages, session.pk, batch_size):
+                report.messages_attached += attached
+                report.batches += 1
+                say(
+                    f"{report.messages_attached} messages attached "
+                    f"({report.pairs} agent/scope pairs, {report.sessions_created} sessions "
+                    "created)"
+                )
+            _settle_counters(sessions, messages, session.pk, created)
+    return report
+
+
+def reverse_backfill(
+    *, session_model: Any, message_model: Any, using: str = "default", marker: str = BACKFILL_MARKER
+) -> int:
+    """Undo the backfill: detach the messages of sessions it created and delete those sessions.
+
+    Organic sessions (any other ``backfilled_by``) are untouched and no message is deleted:
+    detached messages become legacy rows again (``session`` and ``seq`` null) (DESIGN §4).
+
+    Returns:
+        How many sessions were deleted.
+    """
+    sessions = session_model._default_manager.using(using)
+    messages = message_model._default_manager.using(using)
+    deleted = 0
+    while page := list(
+        sessions.filter(backfilled_by=marker).order_by("pk").values_list("pk", flat=True)[:1000]
+    ):
+        for session_pk in page:
+            with transaction.atomic(using=using):
+                messages.filter(session_id=session_pk).update(session=None, seq=None)
+                sessions.filter(pk=session_pk).delete()
+            deleted += 1
+    return deleted

@@ -1,0 +1,49 @@
+"""``manage.py cortex_sessions_recount``: verify counters against rows, repair drift (DESIGN §5)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from cortex_sessions.exceptions import ScopeError
+from cortex_sessions.services import recount_sessions
+
+
+class Command(BaseCommand):
+    help = (
+        "Check message_count and last_message of sessions against their message rows and "
+        "repair any drift, printing each session fixed."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        target = parser.add_mutually_exclusive_group(required=True)
+        target.add_argument("--scope", help="Check sessions at and beneath this canonical scope.")
+        target.add_argument("--all", action="store_true", help="Check every session.")
+        parser.add_argument(
+            "--dry-run", action="store_true", help="Report drift without repairing it."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            drifts = recount_sessions(
+                scope=options["scope"],
+                all_scopes=options["all"],
+                repair=not options["dry_run"],
+            )
+        except ScopeError as exc:
+            raise CommandError(f"{exc.code}: {exc.message}") from exc
+        verb = "would fix" if options["dry_run"] else "fixed"
+        for drift in drifts:
+            self.stdout.write(
+                f"{drift.session_id}: message_count {drift.stored_count} -> {drift.actual_count}"
+                + (
+                    ", last_message updated"
+                    if drift.stored_last_message != drift.actual_last_message
+                    else ""
+                )
+                + f" ({verb})"
+            )
+        self.stdout.write(
+            self.style.SUCCESS(f"{len(drifts)} session(s) with drifted counters {verb}.")
+        )
