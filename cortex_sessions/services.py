@@ -198,7 +198,7 @@ def _build_message(item: MessageInput | Mapping[str, Any], index: int) -> dict[s
             field="source",
         )
     content = normalize_content(item.content)
-    metadata = check_json_object({} if item.metadata is None else dict(item.metadata))
+    metadata = check_json_object({} if item.metadata is None else item.metadata)
     size = json_bytes(content, field="content") + json_bytes(metadata, field="metadata")
     limit = app_settings.MAX_MESSAGE_BYTES
     if size > limit:
@@ -384,7 +384,7 @@ def create_session(
     values = {
         "agent_id": _check_agent_id(agent_id),
         "title": _check_title(title),
-        "metadata": check_json_object({} if metadata is None else dict(metadata)),
+        "metadata": check_json_object({} if metadata is None else metadata),
         "cwd": _check_cwd(cwd),
         "is_default": bool(is_default),
     }

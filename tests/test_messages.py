@@ -1,0 +1,208 @@
+"""Messages and the counters that describe them (DESIGN §3.2, §5)."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import override_settings
+
+from cortex_sessions import services
+from cortex_sessions.content import preview
+from cortex_sessions.exceptions import (
+    EmptyContent,
+    InvalidContent,
+    InvalidInput,
+    InvalidMetadata,
+    InvalidRole,
+    InvalidSource,
+    MessageNotFound,
+    MessageTooLarge,
+    NulCharacter,
+    SessionNotFound,
+)
+from cortex_sessions.models import Message, Session
+from cortex_sessions.services import MessageInput
+
+pytestmark = pytest.mark.django_db
+
+SCOPE = "org=acme/user=alice"
+
+
+@pytest.fixture
+def session():
+    return services.create_session(scope=SCOPE, agent_id="agent-1", title="t")
+
+
+def append(session, *messages, scope=SCOPE):
+    return services.append_messages(scope=scope, session_id=session.pk, messages=list(messages))
+
+
+def stored(session):
+    return Session.objects.get(pk=session.pk)
+
+
+def test_append_one_message_moves_count_last_message_and_updated_at(session):
+    result = append(session, {"role": "user", "content": "hello"})
+    assert [m.seq for m in result.messages] == [1]
+    assert result.messages[0].content == [{"type": "text", "text": "hello"}]
+    assert result.messages[0].source == "user"
+    assert (result.session.message_count, result.session.last_message) == (1, "hello")
+    assert result.session.updated_at > session.updated_at
+    row = Message.objects.get()
+    assert (row.agent_id, row.scope, row.session_id) == ("agent-1", SCOPE, session.pk)
+
+
+def test_append_many_assigns_consecutive_seqs_in_order(session):
+    append(session, {"role": "user", "content": "a"})
+    result = append(
+        session,
+        {"role": "assistant", "content": [{"type": "text", "text": "b"}]},
+        MessageInput(role="user", content="c", metadata={"k": 1}),
+    )
+    assert [m.seq for m in result.messages] == [2, 3]
+    assert list(Message.objects.order_by("seq").values_list("seq", flat=True)) == [1, 2, 3]
+    assert (stored(session).message_count, stored(session).last_message) == (3, "c")
+
+
+def test_non_text_blocks_are_kept_as_given(session):
+    blocks = [
+        {"type": "image", "url": "https://x/y.png", "meta": {"w": 3}},
+        {"type": "text", "text": "cap"},
+    ]
+    message = append(session, {"role": "user", "content": blocks}).messages[0]
+    assert Message.objects.get(pk=message.pk).content == blocks
+    assert message.text == "cap"
+
+
+@pytest.mark.parametrize(
+    ("message", "error", "code"),
+    [
+        ({"role": "robot", "content": "x"}, InvalidRole, "invalid_role"),
+        ({"role": None, "content": "x"}, InvalidRole, "invalid_role"),
+        ({"role": "user", "content": "x", "source": "web"}, InvalidSource, "invalid_source"),
+        ({"role": "user", "content": ""}, EmptyContent, "empty_content"),
+        ({"role": "user", "content": "   \n"}, EmptyContent, "empty_content"),
+        ({"role": "user", "content": []}, EmptyContent, "empty_content"),
+        ({"role": "user"}, InvalidContent, "invalid_content"),
+        ({"role": "user", "content": 5}, InvalidContent, "invalid_content"),
+        ({"role": "user", "content": [{"text": "no type"}]}, InvalidContent, "invalid_content"),
+        ({"role": "user", "content": [{"type": "text"}]}, InvalidContent, "invalid_content"),
+        ({"role": "user", "content": ["bare"]}, InvalidContent, "invalid_content"),
+        ({"role": "user", "content": "a\x00b"}, NulCharacter, "nul_character"),
+        (
+            {"role": "user", "content": [{"type": "image", "alt": "\x00"}]},
+            NulCharacter,
+            "nul_character",
+        ),
+        ({"role": "user", "content": "x", "metadata": [1]}, InvalidMetadata, "invalid_metadata"),
+        (
+            {"role": "user", "content": "x", "metadata": {"k": "\x00"}},
+            NulCharacter,
+            "nul_character",
+        ),
+        ({"role": "user", "content": "x", "seq": 7}, InvalidInput, "invalid"),
+    ],
+)
+def test_bad_message_raises_a_coded_error_and_writes_nothing(session, message, error, code):
+    with pytest.raises(error) as info:
+        append(session, {"role": "user", "content": "fine"}, message)
+    assert info.value.code == code
+    assert Message.objects.count() == 0
+    assert (stored(session).message_count, stored(session).last_seq) == (0, 0)
+
+
+@override_settings(CORTEX_SESSIONS={"MAX_MESSAGE_BYTES": 100})
+def test_message_over_max_message_bytes_is_refused(session):
+    append(session, {"role": "user", "content": "x" * 60})
+    with pytest.raises(MessageTooLarge) as info:
+        append(session, {"role": "user", "content": "é" * 60})  # 120 bytes of UTF-8
+    assert info.value.code == "message_too_large"
+    assert stored(session).message_count == 1
+
+
+def test_empty_message_list_is_refused(session):
+    with pytest.raises(InvalidInput):
+        append(session)
+    with pytest.raises(InvalidInput):
+        services.append_messages(scope=SCOPE, session_id=session.pk, messages={"role": "user"})
+
+
+def test_append_to_a_session_out_of_scope_is_not_found_and_writes_nothing(session):
+    with pytest.raises(SessionNotFound):
+        append(session, {"role": "user", "content": "x"}, scope="org=acme/user=bob")
+    assert Message.objects.count() == 0
+
+
+def test_last_message_comes_from_conversation_messages_only(session):
+    append(session, {"role": "user", "content": "question"})
+    append(
+        session,
+        {"role": "tool", "content": "tool output"},
+        {"role": "system", "content": "system prompt"},
+        {"role": "user", "content": "injected", "source": "host"},
+        {"role": "user", "content": "snapshot", "source": "session-reference"},
+        {"role": "assistant", "content": [{"type": "image", "url": "u"}]},
+    )
+    assert (stored(session).message_count, stored(session).last_message) == (6, "question")
+    append(session, {"role": "user", "content": "summary", "source": "checkpoint"})
+    assert stored(session).last_message == "summary"
+
+
+@override_settings(CORTEX_SESSIONS={"LAST_MESSAGE_PREVIEW_CHARS": 5})
+def test_last_message_is_cut_to_the_preview_length_with_an_ellipsis(session):
+    append(session, {"role": "assistant", "content": "abcdefgh"})
+    assert stored(session).last_message == "abcde…"
+    append(session, {"role": "assistant", "content": "abcde"})
+    assert stored(session).last_message == "abcde"
+
+
+def test_preview_never_splits_a_character():
+    assert preview("ab🎉cd", 3) == "ab🎉…"
+    assert preview("abe\u0301cd", 3) == "ab…"  # e + combining acute stay together
+    assert preview("a👩\u200d👩\u200d👧b", 3) == "a…"  # family emoji is not cut apart
+    assert preview("日本語のテキスト", 3) == "日本語…"
+
+
+def test_delete_message_updates_counters_and_never_reuses_its_seq(session):
+    append(session, {"role": "user", "content": "one"}, {"role": "assistant", "content": "two"})
+    after = services.delete_message(scope=SCOPE, session_id=session.pk, seq=2)
+    assert (after.message_count, after.last_message) == (1, "one")
+    result = append(session, {"role": "user", "content": "three"})
+    assert result.messages[0].seq == 3
+    with pytest.raises(MessageNotFound):
+        services.delete_message(scope=SCOPE, session_id=session.pk, seq=2)
+
+
+def test_clear_messages_zeroes_the_counters_and_keeps_seq_increasing(session):
+    append(session, *[{"role": "user", "content": f"m{n}"} for n in range(4)])
+    assert services.clear_messages(scope=SCOPE, session_id=session.pk) == 4
+    assert (stored(session).message_count, stored(session).last_message) == (0, "")
+    assert not Message.objects.exists()
+    assert append(session, {"role": "user", "content": "again"}).messages[0].seq == 5
+
+
+def test_list_messages_returns_newest_page_in_chronological_order(session):
+    append(session, *[{"role": "user", "content": f"m{n}"} for n in range(1, 11)])
+
+    def seqs(**kwargs):
+        return [m.seq for m in services.list_messages(scope=SCOPE, session_id=session.pk, **kwargs)]
+
+    assert seqs(limit=3) == [8, 9, 10]
+    assert seqs(limit=3, before_seq=8) == [5, 6, 7]
+    assert seqs(limit=3, after_seq=2) == [3, 4, 5]
+    assert seqs(limit=50) == list(range(1, 11))
+    with pytest.raises(InvalidInput):
+        seqs(limit=0)
+
+
+def test_list_messages_out_of_scope_is_not_found(session):
+    with pytest.raises(SessionNotFound):
+        services.list_messages(scope="org=other", session_id=session.pk)
+
+
+def test_recount_repairs_drift_and_reports_it(session):
+    append(session, {"role": "user", "content": "real"})
+    Session.objects.filter(pk=session.pk).update(message_count=42, last_message="stale")
+    drifts = services.recount_sessions(scope=SCOPE)
+    assert [(d.session_id, d.stored_count, d.actual_count) for d in drifts] == [(session.pk, 42, 1)]
+    assert (stored(session).message_count, stored(session).last_message) == (1, "real")
+    assert services.recount_sessions(scope=SCOPE) == []
