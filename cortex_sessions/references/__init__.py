@@ -1,0 +1,50 @@
+"""Session references: mention one conversation inside another (DESIGN §8).
+
+This package holds the pure, database-free part: canonical URIs (§8.1), mentions (§8.2),
+input normalization (§8.3), candidate ranking (§8.4), projection (§8.5), byte retention (§8.6)
+and rendering (§8.7), plus the stable errors (§8.9). It imports neither DRF nor the models.
+"""
+
+from __future__ import annotations
+
+from .errors import (
+    InvalidReference,
+    InvalidReferenceConfig,
+    ReferenceBudgetExceeded,
+    ReferenceCancelled,
+    ReferenceReadFailed,
+    SelfReference,
+    SessionReferenceError,
+    TooManyReferences,
+)
+from .types import (
+    CancelToken,
+    Deadline,
+    PreparedReferencedMessage,
+    ReferenceSnapshot,
+    ReferenceStats,
+    SessionReferenceInput,
+    SourceMessage,
+)
+from .uri import SESSION_URI_PREFIX, decode_session_uri, encode_session_uri
+
+__all__ = [
+    "SESSION_URI_PREFIX",
+    "CancelToken",
+    "Deadline",
+    "InvalidReference",
+    "InvalidReferenceConfig",
+    "PreparedReferencedMessage",
+    "ReferenceBudgetExceeded",
+    "ReferenceCancelled",
+    "ReferenceReadFailed",
+    "ReferenceSnapshot",
+    "ReferenceStats",
+    "SelfReference",
+    "SessionReferenceError",
+    "SessionReferenceInput",
+    "SourceMessage",
+    "TooManyReferences",
+    "decode_session_uri",
+    "encode_session_uri",
+]
