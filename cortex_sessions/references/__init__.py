@@ -17,6 +17,7 @@ from .errors import (
     SessionReferenceError,
     TooManyReferences,
 )
+from .mentions import ParsedReferences, format_mention, parse_references
 from .types import (
     CancelToken,
     Deadline,
@@ -34,6 +35,7 @@ __all__ = [
     "Deadline",
     "InvalidReference",
     "InvalidReferenceConfig",
+    "ParsedReferences",
     "PreparedReferencedMessage",
     "ReferenceBudgetExceeded",
     "ReferenceCancelled",
@@ -47,4 +49,6 @@ __all__ = [
     "TooManyReferences",
     "decode_session_uri",
     "encode_session_uri",
+    "format_mention",
+    "parse_references",
 ]
