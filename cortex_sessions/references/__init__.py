@@ -18,6 +18,26 @@ from .errors import (
     TooManyReferences,
 )
 from .mentions import ParsedReferences, format_mention, parse_references
+from .projection import (
+    SurfaceMessage,
+    SurfaceWindow,
+    is_checkpoint,
+    iter_surface,
+    project_surface,
+    split_window,
+    surface_message,
+)
+from .retention import (
+    ShortenedText,
+    build_snapshot,
+    is_cut_point,
+    min_shortened_cost,
+    omission_marker,
+    retain_snapshot,
+    shorten_text,
+    validate_max_reference_bytes,
+)
+from .serialization import clean_text, json_text_cost, tag_safe_json, utf8_len
 from .types import (
     CancelToken,
     Deadline,
@@ -45,10 +65,29 @@ __all__ = [
     "SelfReference",
     "SessionReferenceError",
     "SessionReferenceInput",
+    "ShortenedText",
     "SourceMessage",
+    "SurfaceMessage",
+    "SurfaceWindow",
     "TooManyReferences",
+    "build_snapshot",
+    "clean_text",
     "decode_session_uri",
     "encode_session_uri",
     "format_mention",
+    "is_checkpoint",
+    "is_cut_point",
+    "iter_surface",
+    "json_text_cost",
+    "min_shortened_cost",
+    "omission_marker",
     "parse_references",
+    "project_surface",
+    "retain_snapshot",
+    "shorten_text",
+    "split_window",
+    "surface_message",
+    "tag_safe_json",
+    "utf8_len",
+    "validate_max_reference_bytes",
 ]

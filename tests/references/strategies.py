@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from cortex_sessions.references import SourceMessage
+from cortex_sessions.references import SourceMessage, build_snapshot, tag_safe_json, utf8_len
 
 PROPERTY = settings(max_examples=200, deadline=None)
 
@@ -33,9 +33,13 @@ TRICKY_PIECES = [
     "\u2028",
 ]
 
-tricky_text = st.lists(
-    st.one_of(st.sampled_from(TRICKY_PIECES), st.text(max_size=8)), max_size=40
-).map("".join)
+_piece = st.one_of(st.sampled_from(TRICKY_PIECES), st.text(max_size=8))
+tricky_text = st.one_of(
+    st.lists(_piece, max_size=40).map("".join),
+    st.tuples(st.lists(_piece, min_size=1, max_size=5), st.integers(1, 60)).map(
+        lambda pair: "".join(pair[0]) * pair[1]  # long, repetitive texts worth shortening
+    ),
+)
 
 #: Text without "[" so an omission marker can be found unambiguously.
 marker_free_text = tricky_text.map(lambda text: text.replace("[", "("))
@@ -69,3 +73,16 @@ def sessions(draw, text=marker_free_text, max_messages=25):
         else:
             messages.append(text_message(seq, role, source, draw(text)))
     return messages
+
+
+@st.composite
+def sessions_and_budgets(draw, text=marker_free_text):
+    """A session and a budget around its interesting range: from a little below the fixed
+    fields to a little above the whole surface, so dropping and shortening both happen."""
+    messages = draw(sessions(text=text))
+    whole = build_snapshot(messages, session_id="S", max_bytes=10**9)
+    full = utf8_len(tag_safe_json(whole.as_json()))
+    fixed = utf8_len(tag_safe_json({**whole.as_json(), "conversation": []}))
+    anywhere = st.integers(max(1, fixed - 5), full + 5)
+    mostly_feasible = st.integers(min(full, fixed + 150), full + 5)
+    return messages, draw(st.one_of(anywhere, mostly_feasible))
