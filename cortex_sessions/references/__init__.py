@@ -7,6 +7,14 @@ and rendering (§8.7), plus the stable errors (§8.9). It imports neither DRF no
 
 from __future__ import annotations
 
+from .candidates import (
+    CandidateRow,
+    build_candidate,
+    candidate_label,
+    candidate_rank,
+    epoch_ms,
+    rank_candidates,
+)
 from .errors import (
     InvalidReference,
     InvalidReferenceConfig,
@@ -18,6 +26,12 @@ from .errors import (
     TooManyReferences,
 )
 from .mentions import ParsedReferences, format_mention, parse_references
+from .preparation import (
+    check_cancelled,
+    normalize_inputs,
+    readable_content,
+    validate_max_references,
+)
 from .projection import (
     SurfaceMessage,
     SurfaceWindow,
@@ -26,6 +40,14 @@ from .projection import (
     project_surface,
     split_window,
     surface_message,
+)
+from .rendering import (
+    CLOSE_TAG,
+    OPEN_TAG,
+    PREAMBLE,
+    build_prepared_message,
+    render_context,
+    render_prompt,
 )
 from .retention import (
     ShortenedText,
@@ -50,8 +72,12 @@ from .types import (
 from .uri import SESSION_URI_PREFIX, decode_session_uri, encode_session_uri
 
 __all__ = [
+    "CLOSE_TAG",
+    "OPEN_TAG",
+    "PREAMBLE",
     "SESSION_URI_PREFIX",
     "CancelToken",
+    "CandidateRow",
     "Deadline",
     "InvalidReference",
     "InvalidReferenceConfig",
@@ -70,19 +96,30 @@ __all__ = [
     "SurfaceMessage",
     "SurfaceWindow",
     "TooManyReferences",
+    "build_candidate",
+    "build_prepared_message",
     "build_snapshot",
+    "candidate_label",
+    "candidate_rank",
+    "check_cancelled",
     "clean_text",
     "decode_session_uri",
     "encode_session_uri",
+    "epoch_ms",
     "format_mention",
     "is_checkpoint",
     "is_cut_point",
     "iter_surface",
     "json_text_cost",
     "min_shortened_cost",
+    "normalize_inputs",
     "omission_marker",
     "parse_references",
     "project_surface",
+    "rank_candidates",
+    "readable_content",
+    "render_context",
+    "render_prompt",
     "retain_snapshot",
     "shorten_text",
     "split_window",
@@ -90,4 +127,5 @@ __all__ = [
     "tag_safe_json",
     "utf8_len",
     "validate_max_reference_bytes",
+    "validate_max_references",
 ]
