@@ -1,0 +1,590 @@
+"""Django admin for sessions and messages (DESIGN §7.4).
+
+Operators browse, search and filter sessions and messages, edit a session's host-owned fields
+(``title``, ``metadata``, ``cwd``), create sessions, make one the default, repair counters and
+delete. Every write goes through :mod:`cortex_sessions.services`:
+
+- creating calls :func:`~cortex_sessions.services.create_session`, editing calls
+  :func:`~cortex_sessions.services.update_session` with the changed fields only;
+- "Make default" calls :func:`~cortex_sessions.services.make_default`, "Recount messages" calls
+  :func:`~cortex_sessions.services.recount_sessions`;
+- deleting a session calls :func:`~cortex_sessions.services.delete_session`, deleting a message
+  :func:`~cortex_sessions.services.delete_message`, so the counters follow (DESIGN §5).
+
+No form here has a field for the counters, ``last_message``, ``last_seq`` or ``backfilled_by``,
+and the change form has none for ``agent_id``, ``scope`` or ``is_default``: whatever a request
+posts for them is ignored. Messages are read-only; the session page shows only the newest
+:data:`INLINE_MESSAGES` of them and links to the message list for the rest, so a session with
+10,000 messages opens as fast as one with ten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections import defaultdict
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.utils import quote
+from django.db.models import Count, QuerySet
+from django.forms.models import BaseInlineFormSet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.text import capfirst
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+
+from . import services
+from .content import preview
+from .exceptions import CortexSessionsError, MessageNotFound, SessionNotFound
+from .forms import SessionAddForm, SessionChangeForm
+from .models import Message, Session
+
+__all__ = [
+    "INLINE_MESSAGES",
+    "BackfilledListFilter",
+    "MessageAdmin",
+    "MessageInline",
+    "MessageSessionListFilter",
+    "NewestMessagesFormSet",
+    "SessionAdmin",
+]
+
+#: How many of a session's newest messages its admin page shows inline.
+INLINE_MESSAGES = 50
+#: Characters of ``last_message`` shown in the session list.
+LIST_PREVIEW_CHARS = 60
+#: Characters of a message's text shown in lists and in the inline.
+TEXT_PREVIEW_CHARS = 200
+#: Most repaired sessions named one by one in the "Recount messages" report.
+RECOUNT_REPORT_LIMIT = 10
+
+_EDITABLE_FIELDS = ("title", "metadata", "cwd")
+
+
+def _parse_uuid(value: str | None) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value).strip())
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+# -- list filters ---------------------------------------------------------------------------------
+
+
+class BackfilledListFilter(admin.SimpleListFilter):
+    """Sessions created by the default-session backfill (``backfilled_by`` set, DESIGN §4)."""
+
+    title = _("backfilled")
+    parameter_name = "backfilled"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        """``yes`` and ``no``."""
+        return [("yes", _("Yes")), ("no", _("No"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        """Keep backfilled sessions (``yes``) or organic ones (``no``)."""
+        if self.value() == "yes":
+            return queryset.exclude(backfilled_by="")
+        if self.value() == "no":
+            return queryset.filter(backfilled_by="")
+        return queryset
+
+
+class MessageSessionListFilter(admin.SimpleListFilter):
+    """Messages of one session, chosen by id in the query string (``?session=<uuid>``).
+
+    Listing every session as a choice would not scale, so the filter only shows up when a
+    session is selected, e.g. through the link on a session's page.
+    """
+
+    title = _("session")
+    parameter_name = "session"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        """The selected session only, labelled with its title (or id)."""
+        value = self.value()
+        if not value:
+            return []
+        session_id = _parse_uuid(value)
+        session = (
+            Session.objects.filter(pk=session_id).only("id", "title").first()
+            if session_id
+            else None
+        )
+        return [(value, str(session) if session is not None else value)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        """Keep the messages of the selected session; a malformed id is a lookup error."""
+        value = self.value()
+        if value is None:
+            return queryset
+        session_id = _parse_uuid(value)
+        if session_id is None:
+            raise IncorrectLookupParameters(f"{value!r} is not a session id.")
+        return queryset.filter(session_id=session_id)
+
+
+# -- messages inline on the session page ----------------------------------------------------------
+
+
+class NewestMessagesFormSet(BaseInlineFormSet):
+    """An inline formset over only the newest ``limit`` messages, shown in ``seq`` order.
+
+    The query reads ``limit`` rows through the ``(session, seq)`` index, however long the
+    session is.
+    """
+
+    limit = INLINE_MESSAGES
+
+    def get_queryset(self) -> list[Message]:  # type: ignore[override]
+        """The newest ``limit`` messages of the session, oldest first."""
+        if not hasattr(self, "_queryset"):
+            newest = self.queryset.order_by("-seq")[: self.limit]
+            self._queryset = list(reversed(newest))
+        return self._queryset
+
+    def save(self, commit: bool = True) -> list[Message]:
+        """Save nothing, whatever was posted: messages are immutable (DESIGN §7.4)."""
+        self.new_objects: list[Message] = []
+        self.changed_objects: list[Any] = []
+        self.deleted_objects: list[Message] = []
+        return []
+
+
+class MessageInline(admin.TabularInline):
+    """Read-only view of a session's newest messages, in ``seq`` order (DESIGN §7.4)."""
+
+    model = Message
+    formset = NewestMessagesFormSet
+    fields = ("seq", "role", "source", "text_preview", "created_at")
+    readonly_fields = fields
+    extra = 0
+    max_num = 0
+    can_delete = False
+    show_change_link = True
+
+    def get_formset(self, request: HttpRequest, obj: Session | None = None, **kwargs: Any) -> Any:
+        """The formset; the heading says when only the newest messages are shown."""
+        if obj is not None and obj.message_count > self.formset.limit:
+            self.verbose_name_plural = _("newest %(shown)d of %(total)d messages") % {
+                "shown": self.formset.limit,
+                "total": obj.message_count,
+            }
+        return super().get_formset(request, obj, **kwargs)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Messages are appended by the host through the services, never in the admin."""
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Messages are immutable."""
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Delete messages from the message admin, which keeps the counters right."""
+        return False
+
+    @admin.display(description=_("text"))
+    def text_preview(self, obj: Message) -> str:
+        """The message's text, cut to ``TEXT_PREVIEW_CHARS`` characters."""
+        return preview(obj.text, TEXT_PREVIEW_CHARS)
+
+
+# -- sessions -------------------------------------------------------------------------------------
+
+
+@admin.register(Session)
+class SessionAdmin(admin.ModelAdmin):
+    """Sessions: browse, search, filter, edit host-owned fields, and repair (DESIGN §7.4)."""
+
+    form = SessionChangeForm
+    add_form = SessionAddForm
+    list_display = (
+        "display_title",
+        "agent_id",
+        "scope",
+        "is_default",
+        "message_count",
+        "short_last_message",
+        "updated_at",
+        "is_backfilled",
+    )
+    list_filter = ("is_default", BackfilledListFilter, "agent_id")
+    search_fields = ("title", "agent_id")
+    search_help_text = _("Title or agent id; paste a session id to find that session.")
+    ordering = ("-updated_at",)
+    date_hierarchy = "created_at"
+    show_full_result_count = False
+    inlines = (MessageInline,)
+    actions = ("make_default", "recount_messages")
+
+    add_fieldsets = (
+        (None, {"fields": ("agent_id", "scope", "is_default")}),
+        (_("Host-owned"), {"fields": ("title", "cwd", "metadata")}),
+    )
+    change_fieldsets = (
+        (None, {"fields": ("id", "agent_id", "scope", "is_default")}),
+        (_("Host-owned"), {"fields": ("title", "cwd", "metadata")}),
+        (
+            _("Kept by cortex_sessions"),
+            {
+                "fields": (
+                    "message_count",
+                    "last_message",
+                    "last_seq",
+                    "all_messages",
+                    "backfilled_by",
+                    "created_at",
+                    "updated_at",
+                )
+            },
+        ),
+    )
+    change_readonly_fields = (
+        "id",
+        "agent_id",
+        "scope",
+        "is_default",
+        "message_count",
+        "last_message",
+        "last_seq",
+        "all_messages",
+        "backfilled_by",
+        "created_at",
+        "updated_at",
+    )
+
+    # -- forms and pages --------------------------------------------------------------------------
+
+    def get_fieldsets(self, request: HttpRequest, obj: Session | None = None) -> Any:
+        """Agent, scope and default when adding; the full, mostly read-only page when changing."""
+        return self.add_fieldsets if obj is None else self.change_fieldsets
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Session | None = None) -> Any:
+        """On an existing session all but ``title``, ``metadata`` and ``cwd`` is read-only."""
+        return () if obj is None else self.change_readonly_fields
+
+    def get_form(
+        self, request: HttpRequest, obj: Session | None = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        """:class:`SessionAddForm` when adding, :class:`SessionChangeForm` when changing."""
+        if obj is None:
+            kwargs["form"] = self.add_form
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_inlines(self, request: HttpRequest, obj: Session | None) -> Any:
+        """Messages are shown for an existing session only."""
+        return self.inlines if obj is not None else ()
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """The add/change page; a service refusal on save becomes a message, never a crash.
+
+        The forms validate what the services check, so this only catches what changed between
+        validation and save (a concurrent default, a session deleted meanwhile). The page's
+        transaction has been rolled back by then.
+        """
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except CortexSessionsError as exc:
+            self.message_user(request, exc.message, messages.ERROR)
+            return HttpResponseRedirect(request.get_full_path())
+
+    def save_model(self, request: HttpRequest, obj: Session, form: Any, change: bool) -> None:
+        """Create through ``services.create_session``; edit through ``services.update_session``.
+
+        Only the host-owned fields the operator changed are sent, at the session's own scope.
+        """
+        if change:
+            changes = {
+                name: form.cleaned_data[name]
+                for name in form.changed_data
+                if name in _EDITABLE_FIELDS
+            }
+            if not changes:
+                return
+            saved = services.update_session(scope=obj.scope, session_id=obj.pk, **changes)
+        else:
+            data = form.cleaned_data
+            saved = services.create_session(
+                scope=data["scope"],
+                agent_id=data["agent_id"],
+                title=data.get("title", ""),
+                metadata=data.get("metadata") or {},
+                cwd=data.get("cwd"),
+                is_default=data.get("is_default", False),
+            )
+        # The admin goes on with ``obj`` (history, redirect): give it the stored state.
+        for model_field in Session._meta.concrete_fields:
+            setattr(obj, model_field.attname, getattr(saved, model_field.attname))
+        obj._state.adding = False
+        obj._state.db = saved._state.db
+
+    def delete_model(self, request: HttpRequest, obj: Session) -> None:
+        """Delete the session with its messages through ``services.delete_session``."""
+        with contextlib.suppress(SessionNotFound):  # already gone
+            services.delete_session(scope=obj.scope, session_id=obj.pk)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        """Delete each selected session with its messages through ``services.delete_session``."""
+        for session_id, scope in queryset.order_by().values_list("pk", "scope"):
+            with contextlib.suppress(SessionNotFound):  # deleted meanwhile
+                services.delete_session(scope=scope, session_id=session_id)
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
+        """Summarize what a delete removes: each session and how many messages it has.
+
+        Django's default lists every related row, which for a long session means rendering
+        (and loading) thousands of messages; one count query is enough here.
+        """
+        sessions = list(objs)
+        if not sessions:
+            return [], {}, set(), []
+        counts = dict(
+            Message.objects.filter(session__in=[session.pk for session in sessions])
+            .order_by()
+            .values("session")
+            .annotate(n=Count("pk"))
+            .values_list("session", "n")
+        )
+        opts = self.opts
+        perms_needed: set[Any] = set()
+        deleted: list[Any] = []
+        total = 0
+        for session in sessions:
+            if not self.has_delete_permission(request, session):
+                perms_needed.add(opts.verbose_name)
+            url = reverse(
+                f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_change",
+                args=[quote(session.pk)],
+            )
+            deleted.append(
+                format_html('{}: <a href="{}">{}</a>', capfirst(opts.verbose_name), url, session)
+            )
+            count = counts.get(session.pk, 0)
+            if count:
+                total += count
+                deleted.append(
+                    [ngettext("%(count)d message", "%(count)d messages", count) % {"count": count}]
+                )
+        if (
+            total
+            and self.admin_site.is_registered(Message)
+            and not self.admin_site.get_model_admin(Message).has_delete_permission(request)
+        ):
+            perms_needed.add(Message._meta.verbose_name)
+        model_count = {opts.verbose_name_plural: len(sessions)}
+        if total:
+            model_count[Message._meta.verbose_name_plural] = total
+        return deleted, model_count, perms_needed, []
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet, search_term: str
+    ) -> tuple[QuerySet, bool]:
+        """Search title and agent id; a search term that is a UUID also finds that session."""
+        results, may_have_duplicates = super().get_search_results(request, queryset, search_term)
+        session_id = _parse_uuid(search_term) if search_term.strip() else None
+        if session_id is not None:
+            results = results | queryset.filter(pk=session_id)
+        return results, may_have_duplicates
+
+    # -- columns and read-only fields -------------------------------------------------------------
+
+    @admin.display(description=_("title"), ordering="title")
+    def display_title(self, obj: Session) -> str:
+        """The title, or a placeholder so an untitled session still has a link."""
+        return obj.title or str(_("(untitled)"))
+
+    @admin.display(description=_("last message"))
+    def short_last_message(self, obj: Session) -> str:
+        """``last_message`` cut to ``LIST_PREVIEW_CHARS`` characters."""
+        return preview(obj.last_message, LIST_PREVIEW_CHARS)
+
+    @admin.display(description=_("backfilled"), boolean=True, ordering="backfilled_by")
+    def is_backfilled(self, obj: Session) -> bool:
+        """Whether the default-session backfill created this session (DESIGN §4)."""
+        return bool(obj.backfilled_by)
+
+    @admin.display(description=_("all messages"))
+    def all_messages(self, obj: Session) -> str:
+        """A link to the message list filtered by this session."""
+        url = reverse(f"{self.admin_site.name}:cortex_sessions_message_changelist")
+        return format_html(
+            '<a href="{}?session={}">{}</a>',
+            url,
+            obj.pk,
+            ngettext(
+                "View the %(count)d message in the message list",
+                "View all %(count)d messages in the message list",
+                obj.message_count,
+            )
+            % {"count": obj.message_count},
+        )
+
+    # -- actions ----------------------------------------------------------------------------------
+
+    @admin.action(description=_("Make the selected session the default"), permissions=["change"])
+    def make_default(self, request: HttpRequest, queryset: QuerySet) -> None:
+        """Make one session its agent's default at its scope (``services.make_default``)."""
+        selected = list(queryset.order_by()[:2])
+        if len(selected) != 1:
+            self.message_user(
+                request, _("Select exactly one session to make it the default."), messages.WARNING
+            )
+            return
+        session = selected[0]
+        try:
+            session = services.make_default(scope=session.scope, session_id=session.pk)
+        except CortexSessionsError as exc:
+            self.message_user(request, exc.message, messages.ERROR)
+            return
+        self.message_user(
+            request,
+            _("“%(session)s” is now the default session of %(agent)s at %(scope)s.")
+            % {"session": session, "agent": session.agent_id, "scope": session.scope},
+            messages.SUCCESS,
+        )
+
+    @admin.action(
+        description=_("Recount messages of the selected sessions"), permissions=["change"]
+    )
+    def recount_messages(self, request: HttpRequest, queryset: QuerySet) -> None:
+        """Check counters against the rows and repair drift (``services.recount_sessions``)."""
+        by_scope: dict[str, list[uuid.UUID]] = defaultdict(list)
+        for session_id, scope in queryset.order_by().values_list("pk", "scope"):
+            by_scope[scope].append(session_id)
+        checked = sum(len(ids) for ids in by_scope.values())
+        drifts: list[services.CounterDrift] = []
+        for scope, ids in by_scope.items():
+            drifts.extend(services.recount_sessions(scope=scope, session_ids=ids))
+        if not drifts:
+            self.message_user(
+                request,
+                ngettext(
+                    "Checked %(checked)d session: its counters were right.",
+                    "Checked %(checked)d sessions: all counters were right.",
+                    checked,
+                )
+                % {"checked": checked},
+                messages.SUCCESS,
+            )
+            return
+        details = "; ".join(
+            f"{drift.session_id}: {drift.stored_count} → {drift.actual_count} messages"
+            + (
+                ", last message fixed"
+                if drift.stored_last_message != drift.actual_last_message
+                else ""
+            )
+            for drift in drifts[:RECOUNT_REPORT_LIMIT]
+        )
+        if len(drifts) > RECOUNT_REPORT_LIMIT:
+            details += f"; and {len(drifts) - RECOUNT_REPORT_LIMIT} more"
+        self.message_user(
+            request,
+            ngettext(
+                "Checked %(checked)d session(s): %(wrong)d had wrong counters and was repaired "
+                "(%(details)s).",
+                "Checked %(checked)d session(s): %(wrong)d had wrong counters and were repaired "
+                "(%(details)s).",
+                len(drifts),
+            )
+            % {"checked": checked, "wrong": len(drifts), "details": details},
+            messages.WARNING,
+        )
+
+
+# -- messages -------------------------------------------------------------------------------------
+
+
+@admin.register(Message)
+class MessageAdmin(admin.ModelAdmin):
+    """Messages: a read-only list filtered by session, role and source (DESIGN §7.4).
+
+    Nothing is added or changed here. Deleting goes through ``services.delete_message`` so the
+    session's counters follow; legacy messages without a session (DESIGN §4) cannot be deleted.
+    """
+
+    list_display = ("id", "session_link", "seq", "role", "source", "text_preview", "created_at")
+    list_filter = (MessageSessionListFilter, "role", "source")
+    list_select_related = ("session",)
+    ordering = ("-id",)
+    show_full_result_count = False
+    fields = (
+        "session",
+        "seq",
+        "role",
+        "source",
+        "agent_id",
+        "scope",
+        "message_text",
+        "pretty_content",
+        "metadata",
+        "created_at",
+    )
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        """Messages are appended by the host through the services, never in the admin."""
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Message | None = None) -> bool:
+        """Messages are immutable."""
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Message | None = None) -> bool:
+        """The usual permission, except for legacy rows without a session (never deleted)."""
+        if obj is not None and obj.session_id is None:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def delete_model(self, request: HttpRequest, obj: Message) -> None:
+        """Delete one message through ``services.delete_message``; the counters follow."""
+        with contextlib.suppress(SessionNotFound, MessageNotFound):  # already gone
+            services.delete_message(scope=obj.session.scope, session_id=obj.session_id, seq=obj.seq)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        """Delete each selected message through ``services.delete_message``."""
+        rows = (
+            queryset.filter(session__isnull=False)
+            .order_by()
+            .values_list("session_id", "session__scope", "seq")
+        )
+        for session_id, scope, seq in rows:
+            with contextlib.suppress(SessionNotFound, MessageNotFound):  # deleted meanwhile
+                services.delete_message(scope=scope, session_id=session_id, seq=seq)
+
+    @admin.display(description=_("session"), ordering="session_id")
+    def session_link(self, obj: Message) -> str:
+        """The session, linked to its admin page; empty for legacy rows."""
+        if obj.session is None:
+            return self.get_empty_value_display()
+        url = reverse(
+            f"{self.admin_site.name}:cortex_sessions_session_change", args=[quote(obj.session_id)]
+        )
+        return format_html('<a href="{}">{}</a>', url, obj.session)
+
+    @admin.display(description=_("text"))
+    def text_preview(self, obj: Message) -> str:
+        """The message's text, cut to ``TEXT_PREVIEW_CHARS`` characters."""
+        return preview(obj.text, TEXT_PREVIEW_CHARS)
+
+    @admin.display(description=_("text"))
+    def message_text(self, obj: Message) -> str:
+        """The message's whole text (its text blocks joined by newlines, DESIGN §3.2)."""
+        return obj.text
+
+    @admin.display(description=_("content"))
+    def pretty_content(self, obj: Message) -> str:
+        """The content blocks as indented JSON."""
+        return format_html("<pre>{}</pre>", json.dumps(obj.content, indent=2, ensure_ascii=False))
