@@ -17,6 +17,7 @@ from django.utils.translation import gettext_lazy as _
 from uuid6 import uuid7
 
 from .content import content_text
+from .counters import CONVERSATION_Q
 from .fields import ScopeField
 from .scope import Scope, scope_q
 
@@ -152,7 +153,20 @@ class Message(models.Model):
             ),
         ]
         indexes = [
-            models.Index(fields=["agent_id", "scope", "id"], name="cortex_msg_agent_scope_idx")
+            models.Index(fields=["agent_id", "scope", "id"], name="cortex_msg_agent_scope_idx"),
+            # Session references (DESIGN §8.5-§8.6) read a session's newest checkpoint, count the
+            # conversation messages after it and walk them newest first; these partial indexes
+            # keep each of those reads proportional to what it returns, not to the session.
+            models.Index(
+                fields=["session", "seq"],
+                condition=Q(role="user", source="checkpoint"),
+                name="cortex_msg_checkpoint_idx",
+            ),
+            models.Index(
+                fields=["session", "seq"],
+                condition=CONVERSATION_Q,
+                name="cortex_msg_conversation_idx",
+            ),
         ]
 
     def __str__(self) -> str:
