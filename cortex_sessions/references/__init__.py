@@ -3,6 +3,10 @@
 This package holds the pure, database-free part: canonical URIs (§8.1), mentions (§8.2),
 input normalization (§8.3), candidate ranking (§8.4), projection (§8.5), byte retention (§8.6)
 and rendering (§8.7), plus the stable errors (§8.9). It imports neither DRF nor the models.
+
+The database layer is :mod:`cortex_sessions.references.service` (candidates, preparation from
+stored sessions, durable append); import it explicitly — it is not re-exported here, so this
+package stays importable before the app registry is ready.
 """
 
 from __future__ import annotations
