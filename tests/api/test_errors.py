@@ -66,9 +66,7 @@ def test_malformed_json_is_a_400_parse_error_and_nothing_is_written(api, body):
     [("post", ""), ("post", "resolve/"), ("patch", "{id}"), ("put", "{id}")],
 )
 @pytest.mark.parametrize("body", ["[]", '[{"agent_id": "a"}]', '"text"', "42", "null"])
-def test_a_non_object_body_where_an_object_is_expected_is_a_400(
-    api, session, method, suffix, body
-):
+def test_a_non_object_body_where_an_object_is_expected_is_a_400(api, session, method, suffix, body):
     url = BASE + suffix.format(id=f"{session.pk}/")
     response = post_raw(api, url, body, method=method)
     assert response.status_code == 400
