@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -27,6 +28,7 @@ from rest_framework.utils.urls import replace_query_param
 
 from cortex_sessions import services
 from cortex_sessions.conf import app_settings
+from cortex_sessions.exceptions import SessionNotFound
 from cortex_sessions.models import Session
 from cortex_sessions.scope import Scope
 
@@ -161,6 +163,18 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
         if scope is None:
             return Session.objects.none()
         return services.session_queryset(scope=scope)
+
+    def get_object(self) -> Session:
+        """The session named in the URL, through the service (used only by DRF's own machinery:
+        ``OPTIONS`` metadata and the browsable API's forms; our actions call services directly).
+
+        Raises:
+            Http404: missing, out of scope or malformed id.
+        """
+        try:
+            return services.get_session(scope=self.scope, session_id=self.kwargs["pk"])
+        except SessionNotFound:
+            raise Http404 from None
 
     def get_serializer_class(self) -> Any:
         """The input serializer of the action (used by the browsable API's forms)."""

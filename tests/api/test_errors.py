@@ -193,3 +193,21 @@ def test_an_error_with_http_status_and_code_maps_generically():
 
 def test_an_unexpected_exception_is_not_swallowed():
     assert exception_handler(RuntimeError("bug"), {}) is None
+
+
+@pytest.mark.parametrize("path", ["", "{id}/", "{id}/messages/", "count/", "{missing}/", "bad/"])
+def test_the_browsable_api_renders_pages_without_crashing(api, session, missing_id, path):
+    url = BASE + path.format(id=session.pk, missing=missing_id)
+    response = api.get(url, HTTP_ACCEPT="text/html")
+    assert response.status_code in (200, 404)
+    assert response["Content-Type"].startswith("text/html")
+
+
+@pytest.mark.parametrize("path", ["", "{id}/", "{missing}/", "bad/", "{id}/messages/", "count/"])
+def test_options_describes_the_endpoint_without_revealing_other_sessions(
+    api, session, missing_id, path
+):
+    response = api.options(BASE + path.format(id=session.pk, missing=missing_id))
+    assert response.status_code == 200
+    if path in ("{missing}/", "bad/"):
+        assert "actions" not in response.json()
