@@ -110,7 +110,7 @@ MESSAGE_PAGE_PARAMETERS = [
     ID_PARAMETER,
     OpenApiParameter(
         "limit",
-        {"type": "integer", "minimum": 1, "maximum": 1000},
+        {"type": "integer", "minimum": 1},
         OpenApiParameter.QUERY,
         description="Messages per page, 1 to MAX_PAGE_SIZE; default PAGE_SIZE.",
     ),

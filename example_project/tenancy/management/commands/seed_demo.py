@@ -18,6 +18,8 @@ DEMO_USERS = [
 
 
 class Command(BaseCommand):
+    """Create (or reset) the demo users and their memberships; idempotent."""
+
     help = "Create demo users alice (acme admin), bob (acme member), carol (globex member)."
 
     def add_arguments(self, parser: Any) -> None:
