@@ -10,7 +10,7 @@ router picks for the model (DESIGN §10).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -152,6 +152,14 @@ def _check_cwd(cwd: Any) -> str | None:
     return cwd
 
 
+def _check_metadata(metadata: Any) -> dict[str, Any]:
+    """``None`` → ``{}``; a mapping → a validated dict copy; anything else → ``InvalidMetadata``
+    (``dict()`` of a list of pairs would otherwise silently turn it into an object)."""
+    if metadata is None:
+        return {}
+    return check_json_object(dict(metadata) if isinstance(metadata, Mapping) else metadata)
+
+
 def _session_id(session_id: Any) -> uuid.UUID:
     """Parse a session id; anything that is not a UUID is simply not found (DESIGN §7.3)."""
     if isinstance(session_id, uuid.UUID):
@@ -198,7 +206,7 @@ def _build_message(item: MessageInput | Mapping[str, Any], index: int) -> dict[s
             field="source",
         )
     content = normalize_content(item.content)
-    metadata = check_json_object({} if item.metadata is None else item.metadata)
+    metadata = _check_metadata(item.metadata)
     size = json_bytes(content, field="content") + json_bytes(metadata, field="metadata")
     limit = app_settings.MAX_MESSAGE_BYTES
     if size > limit:
@@ -384,7 +392,7 @@ def create_session(
     values = {
         "agent_id": _check_agent_id(agent_id),
         "title": _check_title(title),
-        "metadata": check_json_object({} if metadata is None else metadata),
+        "metadata": _check_metadata(metadata),
         "cwd": _check_cwd(cwd),
         "is_default": bool(is_default),
     }
@@ -657,11 +665,7 @@ def clear_messages(*, scope: Scope | str, session_id: uuid.UUID | str) -> int:
 
 
 def recount_sessions(
-    *,
-    scope: Scope | str | None = None,
-    all_scopes: bool = False,
-    session_ids: Iterable[uuid.UUID | str] | None = None,
-    repair: bool = True,
+    *, scope: Scope | str | None = None, all_scopes: bool = False, repair: bool = True
 ) -> list[CounterDrift]:
     """Verify ``message_count`` and ``last_message`` against the rows, repairing drift (§5).
 
@@ -671,8 +675,6 @@ def recount_sessions(
     Args:
         scope: check sessions at and beneath this scope.
         all_scopes: check every session instead (``scope`` must then be ``None``).
-        session_ids: check only these sessions (those of them within ``scope``), e.g. the
-            ones an operator selected in the admin.
         repair: write the correct values (``False``: only report).
 
     Returns:
@@ -681,13 +683,10 @@ def recount_sessions(
     Raises:
         NoScope: neither ``scope`` nor ``all_scopes`` was given.
         InvalidScope: ``scope`` is malformed.
-        SessionNotFound: an entry of ``session_ids`` is not a UUID.
     """
     if all_scopes and scope is not None:
         raise InvalidInput("Give a scope or all_scopes=True, not both.", field="scope")
     sessions = Session.objects.all() if all_scopes else Session.objects.within(scope)  # type: ignore[arg-type]
-    if session_ids is not None:
-        sessions = sessions.filter(pk__in=[_session_id(value) for value in session_ids])
     drifts: list[CounterDrift] = []
     for session_pk in sessions.order_by("pk").values_list("pk", flat=True).iterator():
         with transaction.atomic(using=_db_for_write()):
