@@ -10,7 +10,7 @@ router picks for the model (DESIGN §10).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -665,7 +665,11 @@ def clear_messages(*, scope: Scope | str, session_id: uuid.UUID | str) -> int:
 
 
 def recount_sessions(
-    *, scope: Scope | str | None = None, all_scopes: bool = False, repair: bool = True
+    *,
+    scope: Scope | str | None = None,
+    all_scopes: bool = False,
+    session_ids: Iterable[uuid.UUID | str] | None = None,
+    repair: bool = True,
 ) -> list[CounterDrift]:
     """Verify ``message_count`` and ``last_message`` against the rows, repairing drift (§5).
 
@@ -675,6 +679,8 @@ def recount_sessions(
     Args:
         scope: check sessions at and beneath this scope.
         all_scopes: check every session instead (``scope`` must then be ``None``).
+        session_ids: check only these sessions (those of them within ``scope``), e.g. the
+            ones an operator selected in the admin.
         repair: write the correct values (``False``: only report).
 
     Returns:
@@ -683,10 +689,13 @@ def recount_sessions(
     Raises:
         NoScope: neither ``scope`` nor ``all_scopes`` was given.
         InvalidScope: ``scope`` is malformed.
+        SessionNotFound: an entry of ``session_ids`` is not a UUID.
     """
     if all_scopes and scope is not None:
         raise InvalidInput("Give a scope or all_scopes=True, not both.", field="scope")
     sessions = Session.objects.all() if all_scopes else Session.objects.within(scope)  # type: ignore[arg-type]
+    if session_ids is not None:
+        sessions = sessions.filter(pk__in=[_session_id(value) for value in session_ids])
     drifts: list[CounterDrift] = []
     for session_pk in sessions.order_by("pk").values_list("pk", flat=True).iterator():
         with transaction.atomic(using=_db_for_write()):
