@@ -374,8 +374,9 @@ def test_backfill_runs_a_constant_number_of_queries_per_batch():
     per_batch = set(small_per_batch) | set(large_per_batch)
     assert len(per_batch) == 1, per_batch  # the same for every batch and both sizes
     (queries_per_batch,) = per_batch
-    # BEGIN, lock the session, read the next ids, attach them, move the counters, COMMIT.
-    assert queries_per_batch == 6
+    # BEGIN, lock the session, read the next ids, attach them, read the batch's newest
+    # conversation text, move the counters, COMMIT.
+    assert queries_per_batch == 7
     # Doubling the rows adds exactly four more batches' worth of queries: no hidden per-row work.
     assert large_total - small_total == 4 * queries_per_batch
 
@@ -390,7 +391,9 @@ def test_backfill_reads_legacy_rows_a_batch_at_a_time():
     legacy_reads = [
         q["sql"]
         for q in queries.captured_queries
-        if q["sql"].startswith("SELECT") and '"session_id" IS NULL' in q["sql"]
+        if q["sql"].startswith("SELECT")
+        and '"session_id" IS NULL' in q["sql"]
+        and "MIN(" not in q["sql"]  # the pair's first created_at: one aggregate row
     ]
     assert len(legacy_reads) >= 3  # pages of pairs and of message ids
     assert all(sql.endswith("LIMIT 3") for sql in legacy_reads), legacy_reads
@@ -462,3 +465,77 @@ def test_backfilled_last_message_is_the_newest_conversation_message(role, source
     _legacy("tool noise", role="tool", source="host")
 
     assert _backfilled_default().last_message == "newest"
+
+
+# -- interrupted runs -----------------------------------------------------------------------------
+
+
+class Interrupted(Exception):
+    pass
+
+
+#: After each batch of 3 rows of the scenario below: (rows attached, expected last_message).
+AFTER_BATCH = {1: (3, "follow-up"), 2: (6, "final answer")}
+
+
+def _six_legacy_rows() -> None:
+    _legacy("question")
+    _legacy("answer", role="assistant", source="host")
+    _legacy("follow-up")
+    _legacy("final answer", role="assistant", source="host")
+    _legacy("tool output", role="tool", source="host")
+    _legacy("host note", source="host")
+
+
+def _existing_default_with_drifted_counters() -> Session:
+    session = services.create_session(scope="org=acme/user=1", agent_id="agent-1", is_default=True)
+    services.append_messages(
+        scope=session.scope,
+        session_id=session.pk,
+        messages=[{"role": "user", "content": "organic 1"}, {"role": "user", "content": "o 2"}],
+    )
+    Session.objects.filter(pk=session.pk).update(message_count=42, last_message="stale")
+    return session
+
+
+@pytest.mark.parametrize("pre_existing", [0, 2], ids=["created", "pre-existing-default"])
+@pytest.mark.parametrize("interrupt_after_batch", [1, 2])
+@pytest.mark.django_db(transaction=True)
+def test_an_interrupted_backfill_leaves_exact_counters_and_completes_when_run_again(
+    interrupt_after_batch, pre_existing
+):
+    if pre_existing:
+        _existing_default_with_drifted_counters()
+    _six_legacy_rows()
+    batches: list[str] = []
+
+    def progress(line: str) -> None:
+        batches.append(line)
+        if len(batches) == interrupt_after_batch:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        backfill_default_sessions(
+            session_model=Session, message_model=Message, batch_size=3, progress=progress
+        )
+    session = Session.objects.get(is_default=True)
+    attached, last_message = AFTER_BATCH[interrupt_after_batch]
+    assert session.message_count == pre_existing + attached == session.messages.count()
+    assert session.last_message == last_message
+
+    backfill_default_sessions(session_model=Session, message_model=Message, batch_size=3)
+
+    session.refresh_from_db()
+    seqs = list(session.messages.order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(1, pre_existing + 7))
+    assert (session.message_count, session.last_seq) == (pre_existing + 6, pre_existing + 6)
+    assert session.last_message == "final answer"
+
+
+@pytest.mark.django_db
+def test_a_backfilled_default_is_dated_by_its_oldest_legacy_message():
+    oldest = datetime(2020, 5, 1, tzinfo=UTC)
+    _legacy("second", created_at=oldest + timedelta(days=1))
+    _legacy("first", created_at=oldest)
+
+    assert _backfilled_default().created_at == oldest
