@@ -18,7 +18,7 @@ from django.db import connection, connections, transaction
 
 from cortex_sessions import services
 from cortex_sessions.backfill import BACKFILL_MARKER, backfill_default_sessions
-from cortex_sessions.exceptions import CortexSessionsError, DefaultConflict
+from cortex_sessions.exceptions import CortexSessionsError
 from cortex_sessions.models import Message, Session
 from tests.factories import MessageFactory
 
@@ -113,9 +113,9 @@ def test_concurrent_make_default_swaps_leave_exactly_one_default():
 
     errors = [code for codes in run_together(threads, swap) for code in codes]
 
-    # Any other exception (IntegrityError, a deadlock) would have been re-raised above. Today a
-    # swap can still lose five times in a row and raise DefaultConflict: see the next test.
-    assert set(errors) <= {"default_conflict"}
+    # Any other exception (IntegrityError, a deadlock) would have been re-raised above; swaps
+    # queue on the current default's lock, so none may give up with DefaultConflict either.
+    assert errors == []
     assert Session.objects.filter(agent_id=AGENT, scope=SCOPE, is_default=True).count() == 1
     assert Session.objects.count() == 5
 
@@ -126,13 +126,6 @@ def _blocked_by(connection: Any, waiter_pid: int) -> bool:
         return cursor.fetchone()[0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=DefaultConflict,
-    reason="services.make_default demotes with an UPDATE whose snapshot predates a concurrent "
-    "swap's commit, so an overlapping swap always loses with IntegrityError and five losses "
-    "in a row raise DefaultConflict",
-)
 def test_make_default_succeeds_while_other_swaps_keep_overlapping_it(monkeypatch):
     """Each attempt of ``make_default(target)`` overlaps a swap by another connection.
 
