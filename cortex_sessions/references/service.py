@@ -359,7 +359,7 @@ def prepare_references(
     scope: Scope | str,
     session_id: uuid.UUID | str,
     content: Any,
-    references: Iterable[SessionReferenceInput | Mapping[str, Any] | str] = (),
+    references: Iterable[SessionReferenceInput | Mapping[str, Any] | str] | None = (),
     cancel_token: CancelToken | None = None,
     deadline: Deadline | None = None,
     read_stats: ReadStats | None = None,
@@ -379,7 +379,8 @@ def prepare_references(
         session_id: the session the message belongs to (must lie within ``scope``).
         content: the message content, a string or a list of content blocks (DESIGN §3.2).
         references: explicit references — :class:`SessionReferenceInput`, ``{"session_id",
-            "label"?}`` mappings or id strings — in the order the host selected them.
+            "label"?}`` mappings or id strings — in the order the host selected them (a list;
+            ``None`` means none).
         cancel_token: checked between references and between read chunks.
         deadline: a monotonic-clock deadline, checked at the same points.
         read_stats: optional collector of rows and text bytes read (diagnostics, benchmark).
@@ -404,6 +405,8 @@ def prepare_references(
     max_references, max_bytes = _settings()
     stats = read_stats if read_stats is not None else ReadStats()
     blocks, parsed = readable_content(normalize_content(content))
+    if references is None:
+        references = ()
     if isinstance(references, str | Mapping | SessionReferenceInput):
         raise InvalidReference("references must be a list.", field="references")
     explicit = [_as_input(item, index) for index, item in enumerate(references)]

@@ -130,8 +130,9 @@ def source():
 # -- preparation: happy paths ---------------------------------------------------------------------
 
 
-def test_message_without_references_has_no_context_and_readable_content(current):
-    prepared = prepare(current, "just text")
+@pytest.mark.parametrize("references", [(), None])
+def test_message_without_references_has_no_context_and_readable_content(current, references):
+    prepared = prepare(current, "just text", references=references)
     assert prepared.content == text("just text")
     assert prepared.contexts == []
 
