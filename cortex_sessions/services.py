@@ -168,6 +168,14 @@ def _check_cwd(cwd: Any) -> str | None:
     return cwd
 
 
+def _check_metadata(metadata: Any) -> dict[str, Any]:
+    """``None`` → ``{}``; a mapping → a validated dict copy; anything else → ``InvalidMetadata``
+    (``dict()`` of a list of pairs would otherwise silently turn it into an object)."""
+    if metadata is None:
+        return {}
+    return check_json_object(dict(metadata) if isinstance(metadata, Mapping) else metadata)
+
+
 def _session_id(session_id: Any) -> uuid.UUID:
     """Parse a session id; anything that is not a UUID is simply not found (DESIGN §7.3)."""
     if isinstance(session_id, uuid.UUID):
@@ -214,7 +222,7 @@ def _build_message(item: MessageInput | Mapping[str, Any], index: int) -> dict[s
             field="source",
         )
     content = normalize_content(item.content)
-    metadata = check_json_object({} if item.metadata is None else item.metadata)
+    metadata = _check_metadata(item.metadata)
     size = json_bytes(content, field="content") + json_bytes(metadata, field="metadata")
     limit = app_settings.MAX_MESSAGE_BYTES
     if size > limit:
@@ -400,7 +408,7 @@ def create_session(
     values = {
         "agent_id": _check_agent_id(agent_id),
         "title": _check_title(title),
-        "metadata": check_json_object({} if metadata is None else metadata),
+        "metadata": _check_metadata(metadata),
         "cwd": _check_cwd(cwd),
         "is_default": bool(is_default),
     }

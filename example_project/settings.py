@@ -22,6 +22,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "cortex_sessions",
+    "example_project.tenancy",
 ]
 
 MIDDLEWARE = [
@@ -89,4 +90,7 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "0.1.0",
 }
 
-CORTEX_SESSIONS: dict = {}
+CORTEX_SESSIONS: dict = {
+    # org=<org>/user=<pk> for members, org=<org> for org admins (example_project/tenancy).
+    "SCOPE_RESOLVER": "example_project.tenancy.resolver.org_scope_resolver",
+}

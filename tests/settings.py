@@ -30,6 +30,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "cortex_sessions",
+    "example_project.tenancy",
 ]
 
 MIDDLEWARE = [

@@ -1,0 +1,181 @@
+"""Error responses of the API: one body shape, one status per error class (DESIGN §7.3).
+
+Every error body is ``{"code": str, "detail": str}``; validation errors add
+``"errors": {field: [{"code", "detail"}, ...]}`` with nested fields flattened to dotted paths
+(``"1.role"`` for the second message of a list). Our views install :func:`exception_handler`
+through ``get_exception_handler()``; the host's ``REST_FRAMEWORK["EXCEPTION_HANDLER"]`` is left
+alone and never consulted for our views.
+
+Status codes come from, in order:
+
+1. an integer ``http_status`` attribute on the exception (so a later error class that carries
+   ``code`` and ``http_status`` — the session-reference errors of §8.9 — maps with no change here);
+2. :data:`ERROR_STATUS`, looked up along the exception's class hierarchy (most specific first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
+from django.http import Http404
+from rest_framework import exceptions as drf_exceptions
+from rest_framework import status
+from rest_framework.response import Response
+from rest_framework.views import set_rollback
+
+from cortex_sessions import exceptions as core
+
+__all__ = [
+    "ERROR_STATUS",
+    "InvalidQuery",
+    "RequestTooLarge",
+    "error_body",
+    "exception_handler",
+    "status_for",
+]
+
+#: HTTP status of each core exception class; the most specific class in the MRO wins.
+ERROR_STATUS: dict[type[BaseException], int] = {
+    core.InvalidInput: status.HTTP_400_BAD_REQUEST,
+    core.InvalidScope: status.HTTP_400_BAD_REQUEST,
+    core.NoScope: status.HTTP_403_FORBIDDEN,
+    core.ScopeForbidden: status.HTTP_403_FORBIDDEN,
+    core.SessionNotFound: status.HTTP_404_NOT_FOUND,
+    core.MessageNotFound: status.HTTP_404_NOT_FOUND,
+    core.DefaultConflict: status.HTTP_409_CONFLICT,
+    core.MessageTooLarge: status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+    core.CortexSessionsError: status.HTTP_400_BAD_REQUEST,
+}
+
+
+class InvalidQuery(drf_exceptions.ValidationError):
+    """A query parameter (filter, ordering, page bound, scope) is not acceptable: 400
+    ``invalid_filter`` with the offending parameters under ``errors`` (DESIGN §7.2)."""
+
+    default_code = "invalid_filter"
+    default_detail = "Invalid query parameters."
+
+
+class RequestTooLarge(drf_exceptions.APIException):
+    """The request body is larger than Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE``: 413."""
+
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "request_too_large"
+    default_detail = "The request body is too large."
+
+
+def status_for(exc: BaseException) -> int | None:
+    """The HTTP status for an application error, or ``None`` when it is not one.
+
+    Args:
+        exc: any exception.
+
+    Returns:
+        ``exc.http_status`` when it is an integer and ``exc`` has a string ``code``; else the
+        :data:`ERROR_STATUS` entry of the most specific class of ``exc``; else ``None``.
+    """
+    http_status = getattr(exc, "http_status", None)
+    if isinstance(http_status, int) and isinstance(getattr(exc, "code", None), str):
+        return http_status
+    for cls in type(exc).__mro__:
+        if cls in ERROR_STATUS:
+            return ERROR_STATUS[cls]
+    return None
+
+
+def _flatten(errors: Any, prefix: str = "") -> dict[str, list[dict[str, str]]]:
+    """Flatten DRF's nested ``ErrorDetail`` structure into ``{dotted.path: [{code, detail}]}``."""
+    flat: dict[str, list[dict[str, str]]] = {}
+    if isinstance(errors, Mapping):
+        for key, value in errors.items():
+            flat.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    elif (
+        isinstance(errors, list)
+        and errors
+        and all(isinstance(item, drf_exceptions.ErrorDetail | str) for item in errors)
+    ):
+        flat[prefix or "non_field_errors"] = [
+            {"code": getattr(item, "code", None) or "invalid", "detail": str(item)}
+            for item in errors
+        ]
+    elif isinstance(errors, list):
+        for index, value in enumerate(errors):
+            if value:
+                flat.update(_flatten(value, f"{prefix}.{index}" if prefix else str(index)))
+    elif errors:
+        flat[prefix or "non_field_errors"] = [
+            {"code": getattr(errors, "code", None) or "invalid", "detail": str(errors)}
+        ]
+    return flat
+
+
+def error_body(
+    code: str, detail: str, errors: Mapping[str, list[dict[str, str]]] | None = None
+) -> dict[str, Any]:
+    """Build an error body: ``{"code", "detail"}`` plus ``"errors"`` when given."""
+    body: dict[str, Any] = {"code": code, "detail": detail}
+    if errors:
+        body["errors"] = dict(errors)
+    return body
+
+
+def _domain_response(exc: BaseException, http_status: int) -> Response:
+    code = str(getattr(exc, "code", "error"))
+    detail = str(getattr(exc, "message", None) or exc or code)
+    errors = None
+    params = getattr(exc, "params", None)
+    field = getattr(exc, "field", None) or (
+        params.get("field") if isinstance(params, dict) else None
+    )
+    if field or isinstance(exc, core.InvalidInput):
+        errors = {str(field or "non_field_errors"): [{"code": code, "detail": detail}]}
+    set_rollback()
+    return Response(error_body(code, detail, errors), status=http_status)
+
+
+def _api_response(exc: drf_exceptions.APIException) -> Response:
+    headers: dict[str, str] = {}
+    if getattr(exc, "auth_header", None):
+        headers["WWW-Authenticate"] = exc.auth_header  # type: ignore[attr-defined]
+    if getattr(exc, "wait", None):
+        headers["Retry-After"] = f"{int(exc.wait)}"  # type: ignore[attr-defined]
+    if isinstance(exc, drf_exceptions.ValidationError):
+        code = exc.default_code
+        detail = str(exc.default_detail)
+        errors = _flatten(exc.detail)
+    else:
+        detail = (
+            str(exc.detail) if not isinstance(exc.detail, list | dict) else str(exc.default_detail)
+        )
+        code = getattr(exc.detail, "code", None) or exc.default_code
+        errors = None
+    set_rollback()
+    return Response(error_body(code, detail, errors), status=exc.status_code, headers=headers)
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """Turn an exception raised in one of our views into an error response (DESIGN §7.3).
+
+    Args:
+        exc: the exception.
+        context: DRF's handler context (``view``, ``args``, ``kwargs``, ``request``).
+
+    Returns:
+        The response, or ``None`` for an unexpected exception (DRF then re-raises it: a bug
+        on our side is a 500 and is logged, never hidden).
+    """
+    if isinstance(exc, Http404):
+        exc = drf_exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = drf_exceptions.PermissionDenied()
+    elif isinstance(exc, RequestDataTooBig):
+        exc = RequestTooLarge()
+    if isinstance(exc, drf_exceptions.APIException):
+        return _api_response(exc)
+    http_status = status_for(exc)
+    if http_status is not None:
+        return _domain_response(exc, http_status)
+    return None

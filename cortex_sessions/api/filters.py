@@ -1,0 +1,176 @@
+"""Query parameters of the session list and count (DESIGN §7.2), as an explicit ``FilterSet``.
+
+The FilterSet is the HTTP contract — it parses and validates ``agent_id``, ``exact``,
+``default_only``, ``search`` and ``ordering`` and describes them in the OpenAPI schema — while
+the query itself is built by :func:`cortex_sessions.services.session_queryset`, where the rules
+live (scope matching, literal ``%``/``_`` in ``search``, stable ordering with an id tie-break).
+A bad value is a 400 ``invalid_filter`` listing the parameter, never silently ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django_filters
+from django import forms
+from django.core.exceptions import ValidationError
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.utils import extend_schema_field
+from rest_framework.exceptions import ErrorDetail
+
+from cortex_sessions import services
+from cortex_sessions.models import Session
+
+from .exceptions import InvalidQuery
+
+__all__ = ["SessionFilter", "SessionFilterBackend", "StrictBooleanField"]
+
+ORDERING_CHOICES = [
+    (value, value) for field in services.ORDERING_FIELDS for value in (field, f"-{field}")
+]
+
+
+class StrictBooleanField(forms.Field):
+    """A boolean query parameter: ``true``/``false``/``1``/``0`` (any case); anything else is
+    an error (Django's ``NullBooleanField`` would quietly read ``maybe`` as "not given")."""
+
+    TRUE = frozenset({"true", "1"})
+    FALSE = frozenset({"false", "0"})
+
+    def to_python(self, value: Any) -> bool | None:
+        """Parse the raw value.
+
+        Raises:
+            ValidationError: a value other than true/false/1/0 (code ``invalid``).
+        """
+        if value in (None, ""):
+            return None
+        if isinstance(value, bool):
+            return value
+        text = str(value).lower()
+        if text in self.TRUE:
+            return True
+        if text in self.FALSE:
+            return False
+        raise ValidationError("Use true or false.", code="invalid")
+
+
+class StrictBooleanFilter(django_filters.BooleanFilter):
+    """A ``BooleanFilter`` parsed by :class:`StrictBooleanField`."""
+
+    field_class = StrictBooleanField
+
+
+class TextField(forms.CharField):
+    """A text query parameter refusing NUL characters (no database stores them)."""
+
+    def to_python(self, value: Any) -> str:
+        """Return the text unchanged (not stripped).
+
+        Raises:
+            ValidationError: the value contains ``\\x00`` (code ``nul_character``).
+        """
+        text = super().to_python(value)
+        if "\x00" in text:
+            raise ValidationError("NUL characters are not allowed.", code="nul_character")
+        return text
+
+
+class TextFilter(django_filters.CharFilter):
+    """A ``CharFilter`` parsed by :class:`TextField`."""
+
+    field_class = TextField
+
+
+def _noop(queryset, name, value):  # unannotated: the schema then types filters by class
+    """Filter method that does nothing: :meth:`SessionFilter.filter_queryset` builds the query."""
+    return queryset
+
+
+class SessionFilter(django_filters.FilterSet):
+    """List filters of DESIGN §7.2; ``filter_queryset`` delegates to the service.
+
+    The request's scope comes from ``request.cortex_scope`` (set by ``HasCortexScope``).
+    """
+
+    agent_id = extend_schema_field({"type": "string", "minLength": 1, "maxLength": 255})(
+        TextFilter(
+            method=_noop, max_length=255, strip=False, help_text="Only this agent's sessions."
+        )
+    )
+    exact = StrictBooleanFilter(
+        method=_noop,
+        help_text="Only sessions stored at the request's scope itself, not beneath it.",
+    )
+    default_only = StrictBooleanFilter(method=_noop, help_text="Only default sessions.")
+    search = extend_schema_field({"type": "string", "maxLength": 500})(
+        TextFilter(
+            method=_noop,
+            max_length=500,
+            strip=False,
+            help_text="Case-insensitive substring of the title; % and _ match literally.",
+        )
+    )
+    ordering = django_filters.ChoiceFilter(
+        method=_noop,
+        choices=ORDERING_CHOICES,
+        help_text="Sort key, '-' for descending; default -updated_at (ties broken by id).",
+    )
+
+    class Meta:
+        model = Session
+        fields: list[str] = []
+
+    def service_kwargs(self, *, with_ordering: bool = True) -> dict[str, Any]:
+        """The validated parameters as keyword arguments of the list/count services."""
+        data = self.form.cleaned_data
+        kwargs: dict[str, Any] = {
+            "agent_id": data.get("agent_id") or None,
+            "exact": bool(data.get("exact")),
+            "default_only": bool(data.get("default_only")),
+            "search": data.get("search") or None,
+        }
+        if with_ordering:
+            kwargs["ordering"] = data.get("ordering") or None
+        return kwargs
+
+    def filter_queryset(self, queryset: Any) -> Any:
+        """The sessions the service lists for the request's scope and these parameters.
+
+        ``queryset`` (the view's scoped base queryset) is replaced, not refined: the service
+        builds the whole query so its rules apply unchanged.
+        """
+        return services.session_queryset(scope=self.request.cortex_scope, **self.service_kwargs())
+
+
+class SessionFilterBackend(DjangoFilterBackend):
+    """``DjangoFilterBackend`` whose validation errors are 400 ``invalid_filter``."""
+
+    def filter_queryset(self, request: Any, queryset: Any, view: Any) -> Any:
+        """Validate the parameters and return the filtered queryset.
+
+        Raises:
+            InvalidQuery: a parameter has a bad value.
+        """
+        filterset = self.get_validated_filterset(request, queryset, view)
+        return filterset.qs if filterset is not None else queryset
+
+    def get_validated_filterset(self, request: Any, queryset: Any, view: Any) -> Any:
+        """The bound, validated filterset of the view (``None`` when it has none).
+
+        Raises:
+            InvalidQuery: a parameter has a bad value.
+        """
+        filterset = self.get_filterset(request, queryset, view)
+        if filterset is not None and not filterset.is_valid():
+            raise InvalidQuery(
+                {
+                    name: [
+                        ErrorDetail(message, code=error.code or "invalid")
+                        for error in errors.as_data()
+                        for message in error.messages
+                    ]
+                    for name, errors in filterset.errors.items()
+                }
+            )
+        return filterset

@@ -1,0 +1,35 @@
+"""Permission classes of the API (DESIGN §2.5, §7.3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.permissions import BasePermission
+
+from .scoping import resolve_request_scope
+
+__all__ = ["HasCortexScope"]
+
+
+class HasCortexScope(BasePermission):
+    """Allow a request that resolves to a scope; remember the scope on ``request.cortex_scope``.
+
+    Whether a request is allowed is the host's ``SCOPE_RESOLVER``'s decision: a resolver that
+    returns ``None`` refuses the request (anonymous → ``not_authenticated``, authenticated →
+    403 ``no_scope``). A resolver may serve anonymous callers (an API-key header, say) by
+    returning a scope for them. Narrowing errors propagate as ``invalid_scope`` (400) or
+    ``scope_forbidden`` (403).
+    """
+
+    def has_permission(self, request: Any, view: Any) -> bool:
+        """Resolve the scope and store it on the request.
+
+        Returns:
+            ``True``; refusals are raised as exceptions with their own codes.
+
+        Raises:
+            NotAuthenticated, NoScope, InvalidScope, ScopeForbidden: see
+            :func:`~cortex_sessions.api.scoping.resolve_request_scope`.
+        """
+        request.cortex_scope = resolve_request_scope(request)
+        return True

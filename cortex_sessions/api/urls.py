@@ -1,0 +1,18 @@
+"""URLs of the API. Mount with ``path("api/cortex/", include("cortex_sessions.api.urls"))``.
+
+URL names (namespace ``cortex_sessions``): ``session-list``, ``session-detail``,
+``session-count``, ``session-resolve``, ``session-make-default``, ``session-messages``.
+"""
+
+from __future__ import annotations
+
+from rest_framework.routers import SimpleRouter
+
+from .views import SessionViewSet
+
+app_name = "cortex_sessions"
+
+router = SimpleRouter()
+router.register("sessions", SessionViewSet, basename="session")
+
+urlpatterns = router.urls

@@ -1,0 +1,409 @@
+"""Viewsets of the API (DESIGN §7.3). Every view calls :mod:`cortex_sessions.services`.
+
+The viewsets set their permission, pagination, filter and parser classes and their exception
+handler explicitly, so a host's global DRF settings (``AllowAny``, no pagination, another error
+format) never change this API. Authentication and rendering are the host's.
+
+Not found, out of scope and malformed ids are one case: 404 ``session_not_found`` with the same
+body, on every endpoint and method (DESIGN §7.3).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import Http404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema,
+)
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
+
+from cortex_sessions import services
+from cortex_sessions.conf import app_settings
+from cortex_sessions.exceptions import SessionNotFound
+from cortex_sessions.models import Session
+from cortex_sessions.scope import Scope
+
+from .exceptions import exception_handler
+from .filters import SessionFilter, SessionFilterBackend
+from .pagination import SessionPagination, parse_int_param
+from .parsers import JSONObjectParser
+from .permissions import HasCortexScope
+from .scoping import SCOPE_HEADER, SCOPE_QUERY_PARAM, narrow_scope
+from .serializers import (
+    CountSerializer,
+    ErrorSerializer,
+    MessageAppendResultSerializer,
+    MessageInputSerializer,
+    MessagePageSerializer,
+    ResolveSerializer,
+    SessionCreateSerializer,
+    SessionSerializer,
+    SessionUpdateSerializer,
+    message_list_data,
+)
+
+__all__ = ["CortexAPIMixin", "SessionViewSet"]
+
+#: Largest ``seq`` accepted in a query (a signed 64-bit integer).
+MAX_SEQ = 2**63 - 1
+
+_ERROR_TEXT = {
+    400: "Bad input: `invalid`, `parse_error`, `invalid_filter`, `invalid_scope` or a field code.",
+    401: "Not authenticated (when the first authentication class sends WWW-Authenticate).",
+    403: "`not_authenticated`, `authentication_failed`, `no_scope`, `scope_forbidden`, "
+    "`permission_denied`.",
+    404: "`session_not_found`: missing, out of scope or malformed id, all alike.",
+    406: "`not_acceptable`: no renderer matches the Accept header.",
+    409: "`default_conflict`.",
+    413: "`message_too_large` or `request_too_large`.",
+    415: "`unsupported_media_type`: send application/json.",
+}
+
+
+def errors(*codes: int) -> dict[int, OpenApiResponse]:
+    """OpenAPI error responses for ``codes`` plus those every endpoint may give."""
+    wanted = sorted({400, 401, 403, 406, *codes})
+    return {
+        code: OpenApiResponse(ErrorSerializer, description=_ERROR_TEXT[code]) for code in wanted
+    }
+
+
+_BODY_ERRORS = (413, 415)
+
+SCOPE_PARAMETERS = [
+    OpenApiParameter(
+        SCOPE_QUERY_PARAM,
+        OpenApiTypes.STR,
+        OpenApiParameter.QUERY,
+        description=(
+            "Narrow the request's scope to this canonical scope, at or beneath the resolved "
+            "one (403 `scope_forbidden` otherwise)."
+        ),
+    ),
+    OpenApiParameter(
+        SCOPE_HEADER,
+        OpenApiTypes.STR,
+        OpenApiParameter.HEADER,
+        description=(
+            f"Same as the `{SCOPE_QUERY_PARAM}` parameter; if both are sent they must agree."
+        ),
+    ),
+]
+
+ID_PARAMETER = OpenApiParameter(
+    "id",
+    OpenApiTypes.UUID,
+    OpenApiParameter.PATH,
+    description="The session id. A missing, out-of-scope or malformed id is 404 alike.",
+)
+
+MESSAGE_PAGE_PARAMETERS = [
+    ID_PARAMETER,
+    OpenApiParameter(
+        "limit",
+        {"type": "integer", "minimum": 1},
+        OpenApiParameter.QUERY,
+        description="Messages per page, 1 to MAX_PAGE_SIZE; default PAGE_SIZE.",
+    ),
+    OpenApiParameter(
+        "after_seq",
+        {"type": "integer", "minimum": 0, "maximum": MAX_SEQ},
+        OpenApiParameter.QUERY,
+        description="Read forward: the oldest `limit` messages with a greater seq.",
+    ),
+    OpenApiParameter(
+        "before_seq",
+        {"type": "integer", "minimum": 0, "maximum": MAX_SEQ},
+        OpenApiParameter.QUERY,
+        description="Read backward: the newest `limit` messages with a smaller seq.",
+    ),
+]
+
+
+class CortexAPIMixin:
+    """Policies every cortex_sessions view sets for itself, independent of the host's defaults:
+    the scope permission, the strict JSON parser and the app's exception handler."""
+
+    permission_classes = [HasCortexScope]
+    parser_classes = [JSONObjectParser]
+
+    def get_exception_handler(self) -> Any:
+        """The app's handler (``{"code", "detail"}`` bodies), never the host's global one."""
+        return exception_handler
+
+    @property
+    def scope(self) -> Scope:
+        """The request's scope, resolved (and possibly narrowed) by ``HasCortexScope``."""
+        return self.request.cortex_scope  # type: ignore[attr-defined]
+
+
+@extend_schema(tags=["sessions"], parameters=SCOPE_PARAMETERS)
+class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
+    """Sessions and their messages at the request's scope (DESIGN §7.3)."""
+
+    queryset = Session.objects.none()  # schema introspection only; rows come from services
+    serializer_class = SessionSerializer
+    pagination_class = SessionPagination
+    filter_backends = [SessionFilterBackend]
+    filterset_class = SessionFilter
+    lookup_value_regex = "[^/]+"  # any id reaches the view, so a malformed one is a JSON 404
+
+    def get_queryset(self) -> Any:
+        """The sessions at and beneath the request's scope (none before it is resolved)."""
+        scope = getattr(self.request, "cortex_scope", None)
+        if scope is None:
+            return Session.objects.none()
+        return services.session_queryset(scope=scope)
+
+    def get_object(self) -> Session:
+        """The session named in the URL, through the service (used only by DRF's own machinery:
+        ``OPTIONS`` metadata and the browsable API's forms; our actions call services directly).
+
+        Raises:
+            Http404: missing, out of scope or malformed id.
+        """
+        try:
+            return services.get_session(scope=self.scope, session_id=self.kwargs["pk"])
+        except SessionNotFound:
+            raise Http404 from None
+
+    def get_serializer_class(self) -> Any:
+        """The input serializer of the action (used by the browsable API's forms)."""
+        return {
+            "create": SessionCreateSerializer,
+            "update": SessionUpdateSerializer,
+            "partial_update": SessionUpdateSerializer,
+            "resolve": ResolveSerializer,
+            "messages": MessageInputSerializer,
+        }.get(self.action, SessionSerializer)
+
+    def _session_response(self, session: Session, code: int = status.HTTP_200_OK) -> Response:
+        return Response(SessionSerializer(session).data, status=code)
+
+    # -- collection -------------------------------------------------------------------------------
+
+    @extend_schema(
+        summary="List sessions",
+        responses={200: SessionSerializer(many=True), **errors()},
+    )
+    def list(self, request: Request) -> Response:
+        """A page of sessions, filtered and ordered (``{count, next, previous, results}``).
+
+        Errors: 400 ``invalid_filter`` for a bad parameter; 400/403 scope errors.
+        """
+        queryset = self.filter_queryset(self.get_queryset())
+        page = self.paginate_queryset(queryset)
+        return self.get_paginated_response(SessionSerializer(page, many=True).data)
+
+    @extend_schema(
+        summary="Create a session",
+        request=SessionCreateSerializer,
+        responses={201: SessionSerializer, **errors(*_BODY_ERRORS)},
+    )
+    def create(self, request: Request) -> Response:
+        """Create a session at the request's scope, or at a narrower ``scope`` from the body.
+
+        Errors: 400 validation (``invalid``, ``invalid_agent_id``, ``invalid_metadata``, …);
+        400 ``invalid_scope``; 403 ``scope_forbidden`` for a body scope outside the request's.
+        """
+        serializer = SessionCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        scope = self.scope
+        if "scope" in data:
+            scope = narrow_scope(scope, data.pop("scope"), field="scope")
+        session = services.create_session(scope=scope, **data)
+        return self._session_response(session, status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Count sessions",
+        filters=True,
+        responses={200: CountSerializer, **errors()},
+    )
+    @action(detail=False, methods=["get"])
+    def count(self, request: Request) -> Response:
+        """``{"count": n}`` for the same filters as the list (``ordering`` is accepted and
+        ignored). Errors as the list."""
+        filterset = SessionFilterBackend().get_validated_filterset(
+            request, self.get_queryset(), self
+        )
+        total = services.count_sessions(
+            scope=self.scope, **filterset.service_kwargs(with_ordering=False)
+        )
+        return Response({"count": total})
+
+    @extend_schema(
+        summary="Resolve the session a run uses",
+        request=ResolveSerializer,
+        responses={
+            200: OpenApiResponse(SessionSerializer, description="An existing session."),
+            201: OpenApiResponse(SessionSerializer, description="The default was just created."),
+            **errors(404, *_BODY_ERRORS),
+        },
+    )
+    @action(detail=False, methods=["post"])
+    def resolve(self, request: Request) -> Response:
+        """The agent's default session at exactly the request's scope, created on first use,
+        or the given ``session_id`` if it is the agent's and in scope (DESIGN §6.1).
+
+        Returns 201 when the default was created, else 200. Errors: 404 ``session_not_found``.
+        """
+        serializer = ResolveSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        session, created = services.resolve_session(
+            scope=self.scope,
+            agent_id=serializer.validated_data["agent_id"],
+            session_id=serializer.validated_data.get("session_id"),
+        )
+        return self._session_response(
+            session, status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        )
+
+    # -- one session ------------------------------------------------------------------------------
+
+    @extend_schema(
+        summary="Get a session",
+        parameters=[ID_PARAMETER],
+        responses={200: SessionSerializer, **errors(404)},
+    )
+    def retrieve(self, request: Request, pk: str) -> Response:
+        """The session. Errors: 404 ``session_not_found``."""
+        return self._session_response(services.get_session(scope=self.scope, session_id=pk))
+
+    @extend_schema(
+        summary="Replace a session's title, metadata and cwd",
+        parameters=[ID_PARAMETER],
+        request=SessionUpdateSerializer,
+        responses={200: SessionSerializer, **errors(404, *_BODY_ERRORS)},
+    )
+    def update(self, request: Request, pk: str, partial: bool = False) -> Response:
+        """Change ``title``, ``metadata`` and ``cwd``; other keys are ignored (read-only).
+
+        Errors: 400 validation; 404 ``session_not_found``.
+        """
+        serializer = SessionUpdateSerializer(data=request.data, partial=partial)
+        serializer.is_valid(raise_exception=True)
+        session = services.update_session(
+            scope=self.scope, session_id=pk, **serializer.validated_data
+        )
+        return self._session_response(session)
+
+    @extend_schema(
+        summary="Change a session's title, metadata or cwd",
+        parameters=[ID_PARAMETER],
+        request=SessionUpdateSerializer,
+        responses={200: SessionSerializer, **errors(404, *_BODY_ERRORS)},
+    )
+    def partial_update(self, request: Request, pk: str) -> Response:
+        """As :meth:`update`; fields left out are kept."""
+        return self.update(request, pk, partial=True)
+
+    @extend_schema(
+        summary="Delete a session and its messages",
+        parameters=[ID_PARAMETER],
+        responses={204: OpenApiResponse(description="Deleted."), **errors(404)},
+    )
+    def destroy(self, request: Request, pk: str) -> Response:
+        """Delete the session with its messages (deleting the default is allowed, §6.3).
+
+        Errors: 404 ``session_not_found``.
+        """
+        services.delete_session(scope=self.scope, session_id=pk)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        summary="Make a session its agent's default",
+        parameters=[ID_PARAMETER],
+        request=None,
+        responses={200: SessionSerializer, **errors(404, 409)},
+    )
+    @action(detail=True, methods=["post"], url_path="make-default")
+    def make_default(self, request: Request, pk: str) -> Response:
+        """Promote the session and demote the old default in one transaction (DESIGN §6.2).
+
+        Errors: 404 ``session_not_found``; 409 ``default_conflict`` under a swap storm.
+        """
+        return self._session_response(services.make_default(scope=self.scope, session_id=pk))
+
+    # -- messages ---------------------------------------------------------------------------------
+
+    @extend_schema(
+        methods=["GET"],
+        summary="Read a page of messages",
+        parameters=MESSAGE_PAGE_PARAMETERS,
+        request=None,
+        responses={200: MessagePageSerializer, **errors(404)},
+    )
+    @extend_schema(
+        methods=["POST"],
+        summary="Append one message or a list of messages",
+        parameters=[ID_PARAMETER],
+        request=PolymorphicProxySerializer(
+            component_name="MessageInputOrList",
+            serializers=[MessageInputSerializer, MessageInputSerializer(many=True)],
+            resource_type_field_name=None,
+            many=False,
+        ),
+        responses={201: MessageAppendResultSerializer, **errors(404, *_BODY_ERRORS)},
+    )
+    @action(detail=True, methods=["get", "post"])
+    def messages(self, request: Request, pk: str) -> Response:
+        """GET: newest-first pages of messages, chronological within a page; POST: append."""
+        if request.method == "POST":
+            return self._append_messages(request, pk)
+        return self._list_messages(request, pk)
+
+    def _list_messages(self, request: Request, pk: str) -> Response:
+        maximum = app_settings.MAX_PAGE_SIZE
+        limit = parse_int_param(
+            request,
+            "limit",
+            default=min(app_settings.PAGE_SIZE, maximum),
+            minimum=1,
+            maximum=maximum,
+        )
+        after = parse_int_param(request, "after_seq", default=None, minimum=0, maximum=MAX_SEQ)
+        before = parse_int_param(request, "before_seq", default=None, minimum=0, maximum=MAX_SEQ)
+        rows = services.list_messages(
+            scope=self.scope, session_id=pk, limit=limit + 1, after_seq=after, before_seq=before
+        )
+        forward = after is not None and before is None
+        has_more = len(rows) > limit
+        if has_more:
+            rows = rows[:limit] if forward else rows[1:]
+        next_url = None
+        if has_more:
+            url = request.build_absolute_uri()
+            if forward:
+                next_url = replace_query_param(url, "after_seq", rows[-1].seq)
+            else:
+                next_url = replace_query_param(url, "before_seq", rows[0].seq)
+        page = {"results": rows, "has_more": has_more, "next": next_url}
+        return Response(MessagePageSerializer(page).data)
+
+    def _append_messages(self, request: Request, pk: str) -> Response:
+        items, _ = message_list_data(request.data)
+        result = services.append_messages(
+            scope=self.scope,
+            session_id=pk,
+            messages=[
+                services.MessageInput(
+                    role=item["role"],
+                    content=item["content"],
+                    source=item.get("source"),
+                    metadata=item.get("metadata"),
+                )
+                for item in items
+            ],
+        )
+        data = {"session": result.session, "messages": result.messages}
+        return Response(MessageAppendResultSerializer(data).data, status=status.HTTP_201_CREATED)
