@@ -47,6 +47,7 @@ __all__ = [
     "Conversation",
     "ImportReport",
     "LineError",
+    "dump_conversation",
     "export_conversations",
     "import_conversation",
     "import_conversations",
@@ -376,6 +377,21 @@ def _isoformat(value: datetime) -> str:
 
 def _dumps(value: Any, ensure_ascii: bool) -> str:
     return json.dumps(value, ensure_ascii=ensure_ascii, separators=(",", ":"))
+
+
+def dump_conversation(conversation: Mapping[str, Any], *, ensure_ascii: bool = False) -> str:
+    """One line of a conversation file: ``conversation`` as compact JSON and a newline.
+
+    For converters that write the import format (e.g. the example project's demo).
+
+    Args:
+        conversation: a conversation object (see the module docstring for the keys).
+        ensure_ascii: escape every non-ASCII character.
+
+    Raises:
+        TypeError, ValueError: ``conversation`` is not JSON-serializable.
+    """
+    return _dumps(conversation, ensure_ascii) + "\n"
 
 
 def _message_pages(session_pk: uuid.UUID, chunk_size: int) -> Iterator[list[dict[str, Any]]]:
