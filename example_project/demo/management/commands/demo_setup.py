@@ -169,7 +169,7 @@ class Command(BaseCommand):
             lines.append(f"  {name:<8} {role} of {org:<7} scope {scope:<22} {count:>5,} sessions")
         lines += [
             "",
-            f"Try:  curl -u bob:{password} '{base}/api/cortex/sessions/?search=movie&limit=5'",
+            f"Try:  curl -u bob:{password} '{base}/api/cortex/sessions/?search=hey&limit=5'",
             "",
         ]
         self.stdout.write("\n".join(lines))
