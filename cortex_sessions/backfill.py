@@ -2,8 +2,10 @@
 
 It takes the models as arguments so the migration can pass its historical models. Memory is
 bounded by ``batch_size``: pairs are read with keyset pagination and messages are attached
-``batch_size`` at a time, each batch in its own transaction that also moves the counters, so
-the counters are exact at every commit and an interrupted run can simply be run again.
+``batch_size`` at a time, each batch in its own transaction that also moves the counters. A
+pair's default has its counters set from its rows before the first batch, and every batch
+moves ``message_count`` and ``last_message`` with the rows it attaches, so the counters are
+exact at every commit and an interrupted run can simply be run again.
 """
 
 from __future__ import annotations
@@ -61,11 +63,19 @@ def _legacy_pairs(messages: Any, batch_size: int) -> Any:
         last = page[-1]
 
 
-def _default_session(sessions: Any, agent_id: str, scope: str, marker: str) -> tuple[Any, bool]:
-    """The default session of the pair, created (marked with ``marker``) when there is none."""
+def _default_session(
+    sessions: Any, messages: Any, agent_id: str, scope: str, marker: str
+) -> tuple[Any, bool]:
+    """The default session of the pair, created (marked with ``marker``) when there is none.
+
+    A created session is dated by the pair's oldest legacy row.
+    """
     existing = sessions.filter(agent_id=agent_id, scope=scope, is_default=True).first()
     if existing is not None:
         return existing, False
+    first = messages.filter(session__isnull=True, agent_id=agent_id, scope=scope).aggregate(
+        first=Min("created_at")
+    )["first"]
     try:
         with transaction.atomic(using=sessions.db):
             return (
@@ -75,6 +85,7 @@ def _default_session(sessions: Any, agent_id: str, scope: str, marker: str) -> t
                     title=DEFAULT_TITLE,
                     is_default=True,
                     backfilled_by=marker,
+                    created_at=first or timezone.now(),
                 ),
                 True,
             )
@@ -101,27 +112,35 @@ def _attach_batch(sessions: Any, messages: Any, session_pk: Any, batch_size: int
             for offset, pk in enumerate(ids, start=1)
         ]
         messages.bulk_update(rows, ["session", "seq"], batch_size=batch_size)
-        sessions.filter(pk=session.pk).update(
-            message_count=F("message_count") + len(ids),
-            last_seq=session.last_seq + len(ids),
-            updated_at=timezone.now(),
+        changes: dict[str, Any] = {
+            "message_count": F("message_count") + len(ids),
+            "last_seq": session.last_seq + len(ids),
+            "updated_at": timezone.now(),
+        }
+        # The batch's rows are now the session's newest: a conversation message among them
+        # is the new last_message; without one, the previous value stays right.
+        newest = newest_conversation_text(
+            messages.filter(session_id=session.pk, seq__gt=session.last_seq)
         )
+        if newest:
+            changes["last_message"] = newest
+        sessions.filter(pk=session.pk).update(**changes)
     return len(ids)
 
 
-def _settle_counters(sessions: Any, messages: Any, session_pk: Any, created: bool) -> None:
-    """Set ``message_count``/``last_message`` from the rows (also on a pre-existing default)."""
+def _settle_counters(sessions: Any, messages: Any, session_pk: Any) -> None:
+    """Set ``message_count``/``last_message`` from the rows (also on a pre-existing default).
+
+    Run before a pair's first batch, so the batches, which move the counters incrementally,
+    start from exact values.
+    """
     with transaction.atomic(using=sessions.db):
         session = sessions.select_for_update().get(pk=session_pk)
         rows = messages.filter(session_id=session.pk)
-        stats = rows.aggregate(count=Count("pk"), first=Min("created_at"))
-        changes: dict[str, Any] = {
-            "message_count": stats["count"],
-            "last_message": newest_conversation_text(rows),
-        }
-        if created and stats["first"] is not None:
-            changes["created_at"] = stats["first"]
-        sessions.filter(pk=session.pk).update(**changes)
+        sessions.filter(pk=session.pk).update(
+            message_count=rows.aggregate(count=Count("pk"))["count"],
+            last_message=newest_conversation_text(rows),
+        )
 
 
 def backfill_default_sessions(
@@ -172,8 +191,9 @@ def backfill_default_sessions(
                     session__isnull=True, agent_id=agent_id, scope=scope
                 ).count()
                 continue
-            session, created = _default_session(sessions, agent_id, scope, marker)
+            session, created = _default_session(sessions, messages, agent_id, scope, marker)
             report.sessions_created += int(created)
+            _settle_counters(sessions, messages, session.pk)
             while attached := _attach_batch(sessions, messages, session.pk, batch_size):
                 report.messages_attached += attached
                 report.batches += 1
@@ -182,7 +202,6 @@ def backfill_default_sessions(
                     f"({report.pairs} agent/scope pairs, {report.sessions_created} sessions "
                     "created)"
                 )
-            _settle_counters(sessions, messages, session.pk, created)
     return report
 
 

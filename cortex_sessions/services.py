@@ -505,19 +505,38 @@ def resolve_session(
     return session, created
 
 
+def _lock_current_defaults(session: Session) -> None:
+    """Hold the row locks of every current default of the session's agent and scope.
+
+    Under READ COMMITTED a ``SELECT … FOR UPDATE`` that waited for a concurrent swap skips the
+    row that swap demoted and cannot see the row it promoted, so lock, re-read, and lock again
+    until the defaults seen are all locked. Concurrent swaps then queue on the same row.
+    """
+    defaults = Session.objects.filter(
+        agent_id=session.agent_id, scope=session.scope, is_default=True
+    ).exclude(pk=session.pk)
+    locked: set[uuid.UUID] = set()
+    while True:
+        locked |= set(defaults.select_for_update().values_list("pk", flat=True))
+        if set(defaults.values_list("pk", flat=True)) <= locked:
+            return
+
+
 def make_default(*, scope: Scope | str, session_id: uuid.UUID | str) -> Session:
     """Make a session its agent's default at its scope, demoting the old one (DESIGN §6.2).
 
     Demotion and promotion happen in one transaction, so there is never a moment with two
-    defaults; the partial unique constraint makes a concurrent swap fail rather than leave two,
-    and the loser retries on fresh data, so the last swap to commit wins.
+    defaults. Concurrent swaps of the same agent and scope queue on the current default's row
+    lock, so each one demotes the default the previous one promoted and the last to commit
+    wins; the partial unique constraint backs this up, and a swap that still collides (with a
+    default created at that moment by :func:`resolve_session`) retries on fresh data.
 
     Returns:
-        The session, now the default.
+        The session, now the default, as committed.
 
     Raises:
         NoScope, InvalidScope, SessionNotFound.
-        DefaultConflict: the swap kept losing to concurrent swaps (after 5 attempts).
+        DefaultConflict: the swap kept colliding with concurrent writers (after 5 attempts).
     """
     attempts = 5
     for attempt in range(attempts):
@@ -526,16 +545,17 @@ def make_default(*, scope: Scope | str, session_id: uuid.UUID | str) -> Session:
                 session = _locked_session(scope, session_id)
                 if session.is_default:
                     return session
+                _lock_current_defaults(session)
                 now = timezone.now()
                 Session.objects.filter(
                     agent_id=session.agent_id, scope=session.scope, is_default=True
                 ).update(is_default=False, updated_at=now)
                 Session.objects.filter(pk=session.pk).update(is_default=True, updated_at=now)
+                session.refresh_from_db()
+                return session
         except IntegrityError:
             if attempt == attempts - 1:
                 raise DefaultConflict() from None
-            continue
-        return get_session(scope=scope, session_id=session.pk)
     raise AssertionError("unreachable")  # pragma: no cover
 
 

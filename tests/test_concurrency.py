@@ -1,0 +1,250 @@
+"""Races proven with real threads and real transactions on PostgreSQL (DESIGN §5, §6, §10).
+
+Each worker thread has its own database connection; a barrier releases them together and every
+thread closes its connections when done. SQLite serializes writers, so these are skipped there.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import pytest
+from django.db import connection, connections, transaction
+
+from cortex_sessions import services
+from cortex_sessions.backfill import BACKFILL_MARKER, backfill_default_sessions
+from cortex_sessions.exceptions import CortexSessionsError
+from cortex_sessions.models import Message, Session
+from tests.factories import MessageFactory
+
+pytestmark = [pytest.mark.postgres_only, pytest.mark.django_db(transaction=True)]
+
+SCOPE = "org=acme/user=1"
+AGENT = "agent-1"
+T = TypeVar("T")
+
+
+def run_together(threads: int, work: Callable[[int], T]) -> list[T]:
+    """Run ``work(index)`` in ``threads`` threads released at once; return results in order.
+
+    An exception in a worker is re-raised here.
+    """
+    barrier = threading.Barrier(threads)
+
+    def worker(index: int) -> T:
+        try:
+            barrier.wait(timeout=30)
+            return work(index)
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        futures = [pool.submit(worker, index) for index in range(threads)]
+        return [future.result(timeout=300) for future in futures]
+
+
+def test_concurrent_first_resolves_create_exactly_one_default():
+    def resolve(index: int) -> tuple[Any, bool]:
+        session, created = services.resolve_session(scope=SCOPE, agent_id=AGENT)
+        return session.pk, created
+
+    results = run_together(32, resolve)
+
+    assert len({pk for pk, _ in results}) == 1
+    assert sum(created for _, created in results) == 1
+    assert Session.objects.count() == 1
+    assert Session.objects.get().is_default
+
+
+def test_concurrent_appends_get_gapless_seqs_and_exact_counters():
+    session = services.create_session(scope=SCOPE, agent_id=AGENT)
+    threads, appends = 8, 100
+
+    def append(index: int) -> list[int]:
+        seqs = []
+        for number in range(appends):
+            result = services.append_messages(
+                scope=SCOPE,
+                session_id=session.pk,
+                messages=[{"role": "user", "content": f"thread {index} message {number}"}],
+            )
+            seqs.append(result.messages[0].seq)
+        return seqs
+
+    per_thread = run_together(threads, append)
+
+    total = threads * appends
+    for seqs in per_thread:
+        assert seqs == sorted(seqs)  # each thread's messages stay in its own order
+    session.refresh_from_db()
+    seqs = sorted(Message.objects.filter(session=session).values_list("seq", flat=True))
+    assert seqs == list(range(1, total + 1))
+    assert session.message_count == total == Message.objects.filter(session=session).count()
+    assert session.last_seq == total
+    newest = Message.objects.get(session=session, seq=total)
+    assert session.last_message == newest.text
+
+
+def test_concurrent_make_default_swaps_leave_exactly_one_default():
+    sessions = [
+        services.create_session(scope=SCOPE, agent_id=AGENT, is_default=index == 0)
+        for index in range(5)
+    ]
+    ids = [session.pk for session in sessions]
+    threads, swaps = 8, 20
+
+    def swap(index: int) -> list[str]:
+        rng = random.Random(index)
+        errors = []
+        for _ in range(swaps):
+            target = rng.choice(ids)
+            try:
+                promoted = services.make_default(scope=SCOPE, session_id=target)
+            except CortexSessionsError as exc:
+                errors.append(exc.code)
+            else:
+                assert promoted.pk == target
+        return errors
+
+    errors = [code for codes in run_together(threads, swap) for code in codes]
+
+    # Any other exception (IntegrityError, a deadlock) would have been re-raised above; swaps
+    # queue on the current default's lock, so none may give up with DefaultConflict either.
+    assert errors == []
+    assert Session.objects.filter(agent_id=AGENT, scope=SCOPE, is_default=True).count() == 1
+    assert Session.objects.count() == 5
+
+
+def _blocked_by(connection: Any, waiter_pid: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid() = ANY(pg_blocking_pids(%s))", [waiter_pid])
+        return cursor.fetchone()[0]
+
+
+def test_make_default_succeeds_while_other_swaps_keep_overlapping_it(monkeypatch):
+    """Each attempt of ``make_default(target)`` overlaps a swap by another connection.
+
+    The other swap has demoted the current default and promoted a third session but not yet
+    committed; it commits as soon as the target's transaction waits for its lock. Deterministic:
+    ``pg_blocking_pids`` tells when the target's transaction waits. The swap to ``target`` is
+    the later one, so it must win (DESIGN §6.2: the last swap to commit wins).
+    """
+    first, target, third = (
+        services.create_session(scope=SCOPE, agent_id=AGENT, is_default=index == 0)
+        for index in range(3)
+    )
+    overlaps = 6  # more than make_default's attempts
+    go, held, done = threading.Event(), threading.Event(), threading.Event()
+    connection.ensure_connection()
+    waiter_pid = connection.connection.info.backend_pid
+
+    def other_swaps() -> int:
+        rounds = 0
+        try:
+            for round_ in range(overlaps):
+                if not go.wait(timeout=10) or done.is_set():
+                    break
+                go.clear()
+                with transaction.atomic():
+                    current = Session.objects.select_for_update().get(
+                        agent_id=AGENT, scope=SCOPE, is_default=True
+                    )
+                    other = third if current.pk == first.pk else first
+                    Session.objects.filter(pk=current.pk).update(is_default=False)
+                    Session.objects.filter(pk=other.pk).update(is_default=True)
+                    held.set()
+                    deadline = time.monotonic() + 10
+                    while not _blocked_by(connection, waiter_pid) and not done.is_set():
+                        assert time.monotonic() < deadline, f"round {round_}: never waited"
+                        time.sleep(0.005)
+                rounds += 1
+            return rounds
+        finally:
+            connections.close_all()
+
+    locked_session = services._locked_session
+
+    def lock_then_overlap(*args: Any, **kwargs: Any) -> Session:
+        session = locked_session(*args, **kwargs)
+        held.clear()
+        go.set()
+        assert held.wait(timeout=10)
+        return session
+
+    monkeypatch.setattr(services, "_locked_session", lock_then_overlap)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        helper = pool.submit(other_swaps)
+        try:
+            promoted = services.make_default(scope=SCOPE, session_id=target.pk)
+        finally:
+            done.set()
+            go.set()
+            helper.result(timeout=30)
+
+    assert promoted.pk == target.pk
+    assert list(Session.objects.filter(is_default=True).values_list("pk", flat=True)) == [target.pk]
+
+
+def test_concurrent_title_updates_never_lose_an_append():
+    session = services.create_session(scope=SCOPE, agent_id=AGENT, title="start")
+    appenders, appends, updates = 4, 50, 50
+
+    def work(index: int) -> None:
+        if index < appenders:
+            for number in range(appends):
+                services.append_messages(
+                    scope=SCOPE,
+                    session_id=session.pk,
+                    messages=[{"role": "assistant", "content": f"a{index}-{number}"}],
+                )
+        elif index % 2:
+            for number in range(updates):
+                services.update_session(scope=SCOPE, session_id=session.pk, title=f"u{number}")
+        else:
+            # A read-modify-write through the model (as an admin form does) with counters
+            # read before every append: saving the title must not write them back.
+            stale = Session.objects.get(pk=session.pk)
+            for number in range(updates):
+                stale.title = f"s{number}"
+                stale.save()
+
+    run_together(appenders + 4, work)
+
+    session.refresh_from_db()
+    total = appenders * appends
+    assert session.message_count == total == Message.objects.filter(session=session).count()
+    assert session.last_seq == total
+    assert session.last_message == Message.objects.get(session=session, seq=total).text
+    assert session.title in {f"u{updates - 1}", f"s{updates - 1}"}
+
+
+def test_concurrent_backfill_runs_attach_every_legacy_row_once_in_order():
+    pairs = [("a", SCOPE), ("b", SCOPE), ("a", "org=acme/user=2")]
+    legacy: dict[tuple[str, str], list[int]] = {pair: [] for pair in pairs}
+    for _ in range(30):
+        for agent_id, scope in pairs:
+            row = MessageFactory(agent_id=agent_id, scope=scope, session=None, seq=None)
+            legacy[(agent_id, scope)].append(row.pk)
+
+    reports = run_together(
+        4,
+        lambda index: backfill_default_sessions(
+            session_model=Session, message_model=Message, batch_size=4
+        ),
+    )
+
+    assert sum(report.messages_attached for report in reports) == 90
+    assert sum(report.sessions_created for report in reports) == 3
+    for (agent_id, scope), ids in legacy.items():
+        default = Session.objects.get(agent_id=agent_id, scope=scope, is_default=True)
+        assert default.backfilled_by == BACKFILL_MARKER
+        attached = list(default.messages.order_by("seq").values_list("pk", "seq"))
+        assert attached == list(zip(ids, range(1, 31), strict=True))
+        assert (default.message_count, default.last_seq) == (30, 30)
+        assert default.last_message == Message.objects.get(pk=ids[-1]).text
+    assert Session.objects.count() == 3
