@@ -14,6 +14,7 @@ __all__ = [
     "EmptyContent",
     "InvalidAgentId",
     "InvalidContent",
+    "InvalidConversation",
     "InvalidFilter",
     "InvalidInput",
     "InvalidMetadata",
@@ -166,6 +167,13 @@ class NulCharacter(InvalidInput):
 class ValueTooLong(InvalidInput):
     code = "too_long"
     default_message = "The value is too long."
+
+
+class InvalidConversation(InvalidInput):
+    """A line of a conversation file (JSON Lines) is not a conversation (``transfer``)."""
+
+    code = "invalid_conversation"
+    default_message = "The line is not a conversation object."
 
 
 class InvalidFilter(InvalidInput):

@@ -21,10 +21,20 @@ from .counters import CONVERSATION_Q
 from .fields import ScopeField
 from .scope import Scope, scope_q
 
-__all__ = ["EDITABLE_SESSION_FIELDS", "Message", "Session", "SessionQuerySet"]
+__all__ = [
+    "EDITABLE_SESSION_FIELDS",
+    "EXTERNAL_ID_MAX_BYTES",
+    "ImportedConversation",
+    "Message",
+    "Session",
+    "SessionQuerySet",
+]
 
 #: The columns a plain ``save()`` of an existing session may write (DESIGN §7.1 update).
 EDITABLE_SESSION_FIELDS = ("title", "metadata", "cwd", "updated_at")
+#: Longest external conversation id, in UTF-8 bytes: it is indexed with the agent id and scope,
+#: and the three together must stay under PostgreSQL's B-tree entry limit.
+EXTERNAL_ID_MAX_BYTES = 255
 
 
 class SessionQuerySet(models.QuerySet["Session"]):
@@ -176,3 +186,35 @@ class Message(models.Model):
     def text(self) -> str:
         """The message's text blocks joined by ``\\n`` (DESIGN §3.2)."""
         return content_text(self.content)
+
+
+class ImportedConversation(models.Model):
+    """The external id a session was imported under (``cortex_sessions.transfer``).
+
+    One row per imported session, written in the same transaction as the session and its
+    messages, so a re-import of the same conversation for the same agent and scope is skipped.
+    The id lives here rather than in ``Session.metadata`` because metadata is host-owned and
+    never interpreted (DESIGN §3.1), and because the unique constraint both serves the lookup
+    and settles concurrent imports of the same file. Deleting the session deletes this row, so
+    a deleted conversation can be imported again.
+    """
+
+    session = models.OneToOneField(
+        Session, on_delete=models.CASCADE, related_name="import_record", editable=False
+    )
+    agent_id = models.CharField(_("agent id"), max_length=255, editable=False)
+    scope = ScopeField(_("scope"), editable=False)
+    external_id = models.CharField(_("external id"), max_length=255, editable=False)
+    imported_at = models.DateTimeField(_("imported at"), default=timezone.now, editable=False)
+
+    class Meta:
+        verbose_name = _("imported conversation")
+        verbose_name_plural = _("imported conversations")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent_id", "scope", "external_id"], name="cortex_import_external_id"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.external_id} -> {self.session_id}"

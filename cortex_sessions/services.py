@@ -52,6 +52,7 @@ __all__ = [
     "CounterDrift",
     "MessageInput",
     "append_messages",
+    "check_agent_id",
     "clear_messages",
     "count_sessions",
     "create_session",
@@ -129,6 +130,21 @@ def _check_agent_id(agent_id: Any) -> str:
     if any(ord(char) < 32 or ord(char) == 127 for char in agent_id):
         raise InvalidAgentId(field="agent_id")
     return agent_id
+
+
+def check_agent_id(agent_id: Any) -> str:
+    """Validate an agent id as the services do (1–255 characters, no control characters).
+
+    For callers that must refuse a bad agent id before doing any work (e.g. an import).
+
+    Returns:
+        ``agent_id`` unchanged.
+
+    Raises:
+        InvalidAgentId: it is not a non-blank string of at most 255 characters without
+            control characters.
+    """
+    return _check_agent_id(agent_id)
 
 
 def _check_title(title: Any) -> str:

@@ -23,6 +23,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "cortex_sessions",
     "example_project.tenancy",
+    "example_project.demo",
 ]
 
 MIDDLEWARE = [
@@ -64,6 +65,12 @@ def _database() -> dict:
     return {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.environ.get("CORTEX_SQLITE_PATH", str(BASE_DIR / "db.sqlite3")),
+        # WAL lets the dev server read while an import writes; synchronous=NORMAL is durable
+        # enough for a demo database and makes the per-conversation commits of an import cheap.
+        "OPTIONS": {
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            "transaction_mode": "IMMEDIATE",
+        },
     }
 
 

@@ -31,6 +31,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "cortex_sessions",
     "example_project.tenancy",
+    "example_project.demo",
 ]
 
 MIDDLEWARE = [

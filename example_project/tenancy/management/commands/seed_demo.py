@@ -9,18 +9,24 @@ from django.core.management.base import BaseCommand
 
 from example_project.tenancy.models import Membership
 
-#: (username, org, is_org_admin)
+#: (username, org, is_org_admin); ``make demo`` spreads conversations over the members.
 DEMO_USERS = [
     ("alice", "acme", True),
     ("bob", "acme", False),
     ("carol", "globex", False),
+    ("dave", "acme", False),
+    ("erin", "globex", True),
+    ("frank", "globex", False),
 ]
 
 
 class Command(BaseCommand):
     """Create (or reset) the demo users and their memberships; idempotent."""
 
-    help = "Create demo users alice (acme admin), bob (acme member), carol (globex member)."
+    help = (
+        "Create demo users: alice (acme admin), bob and dave (acme members), erin (globex "
+        "admin), carol and frank (globex members)."
+    )
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--password", default="demo", help="Password of every demo user.")

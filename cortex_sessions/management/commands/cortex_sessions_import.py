@@ -1,0 +1,83 @@
+"""``manage.py cortex_sessions_import``: import a conversation file (JSON Lines) (issue 6).
+
+The work is done by :func:`cortex_sessions.transfer.import_conversations`; this command opens
+the file, prints progress and errors, and turns failures into the exit status.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from cortex_sessions.exceptions import InvalidAgentId, ScopeError
+from cortex_sessions.transfer import ImportReport, LineError, import_conversations
+
+
+class Command(BaseCommand):
+    help = (
+        "Import conversations from a JSON Lines file (one conversation per line; '-' reads "
+        "stdin) as sessions of one agent at one scope. Each conversation is imported whole or "
+        "not at all; conversations whose id was already imported for the agent and scope are "
+        "skipped. Bad lines are reported with their line number and the import continues; the "
+        "command then exits with status 1."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("file", help="Path of the JSON Lines file, or '-' for stdin.")
+        parser.add_argument("--agent-id", required=True, help="Agent of the imported sessions.")
+        parser.add_argument(
+            "--scope", required=True, help="Canonical scope the sessions are created at."
+        )
+        parser.add_argument(
+            "--progress-every",
+            type=int,
+            default=500,
+            help="Print progress every N lines (default 500; 0 disables).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["progress_every"] < 0:
+            raise CommandError("--progress-every must not be negative.")
+        verbosity = options["verbosity"]
+
+        def on_error(error: LineError) -> None:
+            self.stderr.write(str(error))
+
+        def on_progress(report: ImportReport) -> None:
+            self.stderr.write(f"... {self._summary(report)}")
+
+        path = options["file"]
+        try:
+            stream = getattr(sys.stdin, "buffer", sys.stdin) if path == "-" else open(path, "rb")  # noqa: SIM115
+        except OSError as exc:
+            raise CommandError(f"Cannot read {path}: {exc.strerror}.") from exc
+        try:
+            report = import_conversations(
+                stream,
+                scope=options["scope"],
+                agent_id=options["agent_id"],
+                on_error=on_error,
+                on_progress=on_progress if verbosity >= 1 else None,
+                progress_every=options["progress_every"],
+            )
+        except (ScopeError, InvalidAgentId) as exc:
+            raise CommandError(f"{exc.code}: {exc.message}") from exc
+        finally:
+            if path != "-":
+                stream.close()
+        if report.failed:
+            raise CommandError(
+                f"{self._summary(report)}. {report.failed} line(s) failed (listed above); the "
+                "other lines were imported."
+            )
+        if verbosity >= 1:
+            self.stdout.write(self.style.SUCCESS(f"{self._summary(report)}."))
+
+    @staticmethod
+    def _summary(report: ImportReport) -> str:
+        return (
+            f"{report.lines} line(s): {report.imported} imported ({report.messages} messages), "
+            f"{report.skipped} skipped as already imported, {report.failed} failed"
+        )

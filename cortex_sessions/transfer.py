@@ -1,0 +1,480 @@
+"""Import and export of conversations as JSON Lines (issue 6).
+
+One conversation per line, a JSON object::
+
+    {"id": "chat-1", "title": "Trip", "metadata": {}, "cwd": null,
+     "messages": [{"role": "user", "content": "Hi!", "source": "user", "metadata": {},
+                   "created_at": "2018-05-02T19:38:15+00:00"}, ...]}
+
+Only ``messages`` is required (it may be empty). ``id`` is the conversation's external id (a
+string or an integer): it is recorded in :class:`~cortex_sessions.models.ImportedConversation`,
+so importing the same conversation again for the same agent and scope is skipped. Without an
+``id`` every import creates a new session. A message's ``content`` is a string or a list of
+content blocks; ``source`` and ``metadata`` are optional (defaults as in
+:func:`cortex_sessions.services.append_messages`); ``created_at`` is an ISO 8601 timestamp, read
+as UTC when it has no offset, and defaults to the time of import. Unknown keys are an error, so
+a typo is never silently dropped.
+
+The import goes through the services (``create_session`` and ``append_messages``), so every
+rule and counter of the app holds; each conversation is imported in one transaction, so a
+conversation is imported whole or not at all. The export writes the same format, reading
+sessions and messages in bounded chunks, so that export followed by import into an empty
+database reproduces titles, metadata, cwd and messages (role, source, content, metadata,
+created_at) exactly. Session ids, timestamps of sessions and the default flag are not carried.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import IntegrityError, router, transaction
+from django.utils.dateparse import parse_datetime
+
+from . import services
+from .content import normalize_content
+from .exceptions import CortexSessionsError, InvalidConversation
+from .models import EXTERNAL_ID_MAX_BYTES, ImportedConversation, Message, Session
+from .scope import Scope, as_scope
+
+__all__ = [
+    "CONVERSATION_KEYS",
+    "MESSAGE_KEYS",
+    "Conversation",
+    "ImportReport",
+    "LineError",
+    "dump_conversation",
+    "export_conversations",
+    "import_conversation",
+    "import_conversations",
+    "parse_conversation",
+]
+
+#: Keys a conversation object may have.
+CONVERSATION_KEYS = frozenset({"id", "title", "metadata", "cwd", "messages"})
+#: Keys a message object may have.
+MESSAGE_KEYS = frozenset({"role", "content", "source", "metadata", "created_at"})
+#: Messages handed to one ``append_messages`` call during an import.
+APPEND_BATCH = 500
+#: Sessions read per query during an export.
+EXPORT_SESSION_CHUNK = 100
+#: Messages read per query during an export.
+EXPORT_MESSAGE_CHUNK = 500
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """One parsed line of a conversation file, ready for :func:`import_conversation`."""
+
+    external_id: str | None
+    title: str
+    metadata: dict[str, Any] | None
+    cwd: str | None
+    messages: list[services.MessageInput]
+
+
+@dataclass(frozen=True)
+class LineError:
+    """A line that could not be imported: its 1-based number, error code and reason."""
+
+    line: int
+    code: str
+    reason: str
+    external_id: str | None = None
+
+    def __str__(self) -> str:
+        where = f"line {self.line}" + (f" (id {self.external_id!r})" if self.external_id else "")
+        return f"{where}: {self.reason} [{self.code}]"
+
+
+@dataclass
+class ImportReport:
+    """What :func:`import_conversations` did.
+
+    Attributes:
+        lines: non-blank lines read.
+        imported: conversations imported (one session each).
+        skipped: conversations whose ``id`` was already imported for this agent and scope.
+        failed: lines not imported; each has an entry in ``errors``.
+        messages: messages written.
+        errors: the failed lines, in file order.
+    """
+
+    lines: int = 0
+    imported: int = 0
+    skipped: int = 0
+    failed: int = 0
+    messages: int = 0
+    errors: list[LineError] = field(default_factory=list)
+
+
+# -- parsing --------------------------------------------------------------------------------------
+
+
+def _external_id(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidConversation("id must be a non-empty string or an integer.", field="id")
+    if any(ord(char) < 32 or ord(char) == 127 for char in value):
+        raise InvalidConversation("id may not contain control characters.", field="id")
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > EXTERNAL_ID_MAX_BYTES:
+        raise InvalidConversation(
+            f"id is {size} UTF-8 bytes; at most {EXTERNAL_ID_MAX_BYTES} are allowed.", field="id"
+        )
+    return value
+
+
+def _created_at(value: Any, where: str) -> datetime | None:
+    if value is None:
+        return None
+    parsed = None
+    if isinstance(value, str):
+        try:
+            parsed = parse_datetime(value)
+        except ValueError:
+            parsed = None
+    if parsed is None:
+        raise InvalidConversation(
+            f"{where}.created_at must be an ISO 8601 timestamp, not {value!r}.",
+            field="created_at",
+        )
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def _message(item: Any, index: int) -> services.MessageInput:
+    where = f"messages[{index}]"
+    if not isinstance(item, Mapping):
+        raise InvalidConversation(f"{where} must be an object.", field="messages")
+    unknown = set(item) - MESSAGE_KEYS
+    if unknown:
+        raise InvalidConversation(
+            f"{where} has unknown keys: {', '.join(sorted(unknown))}.", field="messages"
+        )
+    role = item.get("role")
+    if role not in Message.Role.values:
+        raise InvalidConversation(
+            f"{where}.role must be one of {', '.join(Message.Role.values)}; got {role!r}.",
+            field="role",
+        )
+    source = item.get("source")
+    if source is not None and source not in Message.Source.values:
+        raise InvalidConversation(
+            f"{where}.source must be one of {', '.join(Message.Source.values)}; got {source!r}.",
+            field="source",
+        )
+    try:
+        normalize_content(item.get("content"))
+    except CortexSessionsError as exc:
+        exc.message = f"{where}: {exc.message}"
+        exc.args = (exc.message,)
+        raise
+    return services.MessageInput(
+        role=role,
+        content=item.get("content"),
+        source=source,
+        metadata=item.get("metadata"),
+        created_at=_created_at(item.get("created_at"), where),
+    )
+
+
+def parse_conversation(line: str | bytes) -> Conversation:
+    """Parse one line of a conversation file.
+
+    Checks the shape (keys, roles, sources, content, timestamps); the values themselves (title
+    length, metadata, message size) are checked by the services when the conversation is
+    imported.
+
+    Args:
+        line: the JSON text of one conversation (bytes are decoded as UTF-8).
+
+    Returns:
+        The :class:`Conversation`.
+
+    Raises:
+        InvalidConversation: not UTF-8, not JSON, or not a conversation object.
+        InvalidContent, EmptyContent, NulCharacter: a message's content is unusable (the message
+            names the offending ``messages[i]``).
+    """
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidConversation(f"The line is not UTF-8: {exc}.") from None
+    try:
+        data = json.loads(line)
+    except ValueError as exc:
+        raise InvalidConversation(f"The line is not valid JSON: {exc}.") from None
+    if not isinstance(data, dict):
+        raise InvalidConversation(
+            f"The line must be a JSON object, not {type(data).__name__}.",
+        )
+    unknown = set(data) - CONVERSATION_KEYS
+    if unknown:
+        raise InvalidConversation(f"Unknown keys: {', '.join(sorted(unknown))}.")
+    external_id = _external_id(data.get("id"))
+    messages = data.get("messages")
+    if not isinstance(messages, list):
+        raise InvalidConversation("messages must be a list of message objects.", field="messages")
+    title = data.get("title")
+    return Conversation(
+        external_id=external_id,
+        title="" if title is None else title,
+        metadata=data.get("metadata"),
+        cwd=data.get("cwd"),
+        messages=[_message(item, index) for index, item in enumerate(messages)],
+    )
+
+
+# -- import ---------------------------------------------------------------------------------------
+
+
+def _already_imported(canonical: str, agent_id: str, external_id: str) -> bool:
+    if ImportedConversation.objects.filter(
+        agent_id=agent_id, scope=canonical, external_id=external_id
+    ).exists():
+        return True
+    # The id an export gives a session that was never imported is the session's own id:
+    # importing that file back into the same agent and scope finds the sessions themselves.
+    try:
+        session_pk = uuid.UUID(external_id)
+    except ValueError:
+        return False
+    return Session.objects.filter(pk=session_pk, agent_id=agent_id, scope=canonical).exists()
+
+
+def import_conversation(
+    conversation: Conversation, *, scope: Scope | str, agent_id: str
+) -> Session | None:
+    """Import one conversation as a new session of ``agent_id`` at exactly ``scope``.
+
+    The session, its messages and its import record are written in one transaction through
+    :func:`services.create_session` and :func:`services.append_messages`, so counters are exact
+    and a failure leaves nothing behind.
+
+    Args:
+        conversation: a parsed line (:func:`parse_conversation`).
+        scope: where the session is created.
+        agent_id: the agent the session belongs to.
+
+    Returns:
+        The new session with its counters, or ``None`` when the conversation's ``id`` was already
+        imported for this agent and scope (or is the id of a session already there).
+
+    Raises:
+        NoScope, InvalidScope, InvalidAgentId: bad target.
+        InvalidInput and its subclasses: the services refused a value (title, metadata, cwd, a
+            message).
+    """
+    canonical = as_scope(scope).canonical
+    external_id = conversation.external_id
+    if external_id is not None and _already_imported(canonical, agent_id, external_id):
+        return None
+    try:
+        with transaction.atomic(using=router.db_for_write(Session)):
+            session = services.create_session(
+                scope=canonical,
+                agent_id=agent_id,
+                title=conversation.title,
+                metadata=conversation.metadata,
+                cwd=conversation.cwd,
+            )
+            messages = conversation.messages
+            for start in range(0, len(messages), APPEND_BATCH):
+                session = services.append_messages(
+                    scope=canonical,
+                    session_id=session.pk,
+                    messages=messages[start : start + APPEND_BATCH],
+                ).session
+            if external_id is not None:
+                ImportedConversation.objects.create(
+                    session=session, agent_id=agent_id, scope=canonical, external_id=external_id
+                )
+    except IntegrityError:
+        # A concurrent import of the same conversation committed first.
+        if external_id is not None and _already_imported(canonical, agent_id, external_id):
+            return None
+        raise
+    return session
+
+
+def import_conversations(
+    lines: Iterable[str | bytes],
+    *,
+    scope: Scope | str,
+    agent_id: str,
+    on_error: Callable[[LineError], None] | None = None,
+    on_progress: Callable[[ImportReport], None] | None = None,
+    progress_every: int = 100,
+) -> ImportReport:
+    """Import a conversation file, one conversation per line, continuing past bad lines.
+
+    Lines are read lazily, so a file of any length is imported in bounded memory (one line at a
+    time). Blank lines are ignored; a byte order mark before the first line is allowed. A bad
+    line (not JSON, wrong shape, refused by the services) is counted as failed and reported
+    with its line number; the lines before and after it are imported. Each conversation is
+    imported in its own transaction (:func:`import_conversation`).
+
+    Args:
+        lines: the file's lines, as text or bytes (e.g. an open file).
+        scope: the exact scope every session is created at.
+        agent_id: the agent every session belongs to.
+        on_error: called with each :class:`LineError` as it happens.
+        on_progress: called with the running report every ``progress_every`` lines.
+        progress_every: lines between progress calls (``0``: never).
+
+    Returns:
+        The :class:`ImportReport`.
+
+    Raises:
+        NoScope, InvalidScope: ``scope`` is missing or malformed (before anything is read).
+        InvalidAgentId: ``agent_id`` is not acceptable (before anything is read).
+    """
+    canonical = as_scope(scope).canonical
+    services.check_agent_id(agent_id)
+    report = ImportReport()
+    for number, raw in enumerate(lines, start=1):
+        if number == 1:
+            raw = raw.removeprefix(b"\xef\xbb\xbf" if isinstance(raw, bytes) else "\ufeff")
+        if not raw.strip():
+            continue
+        report.lines += 1
+        external_id = None
+        try:
+            conversation = parse_conversation(raw)
+            external_id = conversation.external_id
+            session = import_conversation(conversation, scope=canonical, agent_id=agent_id)
+        except CortexSessionsError as exc:
+            error = LineError(number, exc.code, exc.message, external_id)
+            report.failed += 1
+            report.errors.append(error)
+            if on_error is not None:
+                on_error(error)
+        else:
+            if session is None:
+                report.skipped += 1
+            else:
+                report.imported += 1
+                report.messages += len(conversation.messages)
+        if on_progress is not None and progress_every and report.lines % progress_every == 0:
+            on_progress(report)
+    return report
+
+
+# -- export ---------------------------------------------------------------------------------------
+
+
+def _isoformat(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat()
+
+
+def _dumps(value: Any, ensure_ascii: bool) -> str:
+    return json.dumps(value, ensure_ascii=ensure_ascii, separators=(",", ":"))
+
+
+def dump_conversation(conversation: Mapping[str, Any], *, ensure_ascii: bool = False) -> str:
+    """One line of a conversation file: ``conversation`` as compact JSON and a newline.
+
+    For converters that write the import format (e.g. the example project's demo).
+
+    Args:
+        conversation: a conversation object (see the module docstring for the keys).
+        ensure_ascii: escape every non-ASCII character.
+
+    Raises:
+        TypeError, ValueError: ``conversation`` is not JSON-serializable.
+    """
+    return _dumps(conversation, ensure_ascii) + "\n"
+
+
+def _message_pages(session_pk: uuid.UUID, chunk_size: int) -> Iterator[list[dict[str, Any]]]:
+    last_seq = 0
+    while True:
+        rows = list(
+            Message.objects.filter(session_id=session_pk, seq__gt=last_seq)
+            .order_by("seq")
+            .values("seq", "role", "source", "content", "metadata", "created_at")[:chunk_size]
+        )
+        if rows:
+            yield [
+                {
+                    "role": row["role"],
+                    "source": row["source"],
+                    "content": row["content"],
+                    "metadata": row["metadata"],
+                    "created_at": _isoformat(row["created_at"]),
+                }
+                for row in rows
+            ]
+        if len(rows) < chunk_size:
+            return
+        last_seq = rows[-1]["seq"]
+
+
+def export_conversations(
+    *,
+    scope: Scope | str,
+    agent_id: str | None = None,
+    exact: bool = False,
+    ensure_ascii: bool = False,
+    chunk_size: int = EXPORT_SESSION_CHUNK,
+    message_chunk_size: int = EXPORT_MESSAGE_CHUNK,
+) -> Iterator[str]:
+    """The sessions at ``scope`` as a conversation file (JSON Lines), in pieces of text.
+
+    Joined, the pieces are the file: one line per session, ``{"id", "title", "metadata", "cwd",
+    "messages"}``, where ``id`` is the external id the session was imported under, else the
+    session's own id. Sessions come in id order (creation order: ids are UUIDv7), messages in
+    ``seq`` order. Both are read by keyset pagination in chunks and a session's messages are
+    written as they are read, so memory stays bounded for any number of sessions and any
+    session length. The export is not a snapshot: rows written while it runs may or may not
+    appear. Messages without a session (legacy rows, DESIGN §4) are not exported.
+
+    Args:
+        scope: sessions at this scope and beneath it (only at it with ``exact``).
+        agent_id: only this agent's sessions.
+        exact: only sessions stored at ``scope`` itself.
+        ensure_ascii: escape every non-ASCII character (for outputs that cannot take UTF-8).
+        chunk_size: sessions per query.
+        message_chunk_size: messages per query.
+
+    Yields:
+        Text to write, in order; every line ends with ``\n``.
+
+    Raises:
+        NoScope, InvalidScope: ``scope`` is missing or malformed (raised on first iteration).
+    """
+    sessions = Session.objects.within(scope, exact=exact)
+    if agent_id is not None:
+        sessions = sessions.filter(agent_id=agent_id)
+    last_pk: uuid.UUID | None = None
+    while True:
+        page = sessions if last_pk is None else sessions.filter(pk__gt=last_pk)
+        rows = list(
+            page.order_by("pk").values(
+                "pk", "title", "metadata", "cwd", "import_record__external_id"
+            )[:chunk_size]
+        )
+        for row in rows:
+            head = {
+                "id": row["import_record__external_id"] or str(row["pk"]),
+                "title": row["title"],
+                "metadata": row["metadata"],
+                "cwd": row["cwd"],
+            }
+            yield _dumps(head, ensure_ascii)[:-1] + ',"messages":['
+            separator = ""
+            for messages in _message_pages(row["pk"], message_chunk_size):
+                yield separator + ",".join(_dumps(message, ensure_ascii) for message in messages)
+                separator = ","
+            yield "]}\n"
+        if len(rows) < chunk_size:
+            return
+        last_pk = rows[-1]["pk"]
