@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('cortex_sessions', '0003_backfill_default_sessions'),
+        ("cortex_sessions", "0004_message_reference_indexes"),
     ]
 
     operations = [
