@@ -437,7 +437,8 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
     )
     @action(detail=True, methods=["get", "post"])
     def messages(self, request: Request, pk: str) -> Response:
-        """GET: newest-first pages of messages, chronological within a page; POST: append."""
+        """GET: newest-first pages of messages, chronological within a page; POST: append, or
+        with ``resolve_references`` store a user message with its session references."""
         if request.method == "POST":
             return self._append_messages(request, pk)
         return self._list_messages(request, pk)
@@ -471,15 +472,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
         return Response(MessagePageSerializer(page).data)
 
     def _append_messages(self, request: Request, pk: str) -> Response:
-        if not isinstance(request.data, list):
-            serializer = MessageWithReferencesInputSerializer(data=request.data)
-            serializer.is_valid(raise_exception=True)
-            data = serializer.validated_data
-            if data["resolve_references"]:
-                return self._append_with_references(pk, data)
-            if "references" in data:
-                _refuse_references("references", "references needs resolve_references: true.")
-        else:
+        if isinstance(request.data, list):
             for index, item in enumerate(request.data):
                 for key in ("resolve_references", "references"):
                     if isinstance(item, Mapping) and key in item:
@@ -487,7 +480,16 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
                             f"{index}.{key}",
                             "Session references apply only to a single message, not a list.",
                         )
-        items, _ = message_list_data(request.data)
+            items, _ = message_list_data(request.data)
+        else:
+            serializer = MessageWithReferencesInputSerializer(data=request.data)
+            serializer.is_valid(raise_exception=True)
+            data = serializer.validated_data
+            if data["resolve_references"]:
+                return self._append_with_references(pk, data)
+            if "references" in data:
+                _refuse_references("references", "references needs resolve_references: true.")
+            items = [data]
         result = services.append_messages(
             scope=self.scope,
             session_id=pk,
