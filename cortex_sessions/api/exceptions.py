@@ -31,6 +31,7 @@ from cortex_sessions import exceptions as core
 __all__ = [
     "ERROR_STATUS",
     "InvalidQuery",
+    "ReferencesNotAllowed",
     "RequestTooLarge",
     "error_body",
     "exception_handler",
@@ -57,6 +58,16 @@ class InvalidQuery(drf_exceptions.ValidationError):
 
     default_code = "invalid_filter"
     default_detail = "Invalid query parameters."
+
+
+class ReferencesNotAllowed(drf_exceptions.ValidationError):
+    """``resolve_references`` or ``references`` sent where they do not apply — a list of
+    messages, a role other than ``user``, a source other than ``user``, or ``references``
+    without ``resolve_references: true``: 400 ``references_not_allowed`` naming the field
+    (DESIGN §8.8)."""
+
+    default_code = "references_not_allowed"
+    default_detail = "Session references apply only to a single message with role 'user'."
 
 
 class RequestTooLarge(drf_exceptions.APIException):

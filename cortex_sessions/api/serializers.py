@@ -11,6 +11,7 @@ maps. Input serializers declare only writable fields, so a client sending ``id``
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
@@ -26,7 +27,14 @@ __all__ = [
     "MessageInputSerializer",
     "MessagePageSerializer",
     "MessageSerializer",
+    "MessageWithReferencesInputSerializer",
     "MetadataField",
+    "PreparedReferencesSerializer",
+    "ReferenceCandidateListSerializer",
+    "ReferenceCandidateSerializer",
+    "ReferenceContextSerializer",
+    "ReferencePrepareSerializer",
+    "ReferencesField",
     "ResolveSerializer",
     "SessionCreateSerializer",
     "SessionSerializer",
@@ -64,6 +72,41 @@ class ContentField(serializers.JSONField):
 @extend_schema_field({"type": "array", "items": _BLOCK_SCHEMA})
 class BlocksField(serializers.JSONField):
     """Message content on output: the stored list of content blocks."""
+
+
+@extend_schema_field(
+    {
+        "type": "array",
+        "description": (
+            "Sessions to reference, in the order the user selected them; mentions found in the "
+            "content's text blocks follow them. Duplicates are dropped (the first wins); at "
+            "most MAX_REFERENCES distinct sessions (hard maximum 3)."
+        ),
+        "items": {
+            "type": "object",
+            "properties": {
+                "session_id": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "The referenced session's id (authoritative).",
+                },
+                "label": {
+                    "type": "string",
+                    "nullable": True,
+                    "description": "Display label; default the id.",
+                },
+            },
+            "required": ["session_id"],
+            "additionalProperties": False,
+        },
+    }
+)
+class ReferencesField(serializers.JSONField):
+    """Explicit session references ``[{"session_id", "label"?}, ...]`` (DESIGN §8.3).
+
+    Only the JSON is taken here; the reference service checks the shape and answers
+    ``SESSION_REFERENCE_INVALID_REFERENCE`` for a malformed item, as the Python API does.
+    """
 
 
 class SessionSerializer(serializers.ModelSerializer):
@@ -168,6 +211,114 @@ class MessageInputSerializer(serializers.Serializer):
         help_text="Default: 'user' for the user role, 'host' for the others.",
     )
     metadata = MetadataField(required=False)
+
+
+class MessageWithReferencesInputSerializer(MessageInputSerializer):
+    """A single message in ``POST /sessions/{id}/messages/``, which may resolve session
+    references (DESIGN §8.8).
+
+    With ``resolve_references`` the message must have role ``user`` (and source ``user`` or
+    none): its mentions are parsed, the references prepared, and the readable message and its
+    context message are stored in one transaction.
+    """
+
+    resolve_references = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text=(
+            "Parse the session mentions in the content, prepare the referenced sessions and "
+            "store the readable message followed by its session-reference context message. "
+            "Only on a single message with role 'user'."
+        ),
+    )
+    references = ReferencesField(
+        required=False,
+        help_text="Explicit references; only together with resolve_references: true.",
+    )
+
+
+class ReferencePrepareSerializer(serializers.Serializer):
+    """Body of ``POST /sessions/{id}/references/prepare/`` (DESIGN §8.8)."""
+
+    content = ContentField(
+        help_text="The user message: a string or content blocks; mentions in text blocks count."
+    )
+    references = ReferencesField(required=False)
+
+
+class ReferenceCandidateSerializer(serializers.Serializer):
+    """A session the user may mention, for the mention picker (DESIGN §8.4)."""
+
+    session_id = serializers.CharField()
+    label = serializers.CharField(help_text="The session's title, or its id when untitled.")
+    cwd = serializers.CharField(allow_null=True, allow_blank=True)
+    created_at = serializers.IntegerField(help_text="Creation time in Unix epoch milliseconds.")
+    same_workspace = serializers.BooleanField(
+        help_text="Same cwd as the current session (ranked first)."
+    )
+    mention = serializers.CharField(
+        help_text="Ready-made mention token, @[label](cortex-session:...)."
+    )
+
+
+class ReferenceCandidateListSerializer(serializers.Serializer):
+    """Response of ``GET /sessions/{id}/reference-candidates/``: the candidates in rank order
+    (same cwd, then no cwd, then the rest; newest first within a rank)."""
+
+    results = ReferenceCandidateSerializer(many=True)
+
+
+def constant_field(value: str, **kwargs: Any) -> serializers.Field:
+    """A read-only string field that always holds ``value``, described as a one-value string
+    pattern (an enum would become a named component whose ``role`` collides with messages')."""
+    field_class = type("ConstantField", (serializers.CharField,), {})
+    schema = {"type": "string", "pattern": f"^{re.escape(value)}$"}
+    return extend_schema_field(schema)(field_class)(read_only=True, **kwargs)
+
+
+class ReferenceSourceItemSerializer(serializers.Serializer):
+    """One reference in a context's ``source`` record, with its retention stats (DESIGN §8.7)."""
+
+    session_id = serializers.CharField()
+    label = serializers.CharField(allow_blank=True)
+    captured_through_seq = serializers.IntegerField(min_value=0)
+    input_index = serializers.IntegerField(min_value=0)
+    compacted = serializers.BooleanField()
+    original_messages = serializers.IntegerField(min_value=0)
+    retained_messages = serializers.IntegerField(min_value=0)
+    omitted_messages = serializers.IntegerField(min_value=0)
+    omitted_bytes = serializers.IntegerField(min_value=0)
+    truncated = serializers.BooleanField()
+
+
+class ReferenceSourceSerializer(serializers.Serializer):
+    """The ``source`` record of a reference context (DESIGN §8.7)."""
+
+    kind = constant_field("session-reference")
+    form = constant_field("recall")
+    version = serializers.IntegerField()
+    references = ReferenceSourceItemSerializer(many=True)
+
+
+class ReferenceContextSerializer(serializers.Serializer):
+    """The aggregated, untrusted context of a referencing message (DESIGN §8.7)."""
+
+    role = constant_field("user")
+    source = ReferenceSourceSerializer()
+    content = BlocksField(
+        help_text="One text block: the untrusted-data preamble and the snapshots as JSON "
+        "inside <referenced-sessions> tags."
+    )
+
+
+class PreparedReferencesSerializer(serializers.Serializer):
+    """Response of ``POST /sessions/{id}/references/prepare/``: the readable content and zero
+    or one context (DESIGN §8.8)."""
+
+    content = BlocksField(help_text="The message content with mention tokens made readable.")
+    contexts = ReferenceContextSerializer(
+        many=True, help_text="Empty without references, else exactly one context."
+    )
 
 
 class MessageAppendResultSerializer(serializers.Serializer):

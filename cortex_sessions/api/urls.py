@@ -1,7 +1,8 @@
 """URLs of the API. Mount with ``path("api/cortex/", include("cortex_sessions.api.urls"))``.
 
 URL names (namespace ``cortex_sessions``): ``session-list``, ``session-detail``,
-``session-count``, ``session-resolve``, ``session-make-default``, ``session-messages``.
+``session-count``, ``session-resolve``, ``session-make-default``, ``session-messages``,
+``session-reference-candidates``, ``session-references-prepare``.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ body, on every endpoint and method (DESIGN §7.3).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.http import Http404
@@ -22,6 +23,7 @@ from drf_spectacular.utils import (
 )
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import ErrorDetail
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
@@ -29,10 +31,12 @@ from rest_framework.utils.urls import replace_query_param
 from cortex_sessions import services
 from cortex_sessions.conf import app_settings
 from cortex_sessions.exceptions import SessionNotFound
-from cortex_sessions.models import Session
+from cortex_sessions.models import Message, Session
+from cortex_sessions.references import Deadline
+from cortex_sessions.references import service as references
 from cortex_sessions.scope import Scope
 
-from .exceptions import exception_handler
+from .exceptions import InvalidQuery, ReferencesNotAllowed, exception_handler
 from .filters import SessionFilter, SessionFilterBackend
 from .pagination import SessionPagination, parse_int_param
 from .parsers import JSONObjectParser
@@ -44,6 +48,10 @@ from .serializers import (
     MessageAppendResultSerializer,
     MessageInputSerializer,
     MessagePageSerializer,
+    MessageWithReferencesInputSerializer,
+    PreparedReferencesSerializer,
+    ReferenceCandidateListSerializer,
+    ReferencePrepareSerializer,
     ResolveSerializer,
     SessionCreateSerializer,
     SessionSerializer,
@@ -68,12 +76,33 @@ _ERROR_TEXT = {
     415: "`unsupported_media_type`: send application/json.",
 }
 
+#: Error descriptions of the session-reference endpoints (DESIGN §8.8, §8.9).
+_REFERENCE_ERROR_TEXT = {
+    400: "Bad input: `invalid`, `parse_error`, `invalid_scope`, a content code "
+    "(`invalid_content`, `empty_content`, `nul_character`), or "
+    "`SESSION_REFERENCE_INVALID_REFERENCE` (malformed mention or reference), "
+    "`SESSION_REFERENCE_SELF_REFERENCE`, `SESSION_REFERENCE_TOO_MANY`.",
+    404: "`session_not_found`: the session in the URL is missing, out of scope or malformed. "
+    "`SESSION_REFERENCE_READ_FAILED`: a referenced session is missing or out of scope, alike.",
+    413: "`SESSION_REFERENCE_BUDGET_EXCEEDED` (a snapshot cannot fit MAX_REFERENCE_BYTES), "
+    "`message_too_large` or `request_too_large`.",
+    500: "`SESSION_REFERENCE_INVALID_CONFIG`: the server's reference settings are invalid "
+    "(not caused by the request).",
+    503: "`SESSION_REFERENCE_CANCELLED`: preparing the references ran past the server's deadline.",
+}
 
-def errors(*codes: int) -> dict[int, OpenApiResponse]:
-    """OpenAPI error responses for ``codes`` plus those every endpoint may give."""
+
+def errors(*codes: int, text: Mapping[int, str] | None = None) -> dict[int, OpenApiResponse]:
+    """OpenAPI error responses for ``codes`` plus those every endpoint may give.
+
+    Args:
+        codes: statuses the endpoint may answer besides 400, 401, 403 and 406.
+        text: descriptions replacing the default ones, by status.
+    """
     wanted = sorted({400, 401, 403, 406, *codes})
+    descriptions = {**_ERROR_TEXT, **(text or {})}
     return {
-        code: OpenApiResponse(ErrorSerializer, description=_ERROR_TEXT[code]) for code in wanted
+        code: OpenApiResponse(ErrorSerializer, description=descriptions[code]) for code in wanted
     }
 
 
@@ -105,6 +134,31 @@ ID_PARAMETER = OpenApiParameter(
     OpenApiParameter.PATH,
     description="The session id. A missing, out-of-scope or malformed id is 404 alike.",
 )
+
+CANDIDATE_PARAMETERS = [
+    ID_PARAMETER,
+    OpenApiParameter(
+        "q",
+        {"type": "string", "maxLength": 500},
+        OpenApiParameter.QUERY,
+        description=(
+            "Case-insensitive substring of a session's id, cwd or title (never message text); "
+            "surrounding whitespace ignored; empty matches every session."
+        ),
+    ),
+    OpenApiParameter(
+        "limit",
+        {"type": "integer", "minimum": 1, "maximum": MAX_SEQ},
+        OpenApiParameter.QUERY,
+        description=(
+            "Most candidates returned; default CANDIDATE_LIMIT, and a larger value is "
+            "lowered to it."
+        ),
+    ),
+]
+
+#: Longest ``q`` accepted by the candidates endpoint (the longest title).
+MAX_CANDIDATE_QUERY = 500
 
 MESSAGE_PAGE_PARAMETERS = [
     ID_PARAMETER,
@@ -156,6 +210,10 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
     filter_backends = [SessionFilterBackend]
     filterset_class = SessionFilter
     lookup_value_regex = "[^/]+"  # any id reaches the view, so a malformed one is a JSON 404
+    #: Seconds one request may spend preparing session references; ``None`` (the default)
+    #: means no limit. Past it the request fails with 503 ``SESSION_REFERENCE_CANCELLED``
+    #: (DESIGN §8.9). Set it on a subclass mounted by the host.
+    reference_timeout: float | None = None
 
     def get_queryset(self) -> Any:
         """The sessions at and beneath the request's scope (none before it is resolved)."""
@@ -183,7 +241,8 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
             "update": SessionUpdateSerializer,
             "partial_update": SessionUpdateSerializer,
             "resolve": ResolveSerializer,
-            "messages": MessageInputSerializer,
+            "messages": MessageWithReferencesInputSerializer,
+            "prepare_references": ReferencePrepareSerializer,
         }.get(self.action, SessionSerializer)
 
     def _session_response(self, session: Session, code: int = status.HTTP_200_OK) -> Response:
@@ -346,18 +405,40 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
     @extend_schema(
         methods=["POST"],
         summary="Append one message or a list of messages",
+        description=(
+            "A single message may set `resolve_references: true` (role `user` only): its "
+            "session mentions are parsed, the referenced sessions (and any explicit "
+            "`references`) prepared, and the readable message stored followed by its "
+            "`session-reference` context message, in one transaction (DESIGN §8.8). "
+            "`resolve_references` or `references` elsewhere is 400 `references_not_allowed`."
+        ),
         parameters=[ID_PARAMETER],
         request=PolymorphicProxySerializer(
             component_name="MessageInputOrList",
-            serializers=[MessageInputSerializer, MessageInputSerializer(many=True)],
+            serializers=[MessageWithReferencesInputSerializer, MessageInputSerializer(many=True)],
             resource_type_field_name=None,
             many=False,
         ),
-        responses={201: MessageAppendResultSerializer, **errors(404, *_BODY_ERRORS)},
+        responses={
+            201: MessageAppendResultSerializer,
+            **errors(
+                404,
+                500,
+                503,
+                *_BODY_ERRORS,
+                text={
+                    **_REFERENCE_ERROR_TEXT,
+                    400: _REFERENCE_ERROR_TEXT[400]
+                    + " `references_not_allowed`: resolve_references or references on a list,"
+                    " on a role other than user, or references without resolve_references.",
+                },
+            ),
+        },
     )
     @action(detail=True, methods=["get", "post"])
     def messages(self, request: Request, pk: str) -> Response:
-        """GET: newest-first pages of messages, chronological within a page; POST: append."""
+        """GET: newest-first pages of messages, chronological within a page; POST: append, or
+        with ``resolve_references`` store a user message with its session references."""
         if request.method == "POST":
             return self._append_messages(request, pk)
         return self._list_messages(request, pk)
@@ -391,7 +472,24 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
         return Response(MessagePageSerializer(page).data)
 
     def _append_messages(self, request: Request, pk: str) -> Response:
-        items, _ = message_list_data(request.data)
+        if isinstance(request.data, list):
+            for index, item in enumerate(request.data):
+                for key in ("resolve_references", "references"):
+                    if isinstance(item, Mapping) and key in item:
+                        _refuse_references(
+                            f"{index}.{key}",
+                            "Session references apply only to a single message, not a list.",
+                        )
+            items, _ = message_list_data(request.data)
+        else:
+            serializer = MessageWithReferencesInputSerializer(data=request.data)
+            serializer.is_valid(raise_exception=True)
+            data = serializer.validated_data
+            if data["resolve_references"]:
+                return self._append_with_references(pk, data)
+            if "references" in data:
+                _refuse_references("references", "references needs resolve_references: true.")
+            items = [data]
         result = services.append_messages(
             scope=self.scope,
             session_id=pk,
@@ -405,5 +503,116 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
                 for item in items
             ],
         )
+        return self._append_response(result)
+
+    def _append_with_references(self, pk: str, data: Mapping[str, Any]) -> Response:
+        """Store a user message with its session references (DESIGN §8.8)."""
+        if data["role"] != Message.Role.USER:
+            _refuse_references("role", "resolve_references needs role 'user'.")
+        if data.get("source", Message.Source.USER) != Message.Source.USER:
+            _refuse_references("source", "resolve_references needs source 'user' (or none).")
+        result = references.append_message_with_references(
+            scope=self.scope,
+            session_id=pk,
+            content=data["content"],
+            references=data.get("references", ()),
+            metadata=data.get("metadata"),
+            deadline=self._reference_deadline(),
+        )
+        return self._append_response(result)
+
+    def _append_response(self, result: services.AppendResult) -> Response:
         data = {"session": result.session, "messages": result.messages}
         return Response(MessageAppendResultSerializer(data).data, status=status.HTTP_201_CREATED)
+
+    # -- session references -----------------------------------------------------------------------
+
+    def _reference_deadline(self) -> Deadline | None:
+        """The deadline of this request's reference preparation (``reference_timeout``)."""
+        if self.reference_timeout is None:
+            return None
+        return Deadline.in_seconds(self.reference_timeout)
+
+    @extend_schema(
+        summary="Sessions the user may mention in this session",
+        parameters=CANDIDATE_PARAMETERS,
+        responses={
+            200: ReferenceCandidateListSerializer,
+            **errors(
+                404,
+                500,
+                text={
+                    400: "`invalid_filter`: a bad `limit` or `q`; `invalid_scope`.",
+                    500: "`SESSION_REFERENCE_INVALID_CONFIG`: CANDIDATE_LIMIT is invalid "
+                    "(not caused by the request).",
+                },
+            ),
+        },
+    )
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path="reference-candidates",
+        url_name="reference-candidates",
+    )
+    def reference_candidates(self, request: Request, pk: str) -> Response:
+        """``{"results": [candidate, ...]}`` for the mention picker (DESIGN §8.4).
+
+        Errors: 400 ``invalid_filter`` (bad ``limit`` or ``q``); 404 ``session_not_found``.
+        """
+        limit = parse_int_param(request, "limit", default=None, minimum=1, maximum=MAX_SEQ)
+        query = request.query_params.get("q", "")
+        if "\x00" in query or len(query) > MAX_CANDIDATE_QUERY:
+            raise InvalidQuery(
+                {
+                    "q": [
+                        ErrorDetail(
+                            f"q must be at most {MAX_CANDIDATE_QUERY} characters, without NUL.",
+                            code="invalid",
+                        )
+                    ]
+                }
+            )
+        rows = references.reference_candidates(
+            scope=self.scope, session_id=pk, query=query, limit=limit
+        )
+        return Response(ReferenceCandidateListSerializer({"results": rows}).data)
+
+    @extend_schema(
+        summary="Prepare a message's session references without storing anything",
+        parameters=[ID_PARAMETER],
+        request=ReferencePrepareSerializer,
+        responses={
+            200: PreparedReferencesSerializer,
+            **errors(404, 500, 503, *_BODY_ERRORS, text=_REFERENCE_ERROR_TEXT),
+        },
+    )
+    @action(
+        detail=True,
+        methods=["post"],
+        url_path="references/prepare",
+        url_name="references-prepare",
+    )
+    def prepare_references(self, request: Request, pk: str) -> Response:
+        """The readable content and the reference context a user message would be stored with
+        (DESIGN §8.8); nothing is written.
+
+        Errors: 400 validation and ``SESSION_REFERENCE_INVALID_REFERENCE`` / ``_SELF_REFERENCE``
+        / ``_TOO_MANY``; 404 ``session_not_found`` or ``SESSION_REFERENCE_READ_FAILED``; 413
+        ``SESSION_REFERENCE_BUDGET_EXCEEDED``; 503 ``SESSION_REFERENCE_CANCELLED``.
+        """
+        serializer = ReferencePrepareSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        prepared = references.prepare_references(
+            scope=self.scope,
+            session_id=pk,
+            content=serializer.validated_data["content"],
+            references=serializer.validated_data.get("references", ()),
+            deadline=self._reference_deadline(),
+        )
+        return Response(PreparedReferencesSerializer(prepared.as_dict()).data)
+
+
+def _refuse_references(field: str, message: str) -> None:
+    """Raise 400 ``references_not_allowed`` for ``field``."""
+    raise ReferencesNotAllowed({field: [ErrorDetail(message, code="references_not_allowed")]})

@@ -120,20 +120,30 @@ def _canonical_id(session_id: str) -> str:
 
 def _as_input(item: Any, index: int) -> SessionReferenceInput:
     """One explicit reference: a :class:`SessionReferenceInput`, a mapping with ``session_id``
-    and optional ``label``, or a bare id string."""
+    and optional ``label``, or a bare id string. A label may not contain NUL: it is stored in
+    the context message's metadata, and no database stores NUL (labels parsed from mentions
+    come from content, which is already checked)."""
     if isinstance(item, SessionReferenceInput):
-        return item
-    if isinstance(item, str):
-        return SessionReferenceInput(item)
-    if isinstance(item, Mapping):
+        reference = item
+    elif isinstance(item, str):
+        reference = SessionReferenceInput(item)
+    elif isinstance(item, Mapping):
         unknown = set(item) - {"session_id", "label"}
         if unknown or "session_id" not in item:
             raise InvalidReference(
                 f"references[{index}] must be an object with 'session_id' and optional 'label'.",
                 field="references",
             )
-        return SessionReferenceInput(item["session_id"], item.get("label"))
-    raise InvalidReference(f"references[{index}] is not a session reference.", field="references")
+        reference = SessionReferenceInput(item["session_id"], item.get("label"))
+    else:
+        raise InvalidReference(
+            f"references[{index}] is not a session reference.", field="references"
+        )
+    if reference.label is not None and "\x00" in reference.label:
+        raise InvalidReference(
+            f"references[{index}] has a label with a NUL character.", field="references"
+        )
+    return reference
 
 
 def _canonical_input(reference: SessionReferenceInput) -> SessionReferenceInput:

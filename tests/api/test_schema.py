@@ -8,6 +8,7 @@ checking that no response is a 5xx and that every response matches the schema.
 from __future__ import annotations
 
 import base64
+import uuid
 
 import pytest
 import schemathesis
@@ -41,6 +42,8 @@ OPERATIONS = {
     ("/api/cortex/sessions/{id}/make-default/", "post"),
     ("/api/cortex/sessions/{id}/messages/", "get"),
     ("/api/cortex/sessions/{id}/messages/", "post"),
+    ("/api/cortex/sessions/{id}/reference-candidates/", "get"),
+    ("/api/cortex/sessions/{id}/references/prepare/", "post"),
 }
 
 
@@ -86,6 +89,52 @@ def test_schema_documents_every_filter_and_error(schema_document):
         assert error_schema == {"$ref": "#/components/schemas/Error"}
     assert "409" in paths["/api/cortex/sessions/{id}/make-default/"]["post"]["responses"]
     assert "413" in paths["/api/cortex/sessions/{id}/messages/"]["post"]["responses"]
+
+
+REFERENCE_CODES = {
+    "400": [
+        "SESSION_REFERENCE_INVALID_REFERENCE",
+        "SESSION_REFERENCE_SELF_REFERENCE",
+        "SESSION_REFERENCE_TOO_MANY",
+    ],
+    "404": ["session_not_found", "SESSION_REFERENCE_READ_FAILED"],
+    "413": ["SESSION_REFERENCE_BUDGET_EXCEEDED"],
+    "500": ["SESSION_REFERENCE_INVALID_CONFIG"],
+    "503": ["SESSION_REFERENCE_CANCELLED"],
+}
+
+
+@pytest.mark.parametrize(
+    "path", ["/api/cortex/sessions/{id}/messages/", "/api/cortex/sessions/{id}/references/prepare/"]
+)
+def test_schema_documents_every_reference_error(schema_document, path):
+    responses = schema_document["paths"][path]["post"]["responses"]
+    for status, codes in REFERENCE_CODES.items():
+        for code in codes:
+            assert code in responses[status]["description"], (path, status, code)
+    if path.endswith("messages/"):
+        assert "references_not_allowed" in responses["400"]["description"]
+
+
+def test_schema_describes_the_reference_bodies(schema_document):
+    paths = schema_document["paths"]
+    schemas = schema_document["components"]["schemas"]
+    candidates = paths["/api/cortex/sessions/{id}/reference-candidates/"]["get"]
+    assert {"q", "limit", "id"} <= {p["name"] for p in candidates["parameters"]}
+    assert {"400", "404"} <= set(candidates["responses"])
+    listed = schemas["ReferenceCandidateList"]["properties"]["results"]["items"]["$ref"]
+    assert set(schemas[listed.rsplit("/", 1)[1]]["properties"]) == {
+        "session_id",
+        "label",
+        "cwd",
+        "created_at",
+        "same_workspace",
+        "mention",
+    }
+    assert set(schemas["ReferencePrepare"]["properties"]) == {"content", "references"}
+    assert set(schemas["PreparedReferences"]["properties"]) == {"content", "contexts"}
+    single = schemas["MessageWithReferencesInput"]["properties"]
+    assert {"resolve_references", "references"} <= set(single)
 
 
 def test_example_project_serves_the_schema_and_swagger_ui(client, settings):
@@ -163,3 +212,61 @@ def test_api_conforms_to_its_schema(wsgi_app, path, method):
         case.call_and_validate(headers={"Authorization": AUTH}, checks=CHECKS)
 
     check()
+
+
+def reference_cases(scope: str) -> list[tuple[str, str, dict]]:
+    """Requests that reach the success paths of the reference endpoints (random bodies rarely
+    name a real session): ``(path, method, case keyword arguments)``."""
+    current = live_session(scope)
+    other = live_session(scope)
+    ref = [{"session_id": str(other.pk), "label": "other"}]
+    ids = {"id": str(current.pk)}
+    messages = "/api/cortex/sessions/{id}/messages/"
+    prepare = "/api/cortex/sessions/{id}/references/prepare/"
+    return [
+        (
+            "/api/cortex/sessions/{id}/reference-candidates/",
+            "GET",
+            {"path_parameters": ids, "query": {"q": "live", "limit": 5}},
+        ),
+        (prepare, "POST", {"path_parameters": ids, "body": {"content": "x", "references": ref}}),
+        (
+            prepare,
+            "POST",
+            {
+                "path_parameters": ids,
+                "body": {"content": "x", "references": [{"session_id": str(uuid.uuid4())}]},
+            },
+        ),
+        (
+            messages,
+            "POST",
+            {
+                "path_parameters": ids,
+                "body": {
+                    "role": "user",
+                    "content": "x",
+                    "resolve_references": True,
+                    "references": ref,
+                },
+            },
+        ),
+        (
+            messages,
+            "POST",
+            {
+                "path_parameters": ids,
+                "body": {"role": "tool", "content": "x", "resolve_references": True},
+            },
+        ),
+    ]
+
+
+def test_reference_successes_and_errors_conform_to_the_schema(wsgi_app):
+    schema = schemathesis.openapi.from_wsgi("/api/schema/", wsgi_app)
+    statuses = []
+    for path, method, kwargs in reference_cases(wsgi_app.scope):
+        case = schema[path][method].Case(media_type="application/json", **kwargs)
+        response = case.call_and_validate(headers={"Authorization": AUTH}, checks=CHECKS)
+        statuses.append(response.status_code)
+    assert statuses == [200, 200, 404, 201, 400]

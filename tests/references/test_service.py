@@ -355,7 +355,15 @@ def test_malformed_explicit_mention_is_invalid_reference(current):
 
 @pytest.mark.parametrize(
     "references",
-    [[{"id": "x"}], [{"session_id": "x", "extra": 1}], [42], [{"session_id": ""}], "abc"],
+    [
+        [{"id": "x"}],
+        [{"session_id": "x", "extra": 1}],
+        [42],
+        [{"session_id": ""}],
+        "abc",
+        [{"session_id": "x", "label": "nul\x00"}],
+        [SessionReferenceInput("x", "nul\x00")],
+    ],
 )
 def test_malformed_reference_input_is_invalid_reference(current, references):
     with pytest.raises(InvalidReference):
