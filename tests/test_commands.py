@@ -175,7 +175,7 @@ def test_recount_command_dry_run_reports_without_repairing(drifted):
     out = run("cortex_sessions_recount", "--scope", SCOPE, "--dry-run")
 
     assert f"{drifted.pk}: message_count 99 -> 2, last_message updated (would fix)" in out
-    assert "1 session(s) with drifted counters would fix." in out
+    assert "1 session(s) with drifted counters found; none repaired (dry run)." in out
     assert _counters(drifted) == (99, "stale")
 
 

@@ -188,6 +188,22 @@ def test_export_filters_by_agent_and_exact_scope():
     assert sorted(titles(ACME, "--agent-id", AGENT)) == ["alice", "org level"]
 
 
+def test_export_warns_when_it_mixes_agents_or_scopes():
+    services.create_session(scope=ACME, agent_id=AGENT, title="org level")
+    services.create_session(scope=ALICE, agent_id=AGENT, title="alice")
+    services.create_session(scope=ALICE, agent_id="other", title="other agent")
+
+    def warning(*args):
+        err = io.StringIO()
+        call_command("cortex_sessions_export", "--scope", *args, stdout=io.StringIO(), stderr=err)
+        return err.getvalue()
+
+    assert "2 agents and 2 scopes" in warning(ACME)
+    assert "1 agents and 2 scopes" in warning(ACME, "--agent-id", AGENT)
+    assert warning(ALICE, "--agent-id", AGENT) == ""
+    assert warning(ACME, "--exact") == ""
+
+
 def test_export_reads_in_chunks_and_gives_the_same_file():
     for n in range(5):
         session = services.create_session(scope=ALICE, agent_id=AGENT, title=f"s{n}")

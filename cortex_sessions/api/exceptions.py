@@ -97,6 +97,15 @@ def status_for(exc: BaseException) -> int | None:
     return None
 
 
+#: DRF's own error codes that mean the same as one of the app's, renamed so clients see one code.
+_SAME_AS_APP_CODE = {"null_characters_not_allowed": core.NulCharacter.code}
+
+
+def _code_of(item: Any) -> str:
+    code = getattr(item, "code", None) or "invalid"
+    return _SAME_AS_APP_CODE.get(code, code)
+
+
 def _flatten(errors: Any, prefix: str = "") -> dict[str, list[dict[str, str]]]:
     """Flatten DRF's nested ``ErrorDetail`` structure into ``{dotted.path: [{code, detail}]}``."""
     flat: dict[str, list[dict[str, str]]] = {}
@@ -109,17 +118,14 @@ def _flatten(errors: Any, prefix: str = "") -> dict[str, list[dict[str, str]]]:
         and all(isinstance(item, drf_exceptions.ErrorDetail | str) for item in errors)
     ):
         flat[prefix or "non_field_errors"] = [
-            {"code": getattr(item, "code", None) or "invalid", "detail": str(item)}
-            for item in errors
+            {"code": _code_of(item), "detail": str(item)} for item in errors
         ]
     elif isinstance(errors, list):
         for index, value in enumerate(errors):
             if value:
                 flat.update(_flatten(value, f"{prefix}.{index}" if prefix else str(index)))
     elif errors:
-        flat[prefix or "non_field_errors"] = [
-            {"code": getattr(errors, "code", None) or "invalid", "detail": str(errors)}
-        ]
+        flat[prefix or "non_field_errors"] = [{"code": _code_of(errors), "detail": str(errors)}]
     return flat
 
 
@@ -154,9 +160,12 @@ def _api_response(exc: drf_exceptions.APIException) -> Response:
     if getattr(exc, "wait", None):
         headers["Retry-After"] = f"{int(exc.wait)}"  # type: ignore[attr-defined]
     if isinstance(exc, drf_exceptions.ValidationError):
-        code = exc.default_code
-        detail = str(exc.default_detail)
         errors = _flatten(exc.detail)
+        codes = {item["code"] for items in errors.values() for item in items}
+        # A body refused only for NUL characters carries the app's code, as when the service
+        # layer refuses them (a client branches on one code, not on which layer caught it).
+        code = core.NulCharacter.code if codes == {core.NulCharacter.code} else exc.default_code
+        detail = str(exc.default_detail)
     else:
         detail = (
             str(exc.detail) if not isinstance(exc.detail, list | dict) else str(exc.default_detail)

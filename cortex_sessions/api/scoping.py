@@ -49,6 +49,21 @@ def narrow_scope(base: Scope, requested: Any, *, field: str = SCOPE_QUERY_PARAM)
     return scope
 
 
+def _header_text(value: str) -> str:
+    """The header as the client sent it: WSGI hands header bytes over decoded as Latin-1, and
+    a canonical scope is UTF-8 (values may hold any character, DESIGN §2.1).
+
+    Raises:
+        InvalidScope: the header's bytes are not UTF-8.
+    """
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        raise InvalidScope(
+            f"The {SCOPE_HEADER} header must be UTF-8.", field=SCOPE_HEADER
+        ) from None
+
+
 def resolve_request_scope(request: Any) -> Scope:
     """The scope this request works in: the resolver's, possibly narrowed (DESIGN §2.5).
 
@@ -72,6 +87,8 @@ def resolve_request_scope(request: Any) -> Scope:
         raise NoScope()
     base = as_scope(resolved)
     header = request.headers.get(SCOPE_HEADER) or None
+    if header is not None:
+        header = _header_text(header)
     param = request.query_params.get(SCOPE_QUERY_PARAM) or None
     if header is not None and param is not None and header != param:
         raise InvalidScope(

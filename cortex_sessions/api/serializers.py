@@ -208,9 +208,21 @@ class MessageInputSerializer(serializers.Serializer):
     source = serializers.ChoiceField(
         choices=Message.Source.choices,
         required=False,
-        help_text="Default: 'user' for the user role, 'host' for the others.",
+        help_text=(
+            "Default: 'user' for the user role, 'host' for the others. 'session-reference' "
+            "messages are written by the app only (resolve_references), never sent."
+        ),
     )
     metadata = MetadataField(required=False)
+
+    def validate_source(self, value: str) -> str:
+        """Refuse ``session-reference``: only the app writes reference snapshots (§8.8)."""
+        if value == Message.Source.SESSION_REFERENCE:
+            raise serializers.ValidationError(
+                "session-reference messages are written by the app (resolve_references).",
+                code="invalid_source",
+            )
+        return value
 
 
 class MessageWithReferencesInputSerializer(MessageInputSerializer):

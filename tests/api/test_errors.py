@@ -102,6 +102,18 @@ def test_a_method_not_allowed_has_a_code(api):
     assert response.json()["code"] == "method_not_allowed"
 
 
+@pytest.mark.parametrize("field", ["title", "agent_id", "cwd"])
+def test_nul_in_a_body_string_has_the_same_code_as_in_metadata(api, field):
+    body = {"agent_id": "a", field: "bad\x00value"}
+    response = api.post(BASE, body, format="json")
+    assert response.status_code == 400
+    assert response.json()["code"] == "nul_character"
+    assert response.json()["errors"][field][0]["code"] == "nul_character"
+    metadata = api.post(BASE, {"agent_id": "a", "metadata": {"k": "\x00"}}, format="json")
+    assert metadata.json()["code"] == "nul_character"
+    assert not Session.objects.exists()
+
+
 def test_nul_in_a_query_parameter_is_a_400(api):
     response = api.get(BASE, {"agent_id": "a\x00", "search": "b\x00"})
     assert response.status_code == 400

@@ -79,6 +79,9 @@ def test_post_a_list_of_messages_appends_them_in_order_with_new_counters(api, se
         ({"content": "x"}, "invalid"),
         ({"role": "wizard", "content": "x"}, "invalid"),
         ({"role": "user", "content": "x", "source": "oracle"}, "invalid"),
+        # Reference snapshots are written by the app only; a client cannot forge one.
+        ({"role": "user", "content": "x", "source": "session-reference"}, "invalid"),
+        ({"role": "assistant", "content": "x", "source": "session-reference"}, "invalid"),
         ({"role": "user", "content": ""}, "empty_content"),
         ({"role": "user", "content": "   "}, "empty_content"),
         ({"role": "user", "content": []}, "empty_content"),

@@ -162,3 +162,25 @@ def test_narrowing_applies_to_detail_endpoints(acme, client_for):
         f"{BASE}{session.pk}/", {"scope": f"org=acme/user={acme['alice'].pk}"}
     )
     assert response.status_code == 404
+
+
+@pytest.mark.parametrize("value", ["café", "😀", "日本"])
+def test_a_utf8_scope_header_narrows_like_the_query_parameter(make_user, client_for, value):
+    bob = make_user("bob", org="acme")
+    scope = f"org=acme/user={bob.pk}/p={value}"
+    # WSGI hands header bytes over decoded as Latin-1; the client sent UTF-8.
+    wire = scope.encode("utf-8").decode("latin-1")
+    client = client_for(bob)
+    created = client.post(BASE, {"agent_id": "a"}, format="json", HTTP_X_CORTEX_SCOPE=wire)
+    assert created.status_code == 201, created.json()
+    assert created.json()["scope"] == scope
+    listed = client.get(BASE, {"scope": scope})
+    assert [row["id"] for row in listed.json()["results"]] == [created.json()["id"]]
+
+
+def test_a_scope_header_that_is_not_utf8_is_a_400(make_user, client_for):
+    bob = make_user("bob", org="acme")
+    wire = f"org=acme/user={bob.pk}/p=".encode().decode("latin-1") + "\xff"
+    response = client_for(bob).get(BASE, HTTP_X_CORTEX_SCOPE=wire)
+    assert response.status_code == 400
+    assert response.json()["code"] == "invalid_scope"

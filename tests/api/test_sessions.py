@@ -104,7 +104,7 @@ def test_create_session_ignores_read_only_fields(api, alice_scope):
         ({"agent_id": "a", "title": "t" * 501}, "invalid", "title"),
         ({"agent_id": "a", "metadata": [1, 2]}, "invalid_metadata", "metadata"),
         ({"agent_id": "a", "metadata": "text"}, "invalid_metadata", "metadata"),
-        ({"agent_id": "a", "title": "nul\x00"}, "invalid", "title"),
+        ({"agent_id": "a", "title": "nul\x00"}, "nul_character", "title"),
         ({"agent_id": "a", "metadata": {"k": "nul\x00"}}, "nul_character", "metadata"),
         ({"agent_id": "a", "cwd": ["x"]}, "invalid", "cwd"),
         ({"agent_id": "a", "metadata": [["k", 1]]}, "invalid_metadata", "metadata"),

@@ -10,8 +10,10 @@ import codecs
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db.models import Count
 
 from cortex_sessions.exceptions import InvalidAgentId, ScopeError
+from cortex_sessions.models import Session
 from cortex_sessions.scope import as_scope
 from cortex_sessions.services import check_agent_id
 from cortex_sessions.transfer import export_conversations
@@ -53,6 +55,7 @@ class Command(BaseCommand):
                 check_agent_id(options["agent_id"])
             except InvalidAgentId as exc:
                 raise CommandError(f"{exc.code}: {exc.message}") from exc
+        self._warn_if_mixed(options)
         path = options["output"]
         if path:
             try:
@@ -65,6 +68,23 @@ class Command(BaseCommand):
                 options,
                 lambda piece: self.stdout.write(piece, ending=""),
                 ensure_ascii=not _takes_utf8(self.stdout),
+            )
+
+    def _warn_if_mixed(self, options: dict[str, Any]) -> None:
+        """Warn when the selection spans several agents or scopes: the file carries neither,
+        and ``cortex_sessions_import`` puts every line under one ``--agent-id`` and ``--scope``."""
+        sessions = Session.objects.within(options["scope"], exact=options["exact"])
+        if options["agent_id"] is not None:
+            sessions = sessions.filter(agent_id=options["agent_id"])
+        spread = sessions.aggregate(
+            agents=Count("agent_id", distinct=True), scopes=Count("scope", distinct=True)
+        )
+        if spread["agents"] > 1 or spread["scopes"] > 1:
+            self.stderr.write(
+                f"Warning: these sessions belong to {spread['agents']} agents and "
+                f"{spread['scopes']} scopes. The file records neither, and an import puts every "
+                "conversation under one --agent-id and --scope; export with --agent-id and "
+                "--exact to keep them apart."
             )
 
     @staticmethod

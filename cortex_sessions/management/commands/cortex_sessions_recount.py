@@ -45,5 +45,8 @@ class Command(BaseCommand):
                 + f" ({verb})"
             )
         self.stdout.write(
-            self.style.SUCCESS(f"{len(drifts)} session(s) with drifted counters {verb}.")
+            self.style.SUCCESS(
+                f"{len(drifts)} session(s) with drifted counters "
+                + ("found; none repaired (dry run)." if options["dry_run"] else "fixed.")
+            )
         )
