@@ -388,6 +388,20 @@ class SessionAdmin(admin.ModelAdmin):
             model_count[Message._meta.verbose_name_plural] = total
         return deleted, model_count, perms_needed, []
 
+    def response_action(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
+        """Run an action, refusing a selection that holds something other than session ids.
+
+        Django filters the queryset with the posted ids as they are, and a string that is not
+        a UUID would fail there with a 500; here it is an error message on the changelist.
+        """
+        selected = request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
+        if any(_parse_uuid(value) is None for value in selected):
+            self.message_user(
+                request, _("The selection holds an invalid session id."), messages.ERROR
+            )
+            return None
+        return super().response_action(request, queryset)
+
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet, search_term: str
     ) -> tuple[QuerySet, bool]:

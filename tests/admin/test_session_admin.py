@@ -505,6 +505,21 @@ def run_action(client, action: str, sessions, **extra):
     )
 
 
+@pytest.mark.parametrize("action", ["make_default", "recount_messages", "delete_selected"])
+def test_an_action_on_a_selection_that_is_not_a_session_id_is_an_error_not_a_crash(
+    admin_client, action
+):
+    session = services.create_session(scope="org=acme", agent_id="planner")
+    response = admin_client.post(
+        changelist_url(),
+        {"action": action, "_selected_action": [str(session.pk), "not-a-uuid"]},
+        follow=True,
+    )
+    assert response.status_code == 200
+    assert "The selection holds an invalid session id." in response.content.decode()
+    assert Session.objects.filter(pk=session.pk, is_default=False).exists()
+
+
 def test_make_default_action_swaps_the_default(admin_client):
     old = services.create_session(scope="org=acme", agent_id="planner", is_default=True)
     new = services.create_session(scope="org=acme", agent_id="planner", title="New")
