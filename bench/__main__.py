@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> None:
         from django.db import connection
 
         connection.close()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)  # the schema under test is the checkout's
     results = run_all(scale, reps=args.reps, backfill=not args.no_backfill, peers=not args.no_peers)
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")

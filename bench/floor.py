@@ -34,7 +34,10 @@ PREVIEW_CHARS = 280
 def _scope_where(scope: str, exact: bool) -> tuple[str, list[Any]]:
     if exact:
         return "scope = %s", [scope]
-    return "(scope = %s OR (scope >= %s AND scope < %s))", [scope, scope + "/", scope + "0"]
+    return (
+        "scope >= %s AND scope < %s AND (scope = %s OR scope >= %s)",
+        [scope, scope + "0", scope, scope + "/"],
+    )
 
 
 def _filters(
