@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
 from django.db.models import Count, F, Min, Q
 from django.utils import timezone
 
@@ -32,6 +32,8 @@ __all__ = [
 BACKFILL_MARKER = "0003_backfill_default_sessions"
 DEFAULT_BATCH_SIZE = 1000
 DEFAULT_TITLE = "Default"
+#: Databases whose ``UPDATE … FROM`` with ``row_number()`` attaches a batch in one statement.
+SET_BASED_VENDORS = frozenset({"postgresql", "sqlite"})
 
 
 @dataclass
@@ -94,27 +96,64 @@ def _default_session(
         return sessions.get(agent_id=agent_id, scope=scope, is_default=True), False
 
 
+def _attach_set_based(messages: Any, session: Any, batch_size: int) -> int:
+    """Attach the next ``batch_size`` legacy rows in one ``UPDATE … FROM`` that numbers them
+    with ``row_number()`` in id order; returns how many. PostgreSQL and SQLite ≥ 3.33 only."""
+    model = messages.model
+    meta = model._meta
+    connection = connections[messages.db]
+    quote = connection.ops.quote_name
+    table = quote(meta.db_table)
+    pk, session_col, seq, agent_col, scope_col = (
+        quote(meta.get_field(name).column) for name in ("id", "session", "seq", "agent_id", "scope")
+    )
+    sql = (
+        f"UPDATE {table} SET {session_col} = %s, {seq} = %s + batch.rn "
+        f"FROM (SELECT {pk} AS id, row_number() OVER (ORDER BY {pk}) AS rn FROM {table} "
+        f"WHERE {session_col} IS NULL AND {agent_col} = %s AND {scope_col} = %s "
+        f"ORDER BY {pk} LIMIT %s) AS batch WHERE {table}.{pk} = batch.id"
+    )
+    session_value = meta.get_field("session").get_db_prep_value(session.pk, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql, [session_value, session.last_seq, session.agent_id, session.scope, batch_size]
+        )
+        return cursor.rowcount
+
+
+def _attach_row_by_row(messages: Any, session: Any, batch_size: int) -> int:
+    """Attach the next ``batch_size`` legacy rows with ``bulk_update`` (any database)."""
+    ids = list(
+        messages.filter(session__isnull=True, agent_id=session.agent_id, scope=session.scope)
+        .order_by("id")
+        .values_list("id", flat=True)[:batch_size]
+    )
+    rows = [
+        messages.model(pk=pk, session_id=session.pk, seq=session.last_seq + offset)
+        for offset, pk in enumerate(ids, start=1)
+    ]
+    messages.bulk_update(rows, ["session", "seq"], batch_size=batch_size)
+    return len(ids)
+
+
 def _attach_batch(sessions: Any, messages: Any, session_pk: Any, batch_size: int) -> int:
-    """Attach the next ``batch_size`` legacy rows of the session's pair; returns how many."""
+    """Attach the next ``batch_size`` legacy rows of the session's pair; returns how many.
+
+    The rows are numbered in id order after the session's ``last_seq``; on PostgreSQL and
+    SQLite one set-based statement does it, with no per-row work in Python.
+    """
     using = sessions.db
     with transaction.atomic(using=using):
         session = sessions.select_for_update().get(pk=session_pk)
-        ids = list(
-            messages.filter(session__isnull=True, agent_id=session.agent_id, scope=session.scope)
-            .order_by("id")
-            .values_list("id", flat=True)[:batch_size]
-        )
-        if not ids:
+        if connections[using].vendor in SET_BASED_VENDORS:
+            attached = _attach_set_based(messages, session, batch_size)
+        else:
+            attached = _attach_row_by_row(messages, session, batch_size)
+        if not attached:
             return 0
-        model = messages.model
-        rows = [
-            model(pk=pk, session_id=session.pk, seq=session.last_seq + offset)
-            for offset, pk in enumerate(ids, start=1)
-        ]
-        messages.bulk_update(rows, ["session", "seq"], batch_size=batch_size)
         changes: dict[str, Any] = {
-            "message_count": F("message_count") + len(ids),
-            "last_seq": session.last_seq + len(ids),
+            "message_count": F("message_count") + attached,
+            "last_seq": session.last_seq + attached,
             "updated_at": timezone.now(),
         }
         # The batch's rows are now the session's newest: a conversation message among them
@@ -125,7 +164,7 @@ def _attach_batch(sessions: Any, messages: Any, session_pk: Any, batch_size: int
         if newest:
             changes["last_message"] = newest
         sessions.filter(pk=session.pk).update(**changes)
-    return len(ids)
+    return attached
 
 
 def _settle_counters(sessions: Any, messages: Any, session_pk: Any) -> None:
@@ -194,7 +233,11 @@ def backfill_default_sessions(
             session, created = _default_session(sessions, messages, agent_id, scope, marker)
             report.sessions_created += int(created)
             _settle_counters(sessions, messages, session.pk)
-            while attached := _attach_batch(sessions, messages, session.pk, batch_size):
+            attached = batch_size
+            while attached == batch_size:  # a short batch was the pair's last
+                attached = _attach_batch(sessions, messages, session.pk, batch_size)
+                if not attached:
+                    break
                 report.messages_attached += attached
                 report.batches += 1
                 say(

@@ -6,9 +6,10 @@ Nothing here touches the database, so migrations and the reference module can us
 from __future__ import annotations
 
 import json
-import unicodedata
 from collections.abc import Mapping
 from typing import Any
+
+import regex
 
 from .exceptions import EmptyContent, InvalidContent, InvalidMetadata, NulCharacter
 
@@ -19,6 +20,7 @@ __all__ = [
     "content_text",
     "ensure_no_nul",
     "is_conversation",
+    "is_grapheme_boundary",
     "json_bytes",
     "normalize_content",
     "preview",
@@ -27,7 +29,6 @@ __all__ = [
 #: Sources of a ``user`` message that count as conversation (DESIGN §3.2).
 CONVERSATION_USER_SOURCES = frozenset({"user", "checkpoint"})
 ELLIPSIS = "…"
-_ZWJ = "\u200d"
 
 
 def is_conversation(role: str, source: str) -> bool:
@@ -143,19 +144,44 @@ def normalize_content(content: Any) -> list[dict[str, Any]]:
     return blocks
 
 
-def _is_joiner(char: str) -> bool:
-    return char == _ZWJ or unicodedata.combining(char) > 0 or "\ufe00" <= char <= "\ufe0f"
+#: Characters looked at on each side of a candidate cut when segmenting (UAX #29 rules are
+#: local but for runs of extenders and regional indicators, which are followed back further).
+_BOUNDARY_WINDOW = 32
+_GRAPHEME = regex.compile(r"\X")
+_RUN_CONTINUES = regex.compile(r"[\p{Grapheme_Extend}\p{Regional_Indicator}\u200d]")
+
+
+def is_grapheme_boundary(text: str, index: int) -> bool:
+    """Whether cutting ``text`` at ``index`` (between ``text[index - 1]`` and ``text[index]``)
+    keeps every user-perceived character whole: an extended grapheme cluster boundary of
+    Unicode UAX #29 (combining marks, Hangul jamo, emoji ZWJ sequences, flags, Indic conjuncts,
+    prepended marks, CR LF), as the ``regex`` library segments it.
+
+    Looks only at a window around ``index``, so a caller may test positions in a long text
+    without reading all of it.
+    """
+    if index <= 0 or index >= len(text):
+        return True
+    start = max(0, index - _BOUNDARY_WINDOW)
+    # Start the segmentation outside any cluster or regional-indicator run.
+    while start > 0 and _RUN_CONTINUES.match(text, start):
+        start -= 1
+    end = min(len(text), index + _BOUNDARY_WINDOW)
+    for cluster in _GRAPHEME.finditer(text, start, end):
+        if cluster.start() >= index:
+            return cluster.start() == index
+    return False  # ``index`` lies inside the window's last cluster
 
 
 def preview(text: str, max_chars: int) -> str:
     """``text`` cut to at most ``max_chars`` characters, with ``…`` appended when cut (DESIGN §5).
 
-    The cut never separates a base character from the combining marks, variation selectors or
-    zero-width joiner sequence that follow it, so a preview never ends in half a character.
+    The cut falls on a grapheme cluster boundary (:func:`is_grapheme_boundary`), so a preview
+    never ends in half a character.
     """
     if len(text) <= max_chars:
         return text
     cut = max_chars
-    while cut > 0 and (_is_joiner(text[cut]) or _is_joiner(text[cut - 1])):
+    while cut > 0 and not is_grapheme_boundary(text, cut):
         cut -= 1
     return text[:cut] + ELLIPSIS

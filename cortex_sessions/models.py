@@ -96,6 +96,9 @@ class Session(models.Model):
                 fields=["agent_id", "scope", "-updated_at", "-id"],
                 name="cortex_session_agent_idx",
             ),
+            # The newest page of a broad prefix (an org of 100,000 sessions): walk newest
+            # first and stop at the page, instead of sorting the whole range.
+            models.Index(fields=["-updated_at", "-id"], name="cortex_session_recent_idx"),
         ]
 
     def __str__(self) -> str:

@@ -194,6 +194,12 @@ def scope_q(scope: Scope | str | None, *, exact: bool = False, field: str = "sco
     ``'0'`` being the character after ``'/'``), which a B-tree index serves on both databases;
     the column uses byte-order collation so the range is exact (DESIGN §2.3).
 
+    The predicate is written as one range, ``'S' <= scope < 'S0'``, that the index scans, and
+    inside it ``scope = 'S' OR 'S/' <= scope``, which removes siblings such as ``S-x`` that
+    sort between ``S`` and ``S/``. A bare ``scope = 'S' OR (range)`` makes PostgreSQL combine
+    two bitmap scans and visit the table for every row, even for a count that the index alone
+    can answer.
+
     Raises:
         NoScope: ``scope`` is missing or empty.
         InvalidScope: ``scope`` is not a canonical scope string.
@@ -202,7 +208,8 @@ def scope_q(scope: Scope | str | None, *, exact: bool = False, field: str = "sco
     at = Q(**{field: canonical})
     if exact:
         return at
-    return at | Q(**{f"{field}__gte": canonical + "/", f"{field}__lt": canonical + "0"})
+    span = Q(**{f"{field}__gte": canonical, f"{field}__lt": canonical + "0"})
+    return span & (at | Q(**{f"{field}__gte": canonical + "/"}))
 
 
 def user_scope_resolver(request: Any) -> Scope | None:

@@ -609,7 +609,6 @@ def append_messages(
             for offset, row in enumerate(rows, start=1)
         )
         changes: dict[str, Any] = {
-            "message_count": F("message_count") + len(created),
             "last_seq": session.last_seq + len(created),
             "updated_at": timezone.now(),
         }
@@ -618,8 +617,13 @@ def append_messages(
             if is_conversation(message.role, message.source) and text.strip():
                 changes["last_message"] = preview(text, app_settings.LAST_MESSAGE_PREVIEW_CHARS)
                 break
-        Session.objects.filter(pk=session.pk).update(**changes)
-        session.refresh_from_db()
+        Session.objects.filter(pk=session.pk).update(
+            message_count=F("message_count") + len(created), **changes
+        )
+        # The row is locked, so the new values are known without reading the row back.
+        changes["message_count"] = session.message_count + len(created)
+        for name, value in changes.items():
+            setattr(session, name, value)
     _send_on_commit(signals.messages_appended, session=session, messages=created)
     return AppendResult(session=session, messages=created)
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from cortex_sessions import services
 from cortex_sessions.content import preview
@@ -49,6 +51,21 @@ def test_append_one_message_moves_count_last_message_and_updated_at(session):
     assert result.session.updated_at > session.updated_at
     row = Message.objects.get()
     assert (row.agent_id, row.scope, row.session_id) == ("agent-1", SCOPE, session.pk)
+
+
+def test_append_returns_the_session_as_stored_without_reading_it_back(session):
+    append(session, {"role": "assistant", "content": "first"})
+    with CaptureQueriesContext(connection) as captured:
+        result = append(session, {"role": "user", "content": "second"})
+    statements = [
+        q["sql"].split()[0].upper()
+        for q in captured.captured_queries
+        if q["sql"].split()[0].upper() not in {"BEGIN", "COMMIT", "SAVEPOINT", "RELEASE"}
+    ]
+    assert statements == ["SELECT", "INSERT", "UPDATE"]  # lock, insert, counters; no re-read
+    row = stored(session)
+    for name in ("message_count", "last_seq", "last_message", "updated_at", "title", "scope"):
+        assert getattr(result.session, name) == getattr(row, name), name
 
 
 def test_append_many_assigns_consecutive_seqs_in_order(session):

@@ -35,11 +35,10 @@ pulled, plus any messages without text in between.
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..content import is_conversation
+from ..content import is_conversation, is_grapheme_boundary
 from .errors import InvalidReferenceConfig, ReferenceBudgetExceeded
 from .projection import SurfaceMessage, is_checkpoint, split_window, surface_message
 from .serialization import char_json_cost, clean_text, tag_safe_json, utf8_len
@@ -55,9 +54,6 @@ __all__ = [
     "shorten_text",
     "validate_max_reference_bytes",
 ]
-
-_ZWJ = "\u200d"
-_CLUSTER_EXTENDERS = frozenset({"Mn", "Mc", "Me"})
 
 
 def omission_marker(omitted_bytes: int) -> str:
@@ -76,37 +72,8 @@ def validate_max_reference_bytes(value: object) -> int:
     return value
 
 
-def _extends(char: str) -> bool:
-    """Whether ``char`` belongs to the cluster of the character before it."""
-    code = ord(char)
-    return (
-        unicodedata.category(char) in _CLUSTER_EXTENDERS  # combining marks, variation selectors
-        or code in (0x200C, 0x200D)  # ZWNJ, ZWJ
-        or 0x1F3FB <= code <= 0x1F3FF  # emoji skin-tone modifiers
-        or 0xE0020 <= code <= 0xE007F  # emoji tag characters
-    )
-
-
-def _regional(char: str) -> bool:
-    return 0x1F1E6 <= ord(char) <= 0x1F1FF
-
-
-def is_cut_point(text: str, index: int) -> bool:
-    """Whether ``text`` may be cut between ``text[index - 1]`` and ``text[index]``.
-
-    An approximation of extended grapheme cluster boundaries (UAX #29) without the Hangul and
-    Prepend rules: the ends are always allowed; inside, never before a combining mark (Mn, Mc,
-    Me — variation selectors included), ZWNJ, ZWJ, emoji modifier or tag character, never after
-    a ZWJ, never between two regional indicators, never between CR and LF.
-    """
-    if index <= 0 or index >= len(text):
-        return True
-    before, after = text[index - 1], text[index]
-    if before == _ZWJ or _extends(after):
-        return False
-    if before == "\r" and after == "\n":
-        return False
-    return not (_regional(before) and _regional(after))
+#: Whether ``text`` may be cut at ``index`` without splitting a user-perceived character.
+is_cut_point = is_grapheme_boundary
 
 
 @dataclass(frozen=True, slots=True)

@@ -323,7 +323,8 @@ def reference_candidates(
     Raises:
         NoScope, InvalidScope: bad scope.
         SessionNotFound: the current session is missing or outside ``scope``.
-        InvalidFilter: ``limit`` is not a positive integer or ``query`` not a string.
+        InvalidFilter: ``limit`` is not a positive integer, or ``query`` is not a string or
+            holds a NUL character.
         InvalidReferenceConfig: ``CANDIDATE_LIMIT`` is not a positive integer.
     """
     ceiling = app_settings.CANDIDATE_LIMIT
@@ -333,8 +334,8 @@ def reference_candidates(
         limit = ceiling
     elif isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidFilter("limit must be a positive integer.", field="limit")
-    if not isinstance(query, str):
-        raise InvalidFilter("q must be a string.", field="q")
+    if not isinstance(query, str) or "\x00" in query:
+        raise InvalidFilter("q must be a string without NUL characters.", field="q")
     current = services.get_session(scope=scope, session_id=session_id)
     current_cwd = current.cwd or None
     queryset = Session.objects.within(scope).exclude(pk=current.pk)
@@ -389,8 +390,8 @@ def prepare_references(
         session_id: the session the message belongs to (must lie within ``scope``).
         content: the message content, a string or a list of content blocks (DESIGN §3.2).
         references: explicit references — :class:`SessionReferenceInput`, ``{"session_id",
-            "label"?}`` mappings or id strings — in the order the host selected them (a list;
-            ``None`` means none).
+            "label"?}`` mappings or id strings — in the order the host selected them (a list
+            or tuple; ``None`` means none).
         cancel_token: checked between references and between read chunks.
         deadline: a monotonic-clock deadline, checked at the same points.
         read_stats: optional collector of rows and text bytes read (diagnostics, benchmark).
@@ -414,14 +415,15 @@ def prepare_references(
     """
     max_references, max_bytes = _settings()
     stats = read_stats if read_stats is not None else ReadStats()
+    # The current session first: a missing or foreign one is 404 whatever the body holds.
+    current = services.get_session(scope=scope, session_id=session_id)
     blocks, parsed = readable_content(normalize_content(content))
     if references is None:
         references = ()
-    if isinstance(references, str | Mapping | SessionReferenceInput):
+    if not isinstance(references, list | tuple):
         raise InvalidReference("references must be a list.", field="references")
     explicit = [_as_input(item, index) for index, item in enumerate(references)]
     inputs = [_canonical_input(reference) for reference in (*explicit, *parsed)]
-    current = services.get_session(scope=scope, session_id=session_id)
     selected = normalize_inputs(
         inputs, current_session_id=str(current.pk), max_references=max_references
     )

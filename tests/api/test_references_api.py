@@ -282,6 +282,12 @@ def test_prepare_without_references_has_no_context(api, current):
         ([{"content": "x"}], "invalid"),
         ({"content": ""}, "empty_content"),
         ({"content": 5}, "invalid_content"),
+        ({"content": "x", "references": 5}, "SESSION_REFERENCE_INVALID_REFERENCE"),
+        ({"content": "x", "references": True}, "SESSION_REFERENCE_INVALID_REFERENCE"),
+        (
+            {"content": "x", "references": {"session_id": "x"}},
+            "SESSION_REFERENCE_INVALID_REFERENCE",
+        ),
     ],
 )
 def test_prepare_refuses_a_malformed_body(api, current, payload, code):

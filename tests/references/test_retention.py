@@ -371,6 +371,11 @@ def test_shorten_text_fits_its_allowance_and_cuts_only_between_characters(text, 
         ("❤\ufe0f", 1),  # before a variation selector
         ("a\r\nb", 2),  # between CR and LF
         ("\u0915\u093f", 1),  # before a spacing mark
+        ("\u1112\u1161\u11ab", 1),  # decomposed Hangul: leading consonant and vowel
+        ("\u1112\u1161\u11ab", 2),  # vowel and trailing consonant
+        ("\u0e01\u0e33", 1),  # Thai SARA AM is a spacing mark
+        ("\u06001", 1),  # after a prepended Arabic number sign
+        ("\u0915\u094d\u0937", 2),  # Devanagari conjunct: virama and the next consonant
     ],
 )
 def test_cut_points_never_separate_a_cluster(text, index):

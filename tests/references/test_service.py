@@ -347,6 +347,12 @@ def test_budget_that_cannot_hold_the_fixed_fields_is_budget_exceeded(current, so
     )
 
 
+def test_a_foreign_current_session_is_not_found_before_the_body_is_read(current):
+    foreign = services.create_session(scope="org=other/user=9", agent_id="a")
+    with pytest.raises(SessionNotFound):
+        prepare(foreign, "see @[x](cortex-session:!!)", references=5)
+
+
 def test_malformed_explicit_mention_is_invalid_reference(current):
     with pytest.raises(InvalidReference) as excinfo:
         prepare(current, "see @[x](cortex-session:!!)")
@@ -361,6 +367,10 @@ def test_malformed_explicit_mention_is_invalid_reference(current):
         [42],
         [{"session_id": ""}],
         "abc",
+        5,
+        True,
+        1.5,
+        {"session_id": "x"},
         [{"session_id": "x", "label": "nul\x00"}],
         [SessionReferenceInput("x", "nul\x00")],
     ],
@@ -552,6 +562,12 @@ def test_candidates_honour_limit_and_clamp_it_to_candidate_limit(current):
 def test_candidate_limit_below_one_or_not_an_int_is_invalid_filter(current, limit):
     with pytest.raises(InvalidFilter):
         reference_candidates(scope=SCOPE, session_id=current.pk, limit=limit)
+
+
+@pytest.mark.parametrize("query", ["a\x00b", 5, None])
+def test_candidate_query_with_nul_or_not_a_string_is_invalid_filter(current, query):
+    with pytest.raises(InvalidFilter):
+        reference_candidates(scope=SCOPE, session_id=current.pk, query=query)
 
 
 def test_invalid_candidate_limit_setting_is_invalid_config(current):

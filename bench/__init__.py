@@ -1,0 +1,5 @@
+"""Benchmarks of cortex_sessions on PostgreSQL at scale (issue 7): ``python -m bench``.
+
+Not shipped in the wheel and not part of the test suite: benchmarks print figures, they never
+fail on speed. See ``docs/performance.md``.
+"""

@@ -1,0 +1,74 @@
+"""Run the default-session backfill once in a fresh process and print its figures as JSON.
+
+Usage: ``python -m bench.backfill_child DATABASE_URL [--tracemalloc]``. A fresh process makes
+``ru_maxrss`` (the peak resident set size) the backfill's own: the output's ``rss_growth_mb`` is
+the peak minus the RSS just before the backfill started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import time
+import tracemalloc
+
+from .setup import setup_django
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Backfill the database at the given URL; print one JSON line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("url")
+    parser.add_argument("--tracemalloc", action="store_true", help="also trace Python's heap")
+    args = parser.parse_args(argv)
+    setup_django(args.url)
+
+    from django.db import connection
+
+    from cortex_sessions.backfill import backfill_default_sessions
+    from cortex_sessions.models import Message, Session
+
+    queries = 0
+
+    def count(execute, sql, params, many, context):
+        nonlocal queries
+        queries += 1
+        return execute(sql, params, many, context)
+
+    connection.ensure_connection()
+    Session.objects.exists()  # load everything a first query loads before the baseline
+    if args.tracemalloc:
+        tracemalloc.start()
+    before = _rss_mb()
+    started = time.perf_counter()
+    with connection.execute_wrapper(count):
+        report = backfill_default_sessions(session_model=Session, message_model=Message)
+    seconds = time.perf_counter() - started
+    heap_peak = tracemalloc.get_traced_memory()[1] / 2**20 if args.tracemalloc else None
+    left = Message.objects.filter(session__isnull=True).count()
+    print(
+        json.dumps(
+            {
+                "seconds": round(seconds, 2),
+                "rows_per_s": round(report.messages_attached / seconds),
+                "messages_attached": report.messages_attached,
+                "sessions_created": report.sessions_created,
+                "pairs_done": report.pairs,
+                "legacy_left": left,
+                "queries": queries,
+                "rss_before_mb": round(before, 1),
+                "rss_peak_mb": round(_rss_mb(), 1),
+                "rss_growth_mb": round(_rss_mb() - before, 1),
+                "heap_peak_mb": None if heap_peak is None else round(heap_peak, 2),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""The floor: the statements the services issue, sent directly with psycopg (no ORM).
+
+Each function mirrors one service call statement for statement (same predicates, same columns,
+same transaction shape), so ``app / floor`` is the price of the ORM and the service's Python work.
+Connections use psycopg's defaults (server-side binding, statements auto-prepared after five
+runs), which is what a hand-written data layer would get for free.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+
+__all__ = [
+    "append_one",
+    "count_sessions",
+    "get_session",
+    "list_sessions",
+    "recent_messages",
+    "resolve_existing",
+]
+
+SESSION_COLUMNS = (
+    "id, agent_id, scope, title, metadata, cwd, message_count, last_message, last_seq, "
+    "is_default, backfilled_by, created_at, updated_at"
+)
+SESSION_TABLE = "cortex_sessions_session"
+MESSAGE_TABLE = "cortex_sessions_message"
+PREVIEW_CHARS = 280
+
+
+def _scope_where(scope: str, exact: bool) -> tuple[str, list[Any]]:
+    if exact:
+        return "scope = %s", [scope]
+    return (
+        "scope >= %s AND scope < %s AND (scope = %s OR scope >= %s)",
+        [scope, scope + "0", scope, scope + "/"],
+    )
+
+
+def _filters(
+    scope: str, *, exact: bool, default_only: bool, search: str | None
+) -> tuple[str, list[Any]]:
+    where, params = _scope_where(scope, exact)
+    if default_only:
+        where += " AND is_default"
+    if search:
+        where += " AND UPPER(title::text) LIKE UPPER(%s)"
+        params.append(f"%{search}%")
+    return where, params
+
+
+def list_sessions(
+    conn: psycopg.Connection,
+    *,
+    scope: str,
+    exact: bool = False,
+    default_only: bool = False,
+    search: str | None = None,
+    limit: int = 50,
+) -> list[tuple]:
+    """A page of sessions, newest ``updated_at`` first (as ``services.list_sessions``)."""
+    where, params = _filters(scope, exact=exact, default_only=default_only, search=search)
+    return conn.execute(
+        f"SELECT {SESSION_COLUMNS} FROM {SESSION_TABLE} WHERE {where} "
+        "ORDER BY updated_at DESC, id DESC LIMIT %s",
+        [*params, limit],
+    ).fetchall()
+
+
+def count_sessions(
+    conn: psycopg.Connection,
+    *,
+    scope: str,
+    exact: bool = False,
+    default_only: bool = False,
+    search: str | None = None,
+) -> int:
+    """``SELECT count(*)`` with the list's filters (as ``services.count_sessions``)."""
+    where, params = _filters(scope, exact=exact, default_only=default_only, search=search)
+    return conn.execute(f"SELECT count(*) FROM {SESSION_TABLE} WHERE {where}", params).fetchone()[0]
+
+
+def get_session(conn: psycopg.Connection, *, scope: str, session_id: Any) -> tuple | None:
+    """One session by id within ``scope`` (as ``services.get_session``)."""
+    where, params = _scope_where(scope, False)
+    return conn.execute(
+        f"SELECT {SESSION_COLUMNS} FROM {SESSION_TABLE} WHERE id = %s AND {where} LIMIT 21",
+        [session_id, *params],
+    ).fetchone()
+
+
+def resolve_existing(conn: psycopg.Connection, *, scope: str, agent_id: str) -> tuple | None:
+    """The default session of ``agent_id`` at exactly ``scope`` (``services.resolve_session``)."""
+    return conn.execute(
+        f"SELECT {SESSION_COLUMNS} FROM {SESSION_TABLE} "
+        "WHERE agent_id = %s AND is_default AND scope = %s LIMIT 21",
+        [agent_id, scope],
+    ).fetchone()
+
+
+def recent_messages(
+    conn: psycopg.Connection, *, scope: str, session_id: Any, limit: int = 50
+) -> list[tuple]:
+    """The newest ``limit`` messages in ``seq`` order (as ``services.list_messages``): the
+    in-scope check of the session, then the messages."""
+    session = get_session(conn, scope=scope, session_id=session_id)
+    if session is None:
+        raise LookupError(session_id)
+    rows = conn.execute(
+        "SELECT id, session_id, agent_id, scope, seq, role, source, content, metadata, "
+        f"created_at FROM {MESSAGE_TABLE} WHERE session_id = %s ORDER BY seq DESC LIMIT %s",
+        [session[0], limit],
+    ).fetchall()
+    rows.reverse()
+    return rows
+
+
+def append_one(
+    conn: psycopg.Connection, *, scope: str, session_id: Any, role: str, text: str
+) -> tuple:
+    """Append one message (as ``services.append_messages``): lock the session, insert the row
+    with the next ``seq``, move the counters; one transaction."""
+    where, params = _scope_where(scope, False)
+    content = json.dumps([{"type": "text", "text": text}])
+    with conn.transaction():
+        session = conn.execute(
+            f"SELECT {SESSION_COLUMNS} FROM {SESSION_TABLE} WHERE id = %s AND {where} "
+            "LIMIT 21 FOR UPDATE",
+            [session_id, *params],
+        ).fetchone()
+        if session is None:
+            raise LookupError(session_id)
+        sid, agent_id, session_scope, last_seq = session[0], session[1], session[2], session[8]
+        conn.execute(
+            f"INSERT INTO {MESSAGE_TABLE} (session_id, agent_id, scope, seq, role, source, "
+            "content, metadata, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, now()) "
+            "RETURNING id",
+            [sid, agent_id, session_scope, last_seq + 1, role, "user", content, "{}"],
+        ).fetchone()
+        conn.execute(
+            f"UPDATE {SESSION_TABLE} SET message_count = message_count + 1, last_seq = %s, "
+            "updated_at = now(), last_message = %s WHERE id = %s",
+            [last_seq + 1, text[:PREVIEW_CHARS], sid],
+        )
+    return session

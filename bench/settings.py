@@ -1,0 +1,33 @@
+"""Django settings for the benchmarks: only what the core app needs, on PostgreSQL.
+
+The database comes from ``BENCH_DATABASE_URL`` (set by ``python -m bench`` from ``--scale``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import dj_database_url
+
+SECRET_KEY = "cortex-sessions-bench"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.environ.get(
+            "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/cortex_bench_small"
+        ),
+        conn_max_age=None,
+    )
+}
+
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "cortex_sessions",
+]
+
+CORTEX_SESSIONS: dict = {}
