@@ -76,7 +76,8 @@ def resolve_request_scope(request: Any) -> Scope:
     Raises:
         NotAuthenticated: the resolver gave no scope and the request is anonymous (401/403).
         NoScope: the resolver gave no scope to an authenticated request (403 ``no_scope``).
-        InvalidScope: the header or parameter is malformed, or the two disagree (400).
+        InvalidScope: the header or parameter is malformed, the parameter is repeated, or the
+            two disagree (400).
         ScopeForbidden: the requested scope is not at or beneath the resolved one (403).
     """
     resolved = app_settings.SCOPE_RESOLVER(request)
@@ -89,7 +90,12 @@ def resolve_request_scope(request: Any) -> Scope:
     header = request.headers.get(SCOPE_HEADER) or None
     if header is not None:
         header = _header_text(header)
-    param = request.query_params.get(SCOPE_QUERY_PARAM) or None
+    params = request.query_params.getlist(SCOPE_QUERY_PARAM)
+    if len(params) > 1:
+        raise InvalidScope(
+            f"Give the '{SCOPE_QUERY_PARAM}' parameter once.", field=SCOPE_QUERY_PARAM
+        )
+    param = params[0] if params and params[0] else None
     if header is not None and param is not None and header != param:
         raise InvalidScope(
             f"The {SCOPE_HEADER} header and the '{SCOPE_QUERY_PARAM}' parameter disagree.",

@@ -184,3 +184,11 @@ def test_a_scope_header_that_is_not_utf8_is_a_400(make_user, client_for):
     response = client_for(bob).get(BASE, HTTP_X_CORTEX_SCOPE=wire)
     assert response.status_code == 400
     assert response.json()["code"] == "invalid_scope"
+
+
+def test_a_repeated_scope_parameter_is_a_400_not_the_last_one_silently(make_user, client_for):
+    bob = make_user("bob", org="acme")
+    mine = f"org=acme/user={bob.pk}"
+    response = client_for(bob).get(f"{BASE}?scope={mine}&scope={mine}/p=x")
+    assert response.status_code == 400
+    assert response.json()["code"] == "invalid_scope"
