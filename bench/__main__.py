@@ -44,8 +44,15 @@ def main(argv: list[str] | None = None) -> None:
 
         connection.close()
     from django.core.management import call_command
+    from django.db import DatabaseError
 
-    call_command("migrate", verbosity=0)  # the schema under test is the checkout's
+    try:
+        call_command("migrate", verbosity=0)  # the schema under test is the checkout's
+    except DatabaseError as exc:
+        raise SystemExit(
+            f"Could not migrate {scale.database} ({exc}). It was built by an older checkout; "
+            "run again with --regenerate."
+        ) from exc
     results = run_all(scale, reps=args.reps, backfill=not args.no_backfill, peers=not args.no_peers)
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -4,7 +4,7 @@ Prints figures; it is not a test. Run from the repository root:
 
     python bench/bench_references.py [--messages 100000] [--runs 9] [--naive-seconds 120]
 
-``DATABASE_URL`` names the PostgreSQL database (default
+``BENCH_DATABASE_URL`` names the PostgreSQL database (default
 ``postgres://postgres@127.0.0.1:5432/cortex_bench``); it is created and migrated if missing. The
 referenced session is built once with ``COPY`` and reused by later runs (``--rebuild`` forces a
 new one).
@@ -58,7 +58,7 @@ def setup_django(url: str, budget: int) -> None:
 
     database = dj_database_url.parse(url, conn_max_age=0)
     if database["ENGINE"] != "django.db.backends.postgresql":
-        raise SystemExit("The benchmark needs PostgreSQL (DATABASE_URL=postgres://...).")
+        raise SystemExit("The benchmark needs PostgreSQL (BENCH_DATABASE_URL=postgres://...).")
     admin = {
         "host": database.get("HOST") or None,
         "port": database.get("PORT") or None,
@@ -347,7 +347,7 @@ def main() -> None:
     parser.add_argument("--rebuild", action="store_true")
     args = parser.parse_args()
 
-    url = os.environ.get("DATABASE_URL") or DEFAULT_URL
+    url = os.environ.get("BENCH_DATABASE_URL") or DEFAULT_URL
     setup_django(url, args.budget)
     from django.db import connection
 

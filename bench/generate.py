@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import time
 import uuid
@@ -74,8 +75,9 @@ class Scale:
 
     @property
     def database(self) -> str:
-        """Name of the database of this scale."""
-        return f"cortex_bench_{self.name}"
+        """Name of the database of this scale: ``<BENCH_DB_PREFIX>_<scale>`` (default prefix
+        ``cortex_bench``)."""
+        return f"{os.environ.get('BENCH_DB_PREFIX', 'cortex_bench')}_{self.name}"
 
 
 SCALES = {
@@ -373,7 +375,8 @@ def load_legacy(url: str, *, rows: int, per_pair: int = 100, default_share: int 
     rng = random.Random(5)
     existing = 0
     with psycopg.connect(url) as conn:
-        conn.execute(f"TRUNCATE {MESSAGE_TABLE}, {SESSION_TABLE} RESTART IDENTITY")
+        # CASCADE: tables of later migrations (imported conversations) refer to sessions.
+        conn.execute(f"TRUNCATE {MESSAGE_TABLE}, {SESSION_TABLE} RESTART IDENTITY CASCADE")
         restore = drop_secondary_indexes(conn, MESSAGE_TABLE)
         with conn.cursor().copy(f"COPY {SESSION_TABLE} ({SESSION_COLUMNS}) FROM STDIN") as copy:
             for pair in range(0, pairs, default_share):

@@ -11,14 +11,14 @@ from typing import Any
 
 import regex
 
-from .exceptions import EmptyContent, InvalidContent, InvalidMetadata, NulCharacter
+from .exceptions import EmptyContent, InvalidContent, InvalidMetadata, InvalidText, NulCharacter
 
 __all__ = [
     "CONVERSATION_USER_SOURCES",
     "ELLIPSIS",
     "check_json_object",
     "content_text",
-    "ensure_no_nul",
+    "ensure_storable_text",
     "is_conversation",
     "is_grapheme_boundary",
     "json_bytes",
@@ -54,18 +54,29 @@ def content_text(content: Any) -> str:
     )
 
 
-def ensure_no_nul(value: Any, *, field: str) -> None:
-    """Raise ``NulCharacter`` if any string inside ``value`` (keys included) contains ``\\x00``.
+_UNSTORABLE = regex.compile(r"[\x00\ud800-\udfff]")
 
-    PostgreSQL refuses NUL in ``text`` and ``jsonb``; refusing it here makes it a clear
-    validation error on every database instead of a database crash.
+
+def ensure_storable_text(value: Any, *, field: str) -> None:
+    """Check that every string inside ``value`` (keys included) can be stored on any database.
+
+    PostgreSQL refuses NUL in ``text`` and ``jsonb``, and a lone surrogate (``\\ud800``, which a
+    JSON ``\\u`` escape can produce) is not Unicode text and cannot be encoded as UTF-8;
+    refusing both here makes them clear validation errors instead of database crashes.
+
+    Raises:
+        NulCharacter: a string contains ``\\x00``.
+        InvalidText: a string contains a lone surrogate.
     """
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            if "\x00" in item:
-                raise NulCharacter(field=field)
+            found = _UNSTORABLE.search(item)
+            if found is not None:
+                if found.group() == "\x00":
+                    raise NulCharacter(field=field)
+                raise InvalidText(field=field)
         elif isinstance(item, Mapping):
             stack.extend(item.keys())
             stack.extend(item.values())
@@ -100,7 +111,7 @@ def check_json_object(value: Any, *, field: str = "metadata") -> dict[str, Any]:
             f"{field} must be a JSON object, not {type(value).__name__}.", field=field
         )
     json_bytes(value, field=field)
-    ensure_no_nul(value, field=field)
+    ensure_storable_text(value, field=field)
     return value
 
 
@@ -137,7 +148,7 @@ def normalize_content(content: Any) -> list[dict[str, Any]]:
             blocks.append(dict(block))
     else:
         raise InvalidContent(field="content")
-    ensure_no_nul(blocks, field="content")
+    ensure_storable_text(blocks, field="content")
     only_text = all(block["type"] == "text" for block in blocks)
     if not blocks or (only_text and not content_text(blocks).strip()):
         raise EmptyContent(field="content")

@@ -21,6 +21,7 @@ __all__ = [
     "InvalidRole",
     "InvalidScope",
     "InvalidSource",
+    "InvalidText",
     "MessageNotFound",
     "MessageTooLarge",
     "NoScope",
@@ -162,6 +163,11 @@ class MessageTooLarge(InvalidInput):
 class NulCharacter(InvalidInput):
     code = "nul_character"
     default_message = "Text may not contain NUL (\\u0000) characters."
+
+
+class InvalidText(InvalidInput):
+    code = "invalid_text"
+    default_message = "Text must be valid Unicode (no lone surrogate characters)."
 
 
 class ValueTooLong(InvalidInput):

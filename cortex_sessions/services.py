@@ -24,7 +24,7 @@ from .conf import app_settings
 from .content import (
     check_json_object,
     content_text,
-    ensure_no_nul,
+    ensure_storable_text,
     is_conversation,
     json_bytes,
     normalize_content,
@@ -72,6 +72,8 @@ __all__ = [
 ORDERING_FIELDS = ("created_at", "updated_at", "title", "message_count")
 DEFAULT_ORDERING = "-updated_at"
 TITLE_MAX_CHARS = 500
+#: Largest integer a filter, page bound or ``seq`` may be (a signed 64-bit column).
+MAX_INT64 = 2**63 - 1
 AGENT_ID_MAX_CHARS = 255
 
 _UNSET: Any = object()
@@ -127,7 +129,9 @@ def _check_agent_id(agent_id: Any) -> str:
         raise InvalidAgentId("agent_id is required.", field="agent_id")
     if len(agent_id) > AGENT_ID_MAX_CHARS:
         raise InvalidAgentId(field="agent_id")
-    if any(ord(char) < 32 or ord(char) == 127 for char in agent_id):
+    if any(
+        ord(char) < 32 or ord(char) == 127 or 0xD800 <= ord(char) <= 0xDFFF for char in agent_id
+    ):
         raise InvalidAgentId(field="agent_id")
     return agent_id
 
@@ -150,7 +154,7 @@ def check_agent_id(agent_id: Any) -> str:
 def _check_title(title: Any) -> str:
     if not isinstance(title, str):
         raise InvalidInput("title must be a string.", field="title")
-    ensure_no_nul(title, field="title")
+    ensure_storable_text(title, field="title")
     if len(title) > TITLE_MAX_CHARS:
         raise ValueTooLong(
             f"title is {len(title)} characters; at most {TITLE_MAX_CHARS} are allowed.",
@@ -164,8 +168,28 @@ def _check_cwd(cwd: Any) -> str | None:
         return None
     if not isinstance(cwd, str):
         raise InvalidInput("cwd must be a string or null.", field="cwd")
-    ensure_no_nul(cwd, field="cwd")
+    ensure_storable_text(cwd, field="cwd")
     return cwd
+
+
+def _check_int(value: Any, *, field: str, minimum: int) -> int:
+    """An integer from ``minimum`` to the largest 64-bit value, or ``InvalidFilter``."""
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= MAX_INT64:
+        raise InvalidFilter(
+            f"{field} must be an integer from {minimum} to {MAX_INT64}; got {value!r}.",
+            field=field,
+        )
+    return value
+
+
+def _check_filter_text(value: Any, *, field: str) -> str | None:
+    """``None``, or a string that can be compared on any database (no NUL, no lone surrogate)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidFilter(f"{field} must be a string; got {value!r}.", field=field)
+    ensure_storable_text(value, field=field)
+    return value
 
 
 def _check_metadata(metadata: Any) -> dict[str, Any]:
@@ -272,9 +296,13 @@ def session_queryset(
 
     Raises:
         NoScope, InvalidScope: the scope is missing or malformed.
-        InvalidFilter: ``ordering`` is not an accepted value.
+        InvalidFilter: ``ordering`` is not an accepted value, or ``agent_id``/``search`` is
+            not a string.
+        NulCharacter, InvalidText: ``agent_id``/``search`` holds NUL or a lone surrogate.
     """
     queryset = Session.objects.within(scope, exact=exact)
+    agent_id = _check_filter_text(agent_id, field="agent_id")
+    search = _check_filter_text(search, field="search")
     if agent_id is not None:
         queryset = queryset.filter(agent_id=agent_id)
     if default_only:
@@ -282,7 +310,11 @@ def session_queryset(
     if search:
         queryset = queryset.filter(title__icontains=search)
     ordering = ordering or DEFAULT_ORDERING
-    if ordering.lstrip("-") not in ORDERING_FIELDS or ordering.count("-") > 1:
+    if (
+        not isinstance(ordering, str)
+        or ordering.lstrip("-") not in ORDERING_FIELDS
+        or ordering.count("-") > 1
+    ):
         raise InvalidFilter(
             f"ordering must be one of {', '.join(ORDERING_FIELDS)} (optionally prefixed with "
             f"'-'); got {ordering!r}.",
@@ -306,14 +338,16 @@ def list_sessions(
     """A page of the sessions at ``scope`` (DESIGN §7.2; filters as :func:`session_queryset`).
 
     Args:
-        limit: most rows returned (``None``: no limit); must be ``>= 0``.
-        offset: rows skipped; must be ``>= 0``.
+        limit: most rows returned (``None``: no limit); an integer ``>= 0``.
+        offset: rows skipped; an integer ``>= 0``.
 
     Raises:
-        NoScope, InvalidScope, InvalidFilter.
+        NoScope, InvalidScope.
+        InvalidFilter: a bad ordering, filter or page bound (as :func:`session_queryset`).
     """
-    if offset < 0 or (limit is not None and limit < 0):
-        raise InvalidFilter("limit and offset must not be negative.", field="limit")
+    _check_int(offset, field="offset", minimum=0)
+    if limit is not None:
+        _check_int(limit, field="limit", minimum=0)
     queryset = session_queryset(
         scope=scope,
         agent_id=agent_id,
@@ -358,7 +392,7 @@ def get_session(
         SessionNotFound: no such session, out of scope, or another agent's — all alike (§6.1).
     """
     queryset = Session.objects.within(scope)
-    if agent_id is not None:
+    if _check_filter_text(agent_id, field="agent_id") is not None:
         queryset = queryset.filter(agent_id=agent_id)
     try:
         return queryset.get(pk=_session_id(session_id))
@@ -645,10 +679,14 @@ def list_messages(
             Without either, the newest ``limit`` messages. Both may be combined.
 
     Raises:
-        NoScope, InvalidScope, SessionNotFound, InvalidFilter (``limit < 1``).
+        NoScope, InvalidScope, SessionNotFound.
+        InvalidFilter: ``limit`` is not an integer ``>= 1`` or a seq bound not one ``>= 0``.
     """
-    if not isinstance(limit, int) or limit < 1:
-        raise InvalidFilter("limit must be a positive integer.", field="limit")
+    _check_int(limit, field="limit", minimum=1)
+    if after_seq is not None:
+        _check_int(after_seq, field="after_seq", minimum=0)
+    if before_seq is not None:
+        _check_int(before_seq, field="before_seq", minimum=0)
     session = get_session(scope=scope, session_id=session_id)
     queryset = Message.objects.filter(session=session)
     if after_seq is not None:
@@ -668,7 +706,9 @@ def delete_message(*, scope: Scope | str, session_id: uuid.UUID | str, seq: int)
 
     Raises:
         NoScope, InvalidScope, SessionNotFound, MessageNotFound.
+        InvalidFilter: ``seq`` is not an integer ``>= 1``.
     """
+    _check_int(seq, field="seq", minimum=1)
     with transaction.atomic(using=_db_for_write()):
         session = _locked_session(scope, session_id)
         deleted, _ = Message.objects.filter(session=session, seq=seq).delete()

@@ -122,8 +122,10 @@ def _external_id(value: Any) -> str | None:
         value = str(value)
     if not isinstance(value, str) or not value.strip():
         raise InvalidConversation("id must be a non-empty string or an integer.", field="id")
-    if any(ord(char) < 32 or ord(char) == 127 for char in value):
-        raise InvalidConversation("id may not contain control characters.", field="id")
+    if any(ord(char) < 32 or ord(char) == 127 or 0xD800 <= ord(char) <= 0xDFFF for char in value):
+        raise InvalidConversation(
+            "id may not contain control characters or lone surrogates.", field="id"
+        )
     size = len(value.encode("utf-8", "surrogatepass"))
     if size > EXTERNAL_ID_MAX_BYTES:
         raise InvalidConversation(

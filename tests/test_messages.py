@@ -105,6 +105,7 @@ def test_non_text_blocks_are_kept_as_given(session):
         ({"role": "user", "content": [{"type": "text"}]}, InvalidContent, "invalid_content"),
         ({"role": "user", "content": ["bare"]}, InvalidContent, "invalid_content"),
         ({"role": "user", "content": "a\x00b"}, NulCharacter, "nul_character"),
+        ({"role": "user", "content": "a\ud800b"}, InvalidInput, "invalid_text"),
         (
             {"role": "user", "content": [{"type": "image", "alt": "\x00"}]},
             NulCharacter,
@@ -209,6 +210,23 @@ def test_list_messages_returns_newest_page_in_chronological_order(session):
     assert seqs(limit=50) == list(range(1, 11))
     with pytest.raises(InvalidInput):
         seqs(limit=0)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"after_seq": "x"}, {"before_seq": -1}, {"limit": 2**64}, {"after_seq": True}]
+)
+def test_bad_message_page_arguments_are_invalid_filter(session, kwargs):
+    with pytest.raises(InvalidInput) as info:
+        services.list_messages(scope=SCOPE, session_id=session.pk, **kwargs)
+    assert info.value.code == "invalid_filter"
+
+
+@pytest.mark.parametrize("seq", ["abc", 1.5, 0, True])
+def test_delete_message_with_a_seq_that_is_not_a_positive_integer_deletes_nothing(session, seq):
+    append(session, {"role": "user", "content": "keep"})
+    with pytest.raises(InvalidInput):
+        services.delete_message(scope=SCOPE, session_id=session.pk, seq=seq)
+    assert stored(session).message_count == 1 == Message.objects.count()
 
 
 def test_list_messages_out_of_scope_is_not_found(session):

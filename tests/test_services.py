@@ -11,6 +11,7 @@ from cortex_sessions.exceptions import (
     DefaultConflict,
     InvalidAgentId,
     InvalidFilter,
+    InvalidInput,
     InvalidMetadata,
     InvalidScope,
     NoScope,
@@ -352,3 +353,44 @@ def test_signals_are_sent_after_commit(django_capture_on_commit_callbacks):
     assert sent == [signals.session_created, signals.messages_appended, signals.session_deleted]
     assert seen[1][1]["messages"][0].seq == 1
     assert seen[2][1]["session_id"] == session.pk and seen[2][1]["scope"] == ALICE
+
+
+# -- bad arguments from Python callers ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "code"),
+    [
+        ({"limit": "5"}, "invalid_filter"),
+        ({"limit": True}, "invalid_filter"),
+        ({"offset": 2**70}, "invalid_filter"),
+        ({"offset": 1.5}, "invalid_filter"),
+        ({"ordering": ["title"]}, "invalid_filter"),
+        ({"search": 5}, "invalid_filter"),
+        ({"search": "a\x00"}, "nul_character"),
+        ({"agent_id": "a\x00"}, "nul_character"),
+        ({"agent_id": "\ud800"}, "invalid_text"),
+    ],
+)
+def test_bad_list_arguments_raise_a_coded_error_on_every_database(kwargs, code):
+    make()
+    with pytest.raises(InvalidInput) as info:
+        services.list_sessions(scope=ALICE, **kwargs)
+    assert info.value.code == code
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"title": "\udc00"},
+        {"cwd": "/x\ud800"},
+        {"metadata": {"k": "\ud800"}},
+        {"agent_id": "\ud800"},
+    ],
+)
+def test_lone_surrogates_are_refused_before_the_database(kwargs):
+    arguments = {"scope": ALICE, "agent_id": "agent-1", **kwargs}
+    with pytest.raises(InvalidInput) as info:
+        services.create_session(**arguments)
+    assert info.value.code in {"invalid_text", "invalid_agent_id"}
+    assert not Session.objects.exists()
