@@ -42,11 +42,12 @@ from . import services
 from .content import preview
 from .exceptions import CortexSessionsError, MessageNotFound, SessionNotFound
 from .forms import SessionAddForm, SessionChangeForm
-from .models import Message, Session
+from .models import ImportedConversation, Message, Session
 
 __all__ = [
     "INLINE_MESSAGES",
     "BackfilledListFilter",
+    "ImportedConversationAdmin",
     "MessageAdmin",
     "MessageInline",
     "MessageSessionListFilter",
@@ -602,3 +603,36 @@ class MessageAdmin(admin.ModelAdmin):
     def pretty_content(self, obj: Message) -> str:
         """The content blocks as indented JSON."""
         return format_html("<pre>{}</pre>", json.dumps(obj.content, indent=2, ensure_ascii=False))
+
+
+@admin.register(ImportedConversation)
+class ImportedConversationAdmin(admin.ModelAdmin):
+    """Read-only list of the external ids sessions were imported under (``transfer``).
+
+    Rows are written by ``cortex_sessions_import`` in the transaction that creates the session
+    and go away with it; the admin only shows them, searchable by external id, agent or scope.
+    """
+
+    list_display = ("external_id", "agent_id", "scope", "session_link", "imported_at")
+    list_filter = ("agent_id",)
+    search_fields = ("external_id", "agent_id", "scope")
+    list_select_related = ("session",)
+    ordering = ("-imported_at", "-id")
+    show_full_result_count = False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description=_("session"), ordering="session_id")
+    def session_link(self, obj: ImportedConversation) -> str:
+        """The imported session, linked to its admin page."""
+        url = reverse(
+            f"{self.admin_site.name}:cortex_sessions_session_change", args=[quote(obj.session_id)]
+        )
+        return format_html('<a href="{}">{}</a>', url, obj.session)
