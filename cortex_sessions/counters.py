@@ -10,12 +10,25 @@ from typing import Any
 from django.db.models import Q
 
 from .conf import app_settings
-from .content import content_text, preview
+from .content import content_text, is_conversation, preview
 
-__all__ = ["CONVERSATION_Q", "newest_conversation_text"]
+__all__ = ["CONVERSATION_Q", "last_message_of", "newest_conversation_text"]
 
 #: Conversation messages (DESIGN §3.2) as a query predicate.
 CONVERSATION_Q = Q(role="assistant") | Q(role="user", source__in=["user", "checkpoint"])
+
+
+def last_message_of(role: str, source: str, content: Any) -> str:
+    """The ``last_message`` one message gives: the preview of its text if it is a conversation
+    message (DESIGN §3.2) with non-blank text, else ``""`` (DESIGN §5).
+
+    Returns:
+        The text cut to ``LAST_MESSAGE_PREVIEW_CHARS`` characters with ``…`` when cut, or ``""``.
+    """
+    if not is_conversation(role, source):
+        return ""
+    text = content_text(content)
+    return preview(text, app_settings.LAST_MESSAGE_PREVIEW_CHARS) if text.strip() else ""
 
 
 def newest_conversation_text(messages: Any) -> str:
@@ -30,9 +43,8 @@ def newest_conversation_text(messages: Any) -> str:
 
     Reads newest first in chunks and stops at the first hit, so it does not load the session.
     """
-    rows = messages.filter(CONVERSATION_Q).order_by("-seq").values_list("content", flat=True)
-    for content in rows.iterator(chunk_size=50):
-        text = content_text(content)
-        if text.strip():
-            return preview(text, app_settings.LAST_MESSAGE_PREVIEW_CHARS)
+    rows = messages.filter(CONVERSATION_Q).order_by("-seq").values_list("role", "source", "content")
+    for role, source, content in rows.iterator(chunk_size=50):
+        if last := last_message_of(role, source, content):
+            return last
     return ""

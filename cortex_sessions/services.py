@@ -23,14 +23,11 @@ from . import signals
 from .conf import app_settings
 from .content import (
     check_json_object,
-    content_text,
     ensure_storable_text,
-    is_conversation,
     json_bytes,
     normalize_content,
-    preview,
 )
-from .counters import newest_conversation_text
+from .counters import last_message_of, newest_conversation_text
 from .exceptions import (
     DefaultConflict,
     InvalidAgentId,
@@ -647,9 +644,8 @@ def append_messages(
             "updated_at": timezone.now(),
         }
         for message in reversed(created):
-            text = content_text(message.content)
-            if is_conversation(message.role, message.source) and text.strip():
-                changes["last_message"] = preview(text, app_settings.LAST_MESSAGE_PREVIEW_CHARS)
+            if last := last_message_of(message.role, message.source, message.content):
+                changes["last_message"] = last
                 break
         Session.objects.filter(pk=session.pk).update(
             message_count=F("message_count") + len(created), **changes
