@@ -167,7 +167,7 @@ def test_make_default_succeeds_while_other_swaps_keep_overlapping_it(monkeypatch
         finally:
             connections.close_all()
 
-    locked_session = services._locked_session
+    locked_session = services.sessions._locked_session
 
     def lock_then_overlap(*args: Any, **kwargs: Any) -> Session:
         session = locked_session(*args, **kwargs)
@@ -176,7 +176,7 @@ def test_make_default_succeeds_while_other_swaps_keep_overlapping_it(monkeypatch
         assert held.wait(timeout=10)
         return session
 
-    monkeypatch.setattr(services, "_locked_session", lock_then_overlap)
+    monkeypatch.setattr(services.sessions, "_locked_session", lock_then_overlap)
     with ThreadPoolExecutor(max_workers=1) as pool:
         helper = pool.submit(other_swaps)
         try:

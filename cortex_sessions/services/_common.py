@@ -1,0 +1,129 @@
+"""Validation and helpers every service module shares (DESIGN §7.1)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import router, transaction
+
+from ..content import check_json_object, ensure_storable_text
+from ..exceptions import InvalidAgentId, InvalidFilter, InvalidInput, SessionNotFound, ValueTooLong
+from ..models import Session
+from ..scope import Scope
+
+#: Orderings a session list accepts, each optionally prefixed with ``-`` (DESIGN §7.2).
+ORDERING_FIELDS = ("created_at", "updated_at", "title", "message_count")
+DEFAULT_ORDERING = "-updated_at"
+TITLE_MAX_CHARS = 500
+#: Largest integer a filter, page bound or ``seq`` may be (a signed 64-bit column).
+MAX_INT64 = 2**63 - 1
+AGENT_ID_MAX_CHARS = 255
+
+_UNSET: Any = object()
+
+
+# -- validation helpers ---------------------------------------------------------------------------
+
+
+def _check_agent_id(agent_id: Any) -> str:
+    if not isinstance(agent_id, str) or not agent_id.strip():
+        raise InvalidAgentId("agent_id is required.", field="agent_id")
+    if len(agent_id) > AGENT_ID_MAX_CHARS:
+        raise InvalidAgentId(field="agent_id")
+    if any(
+        ord(char) < 32 or ord(char) == 127 or 0xD800 <= ord(char) <= 0xDFFF for char in agent_id
+    ):
+        raise InvalidAgentId(field="agent_id")
+    return agent_id
+
+
+def check_agent_id(agent_id: Any) -> str:
+    """Validate an agent id as the services do (1–255 characters, no control characters).
+
+    For callers that must refuse a bad agent id before doing any work (e.g. an import).
+
+    Returns:
+        ``agent_id`` unchanged.
+
+    Raises:
+        InvalidAgentId: it is not a non-blank string of at most 255 characters without
+            control characters.
+    """
+    return _check_agent_id(agent_id)
+
+
+def _check_title(title: Any) -> str:
+    if not isinstance(title, str):
+        raise InvalidInput("title must be a string.", field="title")
+    ensure_storable_text(title, field="title")
+    if len(title) > TITLE_MAX_CHARS:
+        raise ValueTooLong(
+            f"title is {len(title)} characters; at most {TITLE_MAX_CHARS} are allowed.",
+            field="title",
+        )
+    return title
+
+
+def _check_cwd(cwd: Any) -> str | None:
+    if cwd is None:
+        return None
+    if not isinstance(cwd, str):
+        raise InvalidInput("cwd must be a string or null.", field="cwd")
+    ensure_storable_text(cwd, field="cwd")
+    return cwd
+
+
+def _check_int(value: Any, *, field: str, minimum: int) -> int:
+    """An integer from ``minimum`` to the largest 64-bit value, or ``InvalidFilter``."""
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= MAX_INT64:
+        raise InvalidFilter(
+            f"{field} must be an integer from {minimum} to {MAX_INT64}; got {value!r}.",
+            field=field,
+        )
+    return value
+
+
+def _check_filter_text(value: Any, *, field: str) -> str | None:
+    """``None``, or a string that can be compared on any database (no NUL, no lone surrogate)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidFilter(f"{field} must be a string; got {value!r}.", field=field)
+    ensure_storable_text(value, field=field)
+    return value
+
+
+def _check_metadata(metadata: Any) -> dict[str, Any]:
+    """``None`` → ``{}``; a mapping → a validated dict copy; anything else → ``InvalidMetadata``
+    (``dict()`` of a list of pairs would otherwise silently turn it into an object)."""
+    if metadata is None:
+        return {}
+    return check_json_object(dict(metadata) if isinstance(metadata, Mapping) else metadata)
+
+
+def _session_id(session_id: Any) -> uuid.UUID:
+    """Parse a session id; anything that is not a UUID is simply not found (DESIGN §7.3)."""
+    if isinstance(session_id, uuid.UUID):
+        return session_id
+    try:
+        return uuid.UUID(str(session_id))
+    except (TypeError, ValueError, AttributeError):
+        raise SessionNotFound() from None
+
+
+def _db_for_write() -> str:
+    return router.db_for_write(Session)
+
+
+def _locked_session(scope: Scope | str, session_id: uuid.UUID | str) -> Session:
+    """The in-scope session row, locked for update until the transaction ends."""
+    try:
+        return Session.objects.within(scope).select_for_update().get(pk=_session_id(session_id))
+    except Session.DoesNotExist:
+        raise SessionNotFound() from None
+
+
+def _send_on_commit(signal: Any, **kwargs: Any) -> None:
+    transaction.on_commit(lambda: signal.send(sender=Session, **kwargs), using=_db_for_write())

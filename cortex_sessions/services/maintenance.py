@@ -1,0 +1,88 @@
+"""Operator services: verify and repair counters (DESIGN §5)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.db.models import Count
+
+from ..exceptions import InvalidInput
+from ..models import Message, Session
+from ..scope import Scope
+from ._common import _db_for_write, _session_id
+from .messages import _newest_text
+
+
+@dataclass(frozen=True)
+class CounterDrift:
+    """A session whose stored counters differed from its rows (DESIGN §5)."""
+
+    session_id: uuid.UUID
+    stored_count: int
+    actual_count: int
+    stored_last_message: str
+    actual_last_message: str
+
+
+# -- maintenance ----------------------------------------------------------------------------------
+
+
+def recount_sessions(
+    *,
+    scope: Scope | str | None = None,
+    all_scopes: bool = False,
+    session_ids: Iterable[uuid.UUID | str] | None = None,
+    repair: bool = True,
+) -> list[CounterDrift]:
+    """Verify ``message_count`` and ``last_message`` against the rows, repairing drift (§5).
+
+    An operator tool: pass a ``scope`` or, to check every session, ``all_scopes=True``.
+    Each session is checked and repaired in its own transaction under its row lock.
+
+    Args:
+        scope: check sessions at and beneath this scope.
+        all_scopes: check every session instead (``scope`` must then be ``None``).
+        session_ids: check only these sessions (those of them within ``scope``), e.g. the
+            ones an operator selected in the admin.
+        repair: write the correct values (``False``: only report).
+
+    Returns:
+        One :class:`CounterDrift` for each session whose stored values were wrong.
+
+    Raises:
+        NoScope: neither ``scope`` nor ``all_scopes`` was given.
+        InvalidScope: ``scope`` is malformed.
+        SessionNotFound: an entry of ``session_ids`` is not a UUID.
+    """
+    if all_scopes and scope is not None:
+        raise InvalidInput("Give a scope or all_scopes=True, not both.", field="scope")
+    sessions = Session.objects.all() if all_scopes else Session.objects.within(scope)  # type: ignore[arg-type]
+    if session_ids is not None:
+        sessions = sessions.filter(pk__in=[_session_id(value) for value in session_ids])
+    drifts: list[CounterDrift] = []
+    for session_pk in sessions.order_by("pk").values_list("pk", flat=True).iterator():
+        with transaction.atomic(using=_db_for_write()):
+            session = Session.objects.select_for_update().filter(pk=session_pk).first()
+            if session is None:
+                continue
+            actual = Message.objects.filter(session=session).aggregate(n=Count("pk"))["n"]
+            last = _newest_text(session)
+            if actual == session.message_count and last == session.last_message:
+                continue
+            drifts.append(
+                CounterDrift(
+                    session_id=session.pk,
+                    stored_count=session.message_count,
+                    actual_count=actual,
+                    stored_last_message=session.last_message,
+                    actual_last_message=last,
+                )
+            )
+            if repair:
+                Session.objects.filter(pk=session.pk).update(
+                    message_count=actual, last_message=last
+                )
+    return drifts

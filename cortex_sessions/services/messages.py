@@ -1,0 +1,252 @@
+"""Message services: append, list, delete, clear (DESIGN §5, §7.1)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from .. import signals
+from ..conf import app_settings
+from ..content import json_bytes, normalize_content
+from ..counters import last_message_of, newest_conversation_text
+from ..exceptions import InvalidInput, InvalidRole, InvalidSource, MessageNotFound, MessageTooLarge
+from ..models import Message, Session
+from ..scope import Scope
+from ._common import _check_int, _check_metadata, _db_for_write, _locked_session, _send_on_commit
+from .sessions import get_session
+
+
+@dataclass(frozen=True)
+class MessageInput:
+    """One message to append (DESIGN §3.2, §7.3).
+
+    Attributes:
+        role: ``user``, ``assistant``, ``system`` or ``tool``.
+        content: a string (becomes one text block) or a list of content blocks.
+        source: ``user``, ``checkpoint``, ``session-reference`` or ``host``; defaults to
+            ``user`` for the ``user`` role and ``host`` for the others.
+        metadata: host-owned JSON object.
+        created_at: when the message was written; defaults to now (importers pass the original).
+    """
+
+    role: str
+    content: Any
+    source: str | None = None
+    metadata: Mapping[str, Any] | None = None
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """What :func:`append_messages` wrote: the session with its new counters, and the rows."""
+
+    session: Session
+    messages: list[Message] = field(default_factory=list)
+
+
+def _build_message(item: MessageInput | Mapping[str, Any], index: int) -> dict[str, Any]:
+    """Validate one message input; returns the column values (without session and seq)."""
+    if isinstance(item, Mapping):
+        unknown = set(item) - {"role", "content", "source", "metadata", "created_at"}
+        if unknown:
+            raise InvalidInput(
+                f"messages[{index}] has unknown keys: {', '.join(sorted(map(str, unknown)))}.",
+                field="messages",
+            )
+        item = MessageInput(
+            role=item.get("role"),  # type: ignore[arg-type]
+            content=item.get("content"),
+            source=item.get("source"),
+            metadata=item.get("metadata"),
+            created_at=item.get("created_at"),
+        )
+    elif not isinstance(item, MessageInput):
+        raise InvalidInput(f"messages[{index}] must be an object.", field="messages")
+    if item.role not in Message.Role.values:
+        raise InvalidRole(
+            f"role must be one of {', '.join(Message.Role.values)}; got {item.role!r}.",
+            field="role",
+        )
+    source = item.source
+    if source is None:
+        source = Message.Source.USER if item.role == Message.Role.USER else Message.Source.HOST
+    if source not in Message.Source.values:
+        raise InvalidSource(
+            f"source must be one of {', '.join(Message.Source.values)}; got {source!r}.",
+            field="source",
+        )
+    content = normalize_content(item.content)
+    metadata = _check_metadata(item.metadata)
+    size = json_bytes(content, field="content") + json_bytes(metadata, field="metadata")
+    limit = app_settings.MAX_MESSAGE_BYTES
+    if size > limit:
+        raise MessageTooLarge(
+            f"The message is {size} bytes of JSON; MAX_MESSAGE_BYTES is {limit}.",
+            field="content",
+            size=size,
+            limit=limit,
+        )
+    created_at = item.created_at
+    if created_at is not None and not isinstance(created_at, datetime):
+        raise InvalidInput("created_at must be a datetime.", field="created_at")
+    return {
+        "role": item.role,
+        "source": source,
+        "content": content,
+        "metadata": metadata,
+        "created_at": created_at or timezone.now(),
+    }
+
+
+# -- messages -------------------------------------------------------------------------------------
+
+
+def _newest_text(session: Session) -> str:
+    return newest_conversation_text(Message.objects.filter(session=session))
+
+
+def append_messages(
+    *,
+    scope: Scope | str,
+    session_id: uuid.UUID | str,
+    messages: Sequence[MessageInput | Mapping[str, Any]],
+) -> AppendResult:
+    """Append one or many messages to a session, atomically (DESIGN §5, §7.1).
+
+    All messages are validated before anything is written; then, in one transaction holding
+    the session's row lock, they get the next ``seq`` values and ``message_count``,
+    ``last_message`` and ``updated_at`` move with them. Nothing is written if any input is bad.
+
+    Args:
+        scope: the caller's scope; the session must lie at or beneath it.
+        session_id: the session to append to.
+        messages: :class:`MessageInput` objects or mappings with the same keys.
+
+    Returns:
+        :class:`AppendResult` with the refreshed session and the new rows in order.
+
+    Raises:
+        NoScope, InvalidScope, SessionNotFound.
+        InvalidInput (and its subclasses InvalidRole, InvalidSource, InvalidContent,
+        EmptyContent, MessageTooLarge, NulCharacter, InvalidMetadata): bad input.
+    """
+    if isinstance(messages, Mapping | MessageInput) or not isinstance(messages, Sequence):
+        raise InvalidInput("messages must be a list of messages.", field="messages")
+    if not messages:
+        raise InvalidInput("At least one message is required.", field="messages")
+    rows = [_build_message(item, index) for index, item in enumerate(messages)]
+    with transaction.atomic(using=_db_for_write()):
+        session = _locked_session(scope, session_id)
+        created = Message.objects.bulk_create(
+            Message(
+                session=session,
+                agent_id=session.agent_id,
+                scope=session.scope,
+                seq=session.last_seq + offset,
+                **row,
+            )
+            for offset, row in enumerate(rows, start=1)
+        )
+        changes: dict[str, Any] = {
+            "last_seq": session.last_seq + len(created),
+            "updated_at": timezone.now(),
+        }
+        for message in reversed(created):
+            if last := last_message_of(message.role, message.source, message.content):
+                changes["last_message"] = last
+                break
+        Session.objects.filter(pk=session.pk).update(
+            message_count=F("message_count") + len(created), **changes
+        )
+        # The row is locked, so the new values are known without reading the row back.
+        changes["message_count"] = session.message_count + len(created)
+        for name, value in changes.items():
+            setattr(session, name, value)
+    _send_on_commit(signals.messages_appended, session=session, messages=created)
+    return AppendResult(session=session, messages=created)
+
+
+def list_messages(
+    *,
+    scope: Scope | str,
+    session_id: uuid.UUID | str,
+    limit: int = 50,
+    after_seq: int | None = None,
+    before_seq: int | None = None,
+) -> list[Message]:
+    """Messages of a session in chronological (``seq``) order (DESIGN §7.1).
+
+    Args:
+        limit: most messages returned, ``>= 1``.
+        after_seq: return the oldest ``limit`` messages with ``seq > after_seq``.
+        before_seq: return the newest ``limit`` messages with ``seq < before_seq``.
+            Without either, the newest ``limit`` messages. Both may be combined.
+
+    Raises:
+        NoScope, InvalidScope, SessionNotFound.
+        InvalidFilter: ``limit`` is not an integer ``>= 1`` or a seq bound not one ``>= 0``.
+    """
+    _check_int(limit, field="limit", minimum=1)
+    if after_seq is not None:
+        _check_int(after_seq, field="after_seq", minimum=0)
+    if before_seq is not None:
+        _check_int(before_seq, field="before_seq", minimum=0)
+    session = get_session(scope=scope, session_id=session_id)
+    queryset = Message.objects.filter(session=session)
+    if after_seq is not None:
+        queryset = queryset.filter(seq__gt=after_seq)
+    if before_seq is not None:
+        queryset = queryset.filter(seq__lt=before_seq)
+    if after_seq is not None and before_seq is None:
+        return list(queryset.order_by("seq")[:limit])
+    return list(reversed(queryset.order_by("-seq")[:limit]))
+
+
+def delete_message(*, scope: Scope | str, session_id: uuid.UUID | str, seq: int) -> Session:
+    """Delete one message; its ``seq`` is never reused and the counters follow (DESIGN §5).
+
+    Returns:
+        The session with its new counters.
+
+    Raises:
+        NoScope, InvalidScope, SessionNotFound, MessageNotFound.
+        InvalidFilter: ``seq`` is not an integer ``>= 1``.
+    """
+    _check_int(seq, field="seq", minimum=1)
+    with transaction.atomic(using=_db_for_write()):
+        session = _locked_session(scope, session_id)
+        deleted, _ = Message.objects.filter(session=session, seq=seq).delete()
+        if not deleted:
+            raise MessageNotFound()
+        Session.objects.filter(pk=session.pk).update(
+            message_count=F("message_count") - deleted,
+            last_message=_newest_text(session),
+            updated_at=timezone.now(),
+        )
+        session.refresh_from_db()
+    return session
+
+
+def clear_messages(*, scope: Scope | str, session_id: uuid.UUID | str) -> int:
+    """Delete every message of a session; counters go to zero in the same transaction (§5).
+
+    Returns:
+        How many messages were deleted.
+
+    Raises:
+        NoScope, InvalidScope, SessionNotFound.
+    """
+    with transaction.atomic(using=_db_for_write()):
+        session = _locked_session(scope, session_id)
+        deleted, _ = Message.objects.filter(session=session).delete()
+        Session.objects.filter(pk=session.pk).update(
+            message_count=0, last_message="", updated_at=timezone.now()
+        )
+    return deleted

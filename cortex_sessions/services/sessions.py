@@ -1,0 +1,347 @@
+"""Session services: list, count, get, create, update, delete, resolve, make-default (DESIGN §6, §7)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from .. import signals
+from ..content import check_json_object
+from ..exceptions import DefaultConflict, InvalidFilter, SessionNotFound
+from ..models import Message, Session, SessionQuerySet
+from ..scope import Scope, as_scope
+from ._common import (
+    _UNSET,
+    DEFAULT_ORDERING,
+    ORDERING_FIELDS,
+    _check_agent_id,
+    _check_cwd,
+    _check_filter_text,
+    _check_int,
+    _check_metadata,
+    _check_title,
+    _db_for_write,
+    _locked_session,
+    _send_on_commit,
+    _session_id,
+)
+
+# -- session reads --------------------------------------------------------------------------------
+
+
+def session_queryset(
+    *,
+    scope: Scope | str,
+    agent_id: str | None = None,
+    exact: bool = False,
+    default_only: bool = False,
+    search: str | None = None,
+    ordering: str | None = None,
+) -> SessionQuerySet:
+    """The sessions a list at ``scope`` shows, filtered and ordered (DESIGN §7.2).
+
+    Args:
+        scope: the caller's scope; rows at it and beneath it match, or only at it with ``exact``.
+        agent_id: only this agent's sessions.
+        exact: match rows stored at ``scope`` itself only.
+        default_only: only default sessions.
+        search: case-insensitive substring of the title; ``%`` and ``_`` match literally.
+        ordering: one of ``ORDERING_FIELDS``, optionally ``-``-prefixed; default
+            ``-updated_at``. Ties are broken by id in the same direction so pages are stable.
+
+    Returns:
+        An unevaluated queryset (callers paginate it).
+
+    Raises:
+        NoScope, InvalidScope: the scope is missing or malformed.
+        InvalidFilter: ``ordering`` is not an accepted value, or ``agent_id``/``search`` is
+            not a string.
+        NulCharacter, InvalidText: ``agent_id``/``search`` holds NUL or a lone surrogate.
+    """
+    queryset = Session.objects.within(scope, exact=exact)
+    agent_id = _check_filter_text(agent_id, field="agent_id")
+    search = _check_filter_text(search, field="search")
+    if agent_id is not None:
+        queryset = queryset.filter(agent_id=agent_id)
+    if default_only:
+        queryset = queryset.filter(is_default=True)
+    if search:
+        queryset = queryset.filter(title__icontains=search)
+    ordering = ordering or DEFAULT_ORDERING
+    if (
+        not isinstance(ordering, str)
+        or ordering.lstrip("-") not in ORDERING_FIELDS
+        or ordering.count("-") > 1
+    ):
+        raise InvalidFilter(
+            f"ordering must be one of {', '.join(ORDERING_FIELDS)} (optionally prefixed with "
+            f"'-'); got {ordering!r}.",
+            field="ordering",
+        )
+    tie = "-id" if ordering.startswith("-") else "id"
+    return queryset.order_by(ordering, tie)
+
+
+def list_sessions(
+    *,
+    scope: Scope | str,
+    agent_id: str | None = None,
+    exact: bool = False,
+    default_only: bool = False,
+    search: str | None = None,
+    ordering: str | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+) -> list[Session]:
+    """A page of the sessions at ``scope`` (DESIGN §7.2; filters as :func:`session_queryset`).
+
+    Args:
+        limit: most rows returned (``None``: no limit); an integer ``>= 0``.
+        offset: rows skipped; an integer ``>= 0``.
+
+    Raises:
+        NoScope, InvalidScope.
+        InvalidFilter: a bad ordering, filter or page bound (as :func:`session_queryset`).
+    """
+    _check_int(offset, field="offset", minimum=0)
+    if limit is not None:
+        _check_int(limit, field="limit", minimum=0)
+    queryset = session_queryset(
+        scope=scope,
+        agent_id=agent_id,
+        exact=exact,
+        default_only=default_only,
+        search=search,
+        ordering=ordering,
+    )
+    end = None if limit is None else offset + limit
+    return list(queryset[offset:end])
+
+
+def count_sessions(
+    *,
+    scope: Scope | str,
+    agent_id: str | None = None,
+    exact: bool = False,
+    default_only: bool = False,
+    search: str | None = None,
+) -> int:
+    """How many sessions :func:`list_sessions` would list with the same filters (DESIGN §7.2).
+
+    Raises:
+        NoScope, InvalidScope.
+    """
+    return (
+        session_queryset(
+            scope=scope, agent_id=agent_id, exact=exact, default_only=default_only, search=search
+        )
+        .order_by()
+        .count()
+    )
+
+
+def get_session(
+    *, scope: Scope | str, session_id: uuid.UUID | str, agent_id: str | None = None
+) -> Session:
+    """The session ``session_id`` if it lies at or beneath ``scope`` (and is ``agent_id``'s).
+
+    Raises:
+        NoScope, InvalidScope: the scope is missing or malformed.
+        SessionNotFound: no such session, out of scope, or another agent's — all alike (§6.1).
+    """
+    queryset = Session.objects.within(scope)
+    if _check_filter_text(agent_id, field="agent_id") is not None:
+        queryset = queryset.filter(agent_id=agent_id)
+    try:
+        return queryset.get(pk=_session_id(session_id))
+    except Session.DoesNotExist:
+        raise SessionNotFound() from None
+
+
+# -- session writes -------------------------------------------------------------------------------
+
+
+def create_session(
+    *,
+    scope: Scope | str,
+    agent_id: str,
+    title: str = "",
+    metadata: Mapping[str, Any] | None = None,
+    cwd: str | None = None,
+    is_default: bool = False,
+) -> Session:
+    """Create a session of ``agent_id`` at exactly ``scope`` (DESIGN §3.1).
+
+    Args:
+        scope: where the session lives; stored in canonical form and never changed (§2.6).
+        agent_id: the host's opaque agent identifier, 1–255 characters.
+        title: host-owned, at most 500 characters.
+        metadata: host-owned JSON object (default ``{}``).
+        cwd: working directory the session is recorded in, or ``None``.
+        is_default: create it as the agent's default at ``scope``.
+
+    Returns:
+        The new session.
+
+    Raises:
+        NoScope, InvalidScope: bad scope.
+        InvalidAgentId, ValueTooLong, InvalidMetadata, NulCharacter, InvalidInput: bad fields.
+        DefaultConflict: ``is_default`` and the agent already has a default at ``scope``.
+    """
+    canonical = as_scope(scope).canonical
+    values = {
+        "agent_id": _check_agent_id(agent_id),
+        "title": _check_title(title),
+        "metadata": _check_metadata(metadata),
+        "cwd": _check_cwd(cwd),
+        "is_default": bool(is_default),
+    }
+    try:
+        with transaction.atomic(using=_db_for_write()):
+            session = Session.objects.create(scope=canonical, **values)
+    except IntegrityError:
+        if (
+            is_default
+            and Session.objects.filter(agent_id=agent_id, scope=canonical, is_default=True).exists()
+        ):
+            raise DefaultConflict() from None
+        raise
+    _send_on_commit(signals.session_created, session=session)
+    return session
+
+
+def update_session(
+    *,
+    scope: Scope | str,
+    session_id: uuid.UUID | str,
+    title: str = _UNSET,
+    metadata: Mapping[str, Any] = _UNSET,
+    cwd: str | None = _UNSET,
+) -> Session:
+    """Change the host-owned fields of a session: ``title``, ``metadata``, ``cwd`` (DESIGN §7.1).
+
+    Only the given fields are written, with ``updated_at``; counters, scope, ``is_default`` and
+    ``backfilled_by`` are never written, so an append that lands between a client's read and
+    this update is never undone (DESIGN §5).
+
+    Returns:
+        The session as stored after the update (counters read fresh).
+
+    Raises:
+        NoScope, InvalidScope, SessionNotFound, ValueTooLong, InvalidMetadata, NulCharacter,
+        InvalidInput.
+    """
+    changes: dict[str, Any] = {}
+    if title is not _UNSET:
+        changes["title"] = _check_title(title)
+    if metadata is not _UNSET:
+        changes["metadata"] = check_json_object(metadata)
+    if cwd is not _UNSET:
+        changes["cwd"] = _check_cwd(cwd)
+    session_pk = get_session(scope=scope, session_id=session_id).pk
+    changes["updated_at"] = timezone.now()
+    Session.objects.filter(pk=session_pk).update(**changes)
+    return get_session(scope=scope, session_id=session_pk)
+
+
+def delete_session(*, scope: Scope | str, session_id: uuid.UUID | str) -> None:
+    """Delete a session and its messages in one transaction (DESIGN §7.1, §6.3).
+
+    Deleting the default is allowed; the next :func:`resolve_session` creates a new one.
+
+    Raises:
+        NoScope, InvalidScope, SessionNotFound.
+    """
+    with transaction.atomic(using=_db_for_write()):
+        session = _locked_session(scope, session_id)
+        details = {"session_id": session.pk, "agent_id": session.agent_id, "scope": session.scope}
+        Message.objects.filter(session=session).delete()
+        session.delete()
+    _send_on_commit(signals.session_deleted, **details)
+
+
+def resolve_session(
+    *, scope: Scope | str, agent_id: str, session_id: uuid.UUID | str | None = None
+) -> tuple[Session, bool]:
+    """The thread a run uses (DESIGN §6.1).
+
+    With ``session_id``: that session, only if it lies within ``scope`` and belongs to
+    ``agent_id``. Without: the default session of ``agent_id`` at exactly ``scope``, created on
+    first use. Concurrent first calls create exactly one default: the partial unique constraint
+    decides and the loser re-reads the winner's row (``QuerySet.get_or_create``).
+
+    Returns:
+        ``(session, created)``.
+
+    Raises:
+        NoScope, InvalidScope, InvalidAgentId.
+        SessionNotFound: ``session_id`` is missing, out of scope or another agent's.
+    """
+    _check_agent_id(agent_id)
+    if session_id is not None:
+        return get_session(scope=scope, session_id=session_id, agent_id=agent_id), False
+    canonical = as_scope(scope).canonical
+    session, created = Session.objects.get_or_create(
+        agent_id=agent_id, scope=canonical, is_default=True
+    )
+    if created:
+        _send_on_commit(signals.session_created, session=session)
+    return session, created
+
+
+def _lock_current_defaults(session: Session) -> None:
+    """Hold the row locks of every current default of the session's agent and scope.
+
+    Under READ COMMITTED a ``SELECT … FOR UPDATE`` that waited for a concurrent swap skips the
+    row that swap demoted and cannot see the row it promoted, so lock, re-read, and lock again
+    until the defaults seen are all locked. Concurrent swaps then queue on the same row.
+    """
+    defaults = Session.objects.filter(
+        agent_id=session.agent_id, scope=session.scope, is_default=True
+    ).exclude(pk=session.pk)
+    locked: set[uuid.UUID] = set()
+    while True:
+        locked |= set(defaults.select_for_update().values_list("pk", flat=True))
+        if set(defaults.values_list("pk", flat=True)) <= locked:
+            return
+
+
+def make_default(*, scope: Scope | str, session_id: uuid.UUID | str) -> Session:
+    """Make a session its agent's default at its scope, demoting the old one (DESIGN §6.2).
+
+    Demotion and promotion happen in one transaction, so there is never a moment with two
+    defaults. Concurrent swaps of the same agent and scope queue on the current default's row
+    lock, so each one demotes the default the previous one promoted and the last to commit
+    wins; the partial unique constraint backs this up, and a swap that still collides (with a
+    default created at that moment by :func:`resolve_session`) retries on fresh data.
+
+    Returns:
+        The session, now the default, as committed.
+
+    Raises:
+        NoScope, InvalidScope, SessionNotFound.
+        DefaultConflict: the swap kept colliding with concurrent writers (after 5 attempts).
+    """
+    attempts = 5
+    for attempt in range(attempts):
+        try:
+            with transaction.atomic(using=_db_for_write()):
+                session = _locked_session(scope, session_id)
+                if session.is_default:
+                    return session
+                _lock_current_defaults(session)
+                now = timezone.now()
+                Session.objects.filter(
+                    agent_id=session.agent_id, scope=session.scope, is_default=True
+                ).update(is_default=False, updated_at=now)
+                Session.objects.filter(pk=session.pk).update(is_default=True, updated_at=now)
+                session.refresh_from_db()
+                return session
+        except IntegrityError:
+            if attempt == attempts - 1:
+                raise DefaultConflict() from None
+    raise AssertionError("unreachable")  # pragma: no cover
