@@ -1,10 +1,10 @@
-"""The service API: every business rule of sessions and messages lives here (DESIGN §7.1).
+"""The service API: every business rule of sessions and messages lives here (docs/design.md §7.1).
 
 Functions are keyword-only and take the caller's scope explicitly: reads match that scope and
-everything beneath it (DESIGN §2.3); a missing or empty scope raises ``NoScope`` (§2.4). Views,
+everything beneath it (docs/design.md §2.3); a missing or empty scope raises ``NoScope`` (§2.4). Views,
 admin actions and management commands call these functions and nothing else writes app-owned
 columns. Every write that touches more than one row runs in one transaction on the database the
-router picks for the model (DESIGN §10).
+router picks for the model (docs/design.md §10).
 
 Public import path: ``cortex_sessions.services``. The package keeps one concern per module
 (``sessions``, ``messages``, ``maintenance``); everything public is re-exported here, and
