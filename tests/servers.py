@@ -98,15 +98,18 @@ def free_port() -> int:
 
 
 class Server:
-    """``manage.py runserver`` of the project in ``directory``, on a free local port."""
+    """``manage.py runserver`` of the project in ``directory``, on a free local port.
 
-    def __init__(self, directory: Path, env: dict[str, str]):
+    Its output goes to ``runserver-<port>.log`` in ``log_dir`` (default: ``directory``).
+    """
+
+    def __init__(self, directory: Path, env: dict[str, str], log_dir: Path | None = None):
         self.directory = directory
         self.env = env
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[str] | None = None
-        self.log = directory / f"runserver-{self.port}.log"
+        self.log = (log_dir or directory) / f"runserver-{self.port}.log"
 
     def __enter__(self) -> Server:
         handle = self.log.open("w")
