@@ -36,11 +36,15 @@ def _require_browser() -> None:
     missing = [
         name for name, path in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER)) if not path
     ]
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        missing.append("selenium")
     if not missing:
         return
     reason = (
-        f"needs {' and '.join(missing)} (Debian packages chromium and chromium-driver; "
-        ".ci/run installs them)"
+        f"needs {' and '.join(missing)} (Debian packages chromium and chromium-driver, and "
+        'selenium from the test extra: pip install -e ".[dev]"; .ci/run installs them)'
     )
     if os.environ.get("CI_REQUIRE_BROWSER") == "1":
         pytest.fail(f"CI_REQUIRE_BROWSER=1 but this run {reason}", pytrace=False)
