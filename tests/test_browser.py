@@ -149,3 +149,29 @@ def test_swagger_lists_the_endpoints_in_the_demo(driver, demo_server, tmp_path_f
     assert paths >= ENDPOINTS
     assert resources_not_from(driver, demo_server.base) == []
     driver.save_screenshot(str(screenshot_dir(tmp_path_factory) / "swagger.png"))
+
+
+def test_a_demo_member_logs_in_and_tries_the_api_in_swagger(driver, demo_server):
+    """bob is not staff; the banner's API log-in gives Swagger UI his session cookie."""
+    from selenium.webdriver.common.by import By
+
+    driver.delete_all_cookies()
+    driver.get(demo_server.base + "/api/auth/login/?next=/api/docs/")
+    driver.find_element(By.NAME, "username").send_keys("bob")
+    driver.find_element(By.NAME, "password").send_keys("demo")
+    driver.find_element(By.CSS_SELECTOR, "form [type=submit]").click()
+    wait_for(driver, ".opblock-summary-path")
+    assert driver.current_url == demo_server.base + "/api/docs/"
+
+    # What "Try it out" sends: a same-origin request carrying the session cookie.
+    answer = driver.execute_async_script(
+        """
+        const done = arguments[arguments.length - 1];
+        fetch('/api/cortex/sessions/?limit=1', {headers: {Accept: 'application/json'}})
+          .then(r => r.json().then(body => done({status: r.status, body: body})));
+        """
+    )
+
+    assert answer["status"] == 200
+    assert answer["body"]["count"] == 6  # 24 conversations over 4 members
+    assert answer["body"]["results"][0]["scope"].startswith("org=acme/user=")
