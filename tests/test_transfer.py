@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 from django.core.management import CommandError, ManagementUtility, call_command
-from django.db import connection
+from django.db import connection, connections
 
 from cortex_sessions import services, transfer
 from cortex_sessions.models import ImportedConversation, Message, Session
@@ -289,8 +289,10 @@ def test_a_deleted_session_can_be_imported_again():
 
 
 def test_a_partial_import_from_manage_py_prints_its_summary_and_exits_1_without_commanderror(
-    tmp_path, capsys
+    tmp_path, capsys, monkeypatch
 ):
+    # manage.py closes every connection when the command ends; keep the test's open.
+    monkeypatch.setattr(connections, "close_all", lambda: None)
     path = tmp_path / "c.jsonl"
     path.write_text(conversation("c1", "one") + "\n{not json}\n", encoding="utf-8")
     argv = ["manage.py", "cortex_sessions_import", str(path), "--agent-id", AGENT]
