@@ -93,7 +93,9 @@ class SessionFilter(django_filters.FilterSet):
     The request's scope comes from ``request.cortex_scope`` (set by ``HasCortexScope``).
     """
 
-    agent_id = extend_schema_field({"type": "string", "minLength": 1, "maxLength": 255})(
+    agent_id = extend_schema_field(
+        {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"^[^\u0000]*$"}
+    )(
         TextFilter(
             method=_noop, max_length=255, strip=False, help_text="Only this agent's sessions."
         )
@@ -103,7 +105,7 @@ class SessionFilter(django_filters.FilterSet):
         help_text="Only sessions stored at the request's scope itself, not beneath it.",
     )
     default_only = StrictBooleanFilter(method=_noop, help_text="Only default sessions.")
-    search = extend_schema_field({"type": "string", "maxLength": 500})(
+    search = extend_schema_field({"type": "string", "maxLength": 500, "pattern": r"^[^\u0000]*$"})(
         TextFilter(
             method=_noop,
             max_length=500,

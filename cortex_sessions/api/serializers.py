@@ -57,6 +57,14 @@ __all__ = [
 
 # -- strict input (docs/design.md §12.4) ----------------------------------------------------------
 
+#: Schema patterns stating the server's rules, so a client generated from the schema sends
+#: nothing the server refuses (docs/design.md §12.4). JSON Schema patterns are ECMA-262.
+NO_NUL_PATTERN = r"^[^\u0000]*$"
+AGENT_ID_PATTERN = r"^[^\u0000-\u001f\u007f]*[^\s\u0000-\u001f\u007f][^\u0000-\u001f\u007f]*$"
+_SCOPE_LEVEL = r"[a-z][a-z0-9_.-]{0,63}=(?:[^%/=\u0000-\u001f\u007f-\u009f]|%25|%2F|%3D){1,255}"
+#: A canonical scope of 1 to 3 levels (the default ``MAX_SCOPE_DEPTH``), docs/design.md §2.2.
+SCOPE_PATTERN = rf"^{_SCOPE_LEVEL}(?:/{_SCOPE_LEVEL}){{0,2}}$"
+
 #: Codes a field keeps whatever its rule code: a missing field (one rule for every field) and a
 #: NUL character in text (one rule for every string of a body).
 _KEPT_CODES = frozenset({"required", "nul_character", "null_characters_not_allowed"})
@@ -112,6 +120,9 @@ class StrictCharField(StrictFieldMixin, serializers.CharField):
         return super().to_internal_value(data)
 
 
+@extend_schema_field(
+    {"type": "string", "minLength": 1, "maxLength": 255, "pattern": AGENT_ID_PATTERN}
+)
 class AgentIdField(StrictCharField):
     """``agent_id``: every way of breaking it is ``invalid_agent_id`` (docs/design.md §12.4)."""
 
@@ -119,6 +130,40 @@ class AgentIdField(StrictCharField):
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("max_length", 255)
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+
+
+@extend_schema_field({"type": "string", "maxLength": 500, "pattern": NO_NUL_PATTERN})
+class TitleField(StrictCharField):
+    """A session title: at most 500 characters (``too_long``), no NUL (``nul_character``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", 500)
+        kwargs.setdefault("allow_blank", True)
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+
+
+@extend_schema_field({"type": "string", "nullable": True, "pattern": NO_NUL_PATTERN})
+class CwdField(StrictCharField):
+    """A working directory: a string without NUL, or ``null``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_null", True)
+        kwargs.setdefault("allow_blank", True)
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+
+
+@extend_schema_field({"type": "string", "maxLength": 1024, "pattern": SCOPE_PATTERN})
+class ScopeTextField(StrictCharField):
+    """A canonical scope string; every bad one is ``invalid_scope``."""
+
+    rule_code = "invalid_scope"
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", 1024)
         kwargs.setdefault("trim_whitespace", False)
         super().__init__(**kwargs)
 
@@ -311,18 +356,11 @@ class SessionCreateSerializer(StrictSerializerMixin, serializers.Serializer):
     ignored_fields = SESSION_READ_ONLY_FIELDS - {"agent_id", "scope"}
 
     agent_id = AgentIdField()
-    title = StrictCharField(
-        max_length=500, allow_blank=True, required=False, default="", trim_whitespace=False
-    )
+    title = TitleField(required=False, default="")
     metadata = MetadataField(required=False, default=dict)
-    cwd = StrictCharField(
-        allow_null=True, allow_blank=True, required=False, default=None, trim_whitespace=False
-    )
-    scope = StrictCharField(
+    cwd = CwdField(required=False, default=None)
+    scope = ScopeTextField(
         required=False,
-        max_length=1024,
-        trim_whitespace=False,
-        rule_code="invalid_scope",
         help_text=(
             "Canonical scope to create the session at; at or beneath the request's scope. "
             "Default: the request's scope."
@@ -340,9 +378,9 @@ class SessionUpdateSerializer(StrictSerializerMixin, serializers.Serializer):
 
     ignored_fields = SESSION_READ_ONLY_FIELDS
 
-    title = StrictCharField(max_length=500, allow_blank=True, required=False, trim_whitespace=False)
+    title = TitleField(required=False)
     metadata = MetadataField(required=False)
-    cwd = StrictCharField(allow_null=True, allow_blank=True, required=False, trim_whitespace=False)
+    cwd = CwdField(required=False)
 
 
 class ResolveSerializer(StrictSerializerMixin, serializers.Serializer):

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.http import Http404
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -29,7 +30,7 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
 from cortex_sessions import services
-from cortex_sessions.conf import app_settings
+from cortex_sessions.conf import DEFAULTS, app_settings
 from cortex_sessions.exceptions import SessionNotFound
 from cortex_sessions.models import Message, Session
 from cortex_sessions.references import Deadline
@@ -44,6 +45,8 @@ from .parsers import JSONObjectParser
 from .permissions import HasCortexScope
 from .scoping import SCOPE_HEADER, SCOPE_QUERY_PARAM, narrow_scope
 from .serializers import (
+    NO_NUL_PATTERN,
+    SCOPE_PATTERN,
     CountSerializer,
     ErrorSerializer,
     MessageAppendResultSerializer,
@@ -57,6 +60,7 @@ from .serializers import (
     SessionCreateSerializer,
     SessionSerializer,
     SessionUpdateSerializer,
+    StrictSerializerMixin,
     message_list_data,
 )
 
@@ -113,19 +117,27 @@ def errors(*codes: int, text: Mapping[int, str] | None = None) -> dict[int, Open
 
 _BODY_ERRORS = (413, 415)
 
+#: ``X-Cortex-Scope`` is a header, so its pattern keeps to visible ASCII (escape the rest).
+SCOPE_PATTERN_OR_EMPTY = f"^(?:{SCOPE_PATTERN[1:-1]})?$"
+_HEADER_SCOPE_LEVEL = r"[a-z][a-z0-9_.-]{0,63}=(?:[!-$&-.0-<>-~]|%25|%2F|%3D){1,255}"
+
 SCOPE_PARAMETERS = [
     OpenApiParameter(
         SCOPE_QUERY_PARAM,
-        OpenApiTypes.STR,
+        {"type": "string", "maxLength": 1024, "pattern": SCOPE_PATTERN_OR_EMPTY},
         OpenApiParameter.QUERY,
         description=(
             "Narrow the request's scope to this canonical scope, at or beneath the resolved "
-            "one (403 `scope_forbidden` otherwise)."
+            "one (403 `scope_forbidden` otherwise). Empty means not given."
         ),
     ),
     OpenApiParameter(
         SCOPE_HEADER,
-        OpenApiTypes.STR,
+        {
+            "type": "string",
+            "maxLength": 1024,
+            "pattern": rf"^(?:{_HEADER_SCOPE_LEVEL}(?:/{_HEADER_SCOPE_LEVEL}){{0,2}})?$",
+        },
         OpenApiParameter.HEADER,
         description=(
             f"Same as the `{SCOPE_QUERY_PARAM}` parameter; if both are sent they must agree."
@@ -144,7 +156,7 @@ CANDIDATE_PARAMETERS = [
     ID_PARAMETER,
     OpenApiParameter(
         "q",
-        {"type": "string", "maxLength": 500},
+        {"type": "string", "maxLength": 500, "pattern": NO_NUL_PATTERN},
         OpenApiParameter.QUERY,
         description=(
             "Case-insensitive substring of a session's id, cwd or title (never message text); "
@@ -169,9 +181,12 @@ MESSAGE_PAGE_PARAMETERS = [
     ID_PARAMETER,
     OpenApiParameter(
         "limit",
-        {"type": "integer", "minimum": 1},
+        {"type": "integer", "minimum": 1, "maximum": DEFAULTS["MAX_PAGE_SIZE"]},
         OpenApiParameter.QUERY,
-        description="Messages per page, 1 to MAX_PAGE_SIZE; default PAGE_SIZE.",
+        description=(
+            "Messages per page, 1 to MAX_PAGE_SIZE (the schema states the default maximum); "
+            "default PAGE_SIZE."
+        ),
     ),
     OpenApiParameter(
         "after_seq",
@@ -188,6 +203,18 @@ MESSAGE_PAGE_PARAMETERS = [
 ]
 
 
+class CortexAutoSchema(AutoSchema):
+    """drf-spectacular's schema with the app's strictness stated (docs/design.md §12.4): a
+    request body of a :class:`StrictSerializerMixin` serializer has
+    ``additionalProperties: false``, since the server refuses undefined fields."""
+
+    def _map_basic_serializer(self, serializer: Any, direction: str) -> dict[str, Any]:
+        schema = super()._map_basic_serializer(serializer, direction)
+        if direction == "request" and isinstance(serializer, StrictSerializerMixin):
+            schema["additionalProperties"] = False
+        return schema
+
+
 class CortexAPIMixin:
     """Policies every cortex_sessions view sets for itself, independent of the host's defaults:
     the scope permission, the strict JSON parser, the app's exception handler, and strict query
@@ -202,6 +229,7 @@ class CortexAPIMixin:
 
     permission_classes = [HasCortexScope]
     parser_classes = [JSONObjectParser]
+    schema = CortexAutoSchema()
     #: Query parameters by action (``"<action>"`` or ``"<action>.<method>"``), besides
     #: :attr:`common_query_parameters`.
     query_parameters: Mapping[str, frozenset[str]] = {}
