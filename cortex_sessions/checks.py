@@ -9,6 +9,7 @@ IDs:
 - ``cortex_sessions.E005``: ``PAGE_SIZE`` is larger than ``MAX_PAGE_SIZE``.
 - ``cortex_sessions.E006``: ``MAX_REFERENCES`` is not an integer from 1 to 3; the session
   reference feature would raise ``SESSION_REFERENCE_INVALID_CONFIG`` (DESIGN §8.9).
+- ``cortex_sessions.E010``: ``PREPARED_STATEMENTS`` is not ``True`` or ``False``.
 """
 
 from __future__ import annotations
@@ -110,6 +111,16 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 "fail with SESSION_REFERENCE_INVALID_CONFIG.",
                 hint=f"Use an integer from 1 to {HARD_MAX_REFERENCES}.",
                 id="cortex_sessions.E006",
+            )
+        )
+
+    prepared = app_settings.PREPARED_STATEMENTS
+    if not isinstance(prepared, bool):
+        errors.append(
+            Error(
+                f"CORTEX_SESSIONS['PREPARED_STATEMENTS'] is {prepared!r}.",
+                hint="Use True or False (docs/performance.md: prepared statements and PgBouncer).",
+                id="cortex_sessions.E010",
             )
         )
     return errors
