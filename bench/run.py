@@ -35,8 +35,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 CONTROL = re.compile(r"^\s*(BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RELEASE)\b", re.IGNORECASE)
 WRITERS = 8
 
-#: Targets of issue 7 for app/floor, by operation family.
-TARGETS = {"append": 1.3, "get": 2.0, "list": 2.0}
+#: Targets for app/floor, by operation family (docs/performance.md).
+TARGETS = {"append": 1.3, "get": 2.5, "newest": 1.5, "list": 2.0}
 
 
 @dataclass
@@ -51,6 +51,11 @@ class Row:
     target: float | None = None
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The app with ``PREPARED_STATEMENTS`` on (hot paths only).
+    prepared_ms: float | None = None
+    #: A second floor: the statements the ORM path sends (three for an append, two for a
+    #: page of messages), for comparison with the one-statement floor.
+    floor2_ms: float | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -59,14 +64,58 @@ class Row:
             return None
         return self.app_ms / self.floor_ms
 
+    @property
+    def prepared_ratio(self) -> float | None:
+        """app with prepared statements / floor."""
+        if self.prepared_ms is None or not self.floor_ms:
+            return None
+        return self.prepared_ms / self.floor_ms
+
+    @property
+    def ratio2(self) -> float | None:
+        """app / second floor."""
+        if self.app_ms is None or not self.floor2_ms:
+            return None
+        return self.app_ms / self.floor2_ms
+
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready, with the ratio."""
+        """JSON-ready, with the ratios."""
         data = asdict(self)
-        data["ratio"] = None if self.ratio is None else round(self.ratio, 2)
+        for name in ("ratio", "prepared_ratio", "ratio2"):
+            value = getattr(self, name)
+            data[name] = None if value is None else round(value, 2)
         return data
 
 
 # -- measuring ------------------------------------------------------------------------------------
+
+
+def timed(
+    fns: Sequence[Callable[[Any], Any]], inputs: Sequence[Any], reps: int, warmup: int = 5
+) -> list[float]:
+    """Median milliseconds of each ``fn(x)``, the functions interleaved call by call over
+    ``inputs``.
+
+    The order in which they run rotates, so none always finds the pages another just read in
+    the buffer cache.
+    """
+
+    def clock(fn: Callable[[Any], Any], item: Any) -> float:
+        started = time.perf_counter()
+        fn(item)
+        return time.perf_counter() - started
+
+    for index in range(warmup):
+        for fn in fns:
+            fn(inputs[index % len(inputs)])
+    times: list[list[float]] = [[] for _ in fns]
+    for index in range(reps):
+        item = inputs[index % len(inputs)]
+        order = list(range(len(fns)))
+        shift = index % len(fns)
+        for number in order[shift:] + order[:shift]:
+            times[number].append(clock(fns[number], item))
+    return [statistics.median(series) * 1000 for series in times]
 
 
 def timed_pair(
@@ -76,30 +125,24 @@ def timed_pair(
     reps: int,
     warmup: int = 5,
 ) -> tuple[float, float]:
-    """Median milliseconds of ``app(x)`` and ``base(x)``, interleaved over ``inputs``.
+    """Median milliseconds of ``app(x)`` and ``base(x)``, interleaved over ``inputs``."""
+    app_ms, base_ms = timed([app, base], inputs, reps, warmup)
+    return app_ms, base_ms
 
-    Which of the two runs first alternates, so neither always finds the pages the other just
-    read in the buffer cache.
-    """
 
-    def clock(fn: Callable[[Any], Any], item: Any) -> float:
-        started = time.perf_counter()
-        fn(item)
-        return time.perf_counter() - started
+def prepared(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``fn`` run with ``CORTEX_SESSIONS["PREPARED_STATEMENTS"] = True`` (the settings dict
+    is changed in place around the call: ``override_settings`` would cost more than the call)."""
+    from django.conf import settings
 
-    for index in range(warmup):
-        app(inputs[index % len(inputs)])
-        base(inputs[index % len(inputs)])
-    app_times, base_times = [], []
-    for index in range(reps):
-        item = inputs[index % len(inputs)]
-        if index % 2:
-            base_times.append(clock(base, item))
-            app_times.append(clock(app, item))
-        else:
-            app_times.append(clock(app, item))
-            base_times.append(clock(base, item))
-    return statistics.median(app_times) * 1000, statistics.median(base_times) * 1000
+    def call(item: Any) -> Any:
+        settings.CORTEX_SESSIONS["PREPARED_STATEMENTS"] = True
+        try:
+            return fn(item)
+        finally:
+            settings.CORTEX_SESSIONS["PREPARED_STATEMENTS"] = False
+
+    return call
 
 
 def _plan_summary(text: str) -> str:
@@ -233,6 +276,16 @@ def run_all(
         rows.append(row)
         say(_format_row(row))
 
+    def hot_op(name: str, target: float, app, flo, inputs, note: str = "", flo2=None) -> None:
+        fns = [app, prepared(app), flo] + ([flo2] if flo2 else [])
+        medians = timed(fns, inputs, reps)
+        queries, plan = queries_and_plans(lambda: app(inputs[0]), plans / f"{name}.txt")
+        row = Row(name, medians[0], medians[2], queries, plan, target, note)
+        row.prepared_ms = medians[1]
+        row.floor2_ms = medians[3] if flo2 else None
+        rows.append(row)
+        say(_format_row(row))
+
     say(f"-- {scale.name}: {reps} reps per operation, medians")
     say(_header())
     lists = [
@@ -264,7 +317,7 @@ def run_all(
             lambda s, kw=kwargs: floor.count_sessions(base, scope=s, **kw),
             scopes,
         )
-    read_op(
+    hot_op(
         "get by id",
         TARGETS["get"],
         lambda item: services.get_session(scope=_org(item[1]), session_id=item[0]),
@@ -272,34 +325,36 @@ def run_all(
         fx["sample"],
         "scope = the org",
     )
-    read_op(
+    hot_op(
         "resolve default (existing)",
         TARGETS["get"],
         lambda item: services.resolve_session(scope=item[1], agent_id=item[0]),
         lambda item: floor.resolve_existing(base, scope=item[1], agent_id=item[0]),
         fx["defaults"],
     )
-    big_id, big_scope = fx["big"]
-    read_op(
-        "newest 50 of 100k-msg session",
-        TARGETS["get"],
-        lambda _: services.list_messages(scope=_org(big_scope), session_id=big_id, limit=50),
-        lambda _: floor.recent_messages(base, scope=_org(big_scope), session_id=big_id),
-        [None],
-        "session check + messages",
-    )
-    peer_id, peer_scope = fx["peer"]
-    read_op(
-        f"newest 50 of {scale.peer_messages:,}-msg session",
-        TARGETS["get"],
-        lambda _: services.list_messages(scope=_org(peer_scope), session_id=peer_id, limit=50),
-        lambda _: floor.recent_messages(base, scope=_org(peer_scope), session_id=peer_id),
-        [None],
-        "peer-size session",
-    )
+    for key, label in (
+        ("big", "100k-msg session"),
+        ("peer", f"{scale.peer_messages:,}-msg session"),
+    ):
+        session_id, session_scope = fx[key]
+        hot_op(
+            f"newest 50 of {label}",
+            TARGETS["newest"],
+            lambda _, i=session_id, s=session_scope: services.list_messages(
+                scope=_org(s), session_id=i, limit=50
+            ),
+            lambda _, i=session_id, s=session_scope: floor.recent_messages(
+                base, scope=_org(s), session_id=i
+            ),
+            [None],
+            "floor: 1 statement; floor 2: session check + page",
+            flo2=lambda _, i=session_id, s=session_scope: floor.recent_messages_two_statements(
+                base, scope=_org(s), session_id=i
+            ),
+        )
     targets = fx["sample"][:20]
     text = "Please look at the failing test in the billing module and propose a fix."
-    read_op(
+    hot_op(
         "append one message",
         TARGETS["append"],
         lambda item: services.append_messages(
@@ -309,6 +364,10 @@ def run_all(
             base, scope=_org(item[1]), session_id=item[0], role="user", text=text
         ),
         targets,
+        "floor: 1 statement; floor 2: lock + insert + update",
+        flo2=lambda item: floor.append_three_statements(
+            base, scope=_org(item[1]), session_id=item[0], role="user", text=text
+        ),
     )
     rows.extend(_concurrent_appends(url, fx, reps, rows[-1].queries, say))
     base.close()
@@ -383,12 +442,20 @@ def _concurrent_appends(
                     )
                     latencies.append(time.perf_counter() - started)
 
-        app_runs, floor_runs = [], []
+        from django.conf import settings
+
+        app_runs, prepared_runs, floor_runs = [], [], []
         for _ in range(3):
             app_runs.append(_concurrent(app_worker))
+            settings.CORTEX_SESSIONS["PREPARED_STATEMENTS"] = True
+            try:
+                prepared_runs.append(_concurrent(app_worker))
+            finally:
+                settings.CORTEX_SESSIONS["PREPARED_STATEMENTS"] = False
             floor_runs.append(_concurrent(floor_worker))
         total = WRITERS * per_thread
         app_wall = statistics.median(run[0] for run in app_runs)
+        prepared_wall = statistics.median(run[0] for run in prepared_runs)
         floor_wall = statistics.median(run[0] for run in floor_runs)
         row = Row(
             name,
@@ -397,13 +464,19 @@ def _concurrent_appends(
             queries,
             "-",
             TARGETS["append"],
-            f"{total / app_wall:,.0f}/s vs floor {total / floor_wall:,.0f}/s",
+            f"{total / app_wall:,.0f}/s (prepared {total / prepared_wall:,.0f}/s) vs floor "
+            f"{total / floor_wall:,.0f}/s: {floor_wall / app_wall:.2f}× "
+            f"({floor_wall / prepared_wall:.2f}×) the floor's throughput",
             {
                 "app_appends_per_s": round(total / app_wall),
+                "prepared_appends_per_s": round(total / prepared_wall),
                 "floor_appends_per_s": round(total / floor_wall),
+                "throughput_ratio": round(floor_wall / app_wall, 2),
+                "prepared_throughput_ratio": round(floor_wall / prepared_wall, 2),
                 "appends_per_run": total,
             },
         )
+        row.prepared_ms = statistics.median(run[1] for run in prepared_runs)
         rows.append(row)
         say(_format_row(row))
     return rows
@@ -483,8 +556,8 @@ def machine_info(url: str) -> dict[str, Any]:
 
 def _header() -> str:
     return (
-        f"{'operation':<38} {'app ms':>8} {'floor ms':>9} {'app/floor':>9} {'target':>6} "
-        f"{'queries':>7}  plan"
+        f"{'operation':<38} {'app ms':>8} {'prep ms':>8} {'floor ms':>9} {'app/floor':>9} "
+        f"{'prep/fl':>8} {'floor2 ms':>9} {'app/fl2':>8} {'target':>6} {'queries':>7}  plan"
     )
 
 
@@ -497,10 +570,13 @@ def _format_row(row: Row) -> str:
     target = f"≤{row.target}" if row.target else ""
     if row.target and row.ratio is not None and row.ratio > row.target:
         target += "!"
+    prep_ratio = _fmt(row.prepared_ratio, ".2f") + "×" if row.prepared_ratio is not None else "-"
+    ratio2 = _fmt(row.ratio2, ".2f") + "×" if row.ratio2 is not None else "-"
     return (
-        f"{row.op:<38} {_fmt(row.app_ms, '.3f'):>8} {_fmt(row.floor_ms, '.3f'):>9} "
-        f"{ratio:>9} {target:>6} {_fmt(row.queries, 'd'):>7}  {row.plan}"
-        + (f"  ({row.note})" if row.note else "")
+        f"{row.op:<38} {_fmt(row.app_ms, '.3f'):>8} {_fmt(row.prepared_ms, '.3f'):>8} "
+        f"{_fmt(row.floor_ms, '.3f'):>9} {ratio:>9} {prep_ratio:>8} "
+        f"{_fmt(row.floor2_ms, '.3f'):>9} {ratio2:>8} {target:>6} {_fmt(row.queries, 'd'):>7}  "
+        f"{row.plan}" + (f"  ({row.note})" if row.note else "")
     )
 
 
@@ -517,16 +593,23 @@ def markdown(results: dict[str, Any]) -> str:
         f"(shared_buffers {machine['shared_buffers']}), Python {machine['python']}, Django "
         f"{machine['django']}, psycopg {machine['psycopg']}; {machine['date']}.",
         "",
-        "| operation | app ms | floor ms | app/floor | target | queries | plan |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "| operation | app ms | app prepared ms | floor ms | app/floor | prepared/floor "
+        "| floor 2 ms | app/floor 2 | target | queries | plan |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
+
+    def times(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}×"
+
     for row in results["rows"]:
-        ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}×"
         target = f"≤ {row['target']}×" if row["target"] else ""
         note = f" — {row['note']}" if row["note"] else ""
         lines.append(
-            f"| {row['op']}{note} | {_fmt(row['app_ms'], '.3f')} | {_fmt(row['floor_ms'], '.3f')} "
-            f"| {ratio} | {target} | {_fmt(row['queries'], 'd')} | {row['plan']} |"
+            f"| {row['op']}{note} | {_fmt(row['app_ms'], '.3f')} "
+            f"| {_fmt(row.get('prepared_ms'), '.3f')} | {_fmt(row['floor_ms'], '.3f')} "
+            f"| {times(row['ratio'])} | {times(row.get('prepared_ratio'))} "
+            f"| {_fmt(row.get('floor2_ms'), '.3f')} | {times(row.get('ratio2'))} "
+            f"| {target} | {_fmt(row['queries'], 'd')} | {row['plan']} |"
         )
     if results.get("backfill"):
         lines += [

@@ -141,8 +141,16 @@ class Message(models.Model):
         SESSION_REFERENCE = "session-reference"
         HOST = "host"
 
+    #: No index of its own: the unique ``(session, seq)`` index serves every lookup by
+    #: session, and a second one made the planner read a long session through it and sort
+    #: (docs/performance.md).
     session = models.ForeignKey(
-        Session, on_delete=models.CASCADE, null=True, blank=True, related_name="messages"
+        Session,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="messages",
+        db_index=False,
     )
     agent_id = models.CharField(max_length=255)
     scope = ScopeField()

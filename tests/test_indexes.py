@@ -56,3 +56,34 @@ def test_count_at_a_prefix_is_answered_from_the_scope_index_alone():
     # the whole prefix is one range of the index, not a filter over all of it
     cond = next(line for line in plan.splitlines() if "Index Cond" in line)
     assert "'org=o3'" in cond and "'org=o30'" in cond, plan
+
+
+def test_messages_of_a_session_have_one_index_the_seq_index():
+    """No index on ``session_id`` alone: with one, the planner read a long session through it
+    and sorted every message for a page of the newest (migration 0007)."""
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, Message._meta.db_table)
+    assert not [
+        name
+        for name, info in constraints.items()
+        if info["index"] and not info["unique"] and info["columns"] == ["session_id"]
+    ]
+
+
+def test_newest_page_of_a_long_session_walks_the_seq_index():
+    session = services.create_session(scope="org=o1", agent_id="a")
+    services.append_messages(
+        scope="org=o1",
+        session_id=session.pk,
+        messages=[{"role": "user", "content": str(n)} for n in range(2000)],
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE cortex_sessions_message")
+    with CaptureQueriesContext(connection) as captured:
+        services.list_messages(scope="org=o1", session_id=session.pk, limit=50)
+    (sql,) = [q["sql"] for q in captured.captured_queries]
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + sql)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "cortex_message_session_seq" in plan
+    assert "Sort" not in plan

@@ -136,10 +136,12 @@ def _sql_messages(after: bool, before: bool, forward: bool) -> str:
 
     The session is read first (``s``: at most one row, by primary key and scope) and the page
     is a lateral subquery on ``(session_id, seq)`` — the unique index
-    ``cortex_message_session_seq`` — so an empty session still returns one row (of NULLs) and
-    a session out of scope returns none.
+    ``cortex_message_session_seq``, walked in ``seq`` order and stopped at ``limit`` — so an
+    empty session still returns one row (of NULLs) and a session out of scope returns none.
+    The subquery names the session id as a parameter rather than ``s.id``, so the planner
+    knows which session it reads (a session of 100,000 messages is planned as one).
 
-    Parameters: id, the four scope parameters, [after_seq], [before_seq], limit.
+    Parameters: id, [after_seq], [before_seq], limit, id, the four scope parameters.
     """
     bounds = ""
     if after:
@@ -150,7 +152,7 @@ def _sql_messages(after: bool, before: bool, forward: bool) -> str:
     return (
         f"SELECT {_columns(Message, 'p.')} FROM {Session._meta.db_table} s"
         f" LEFT JOIN LATERAL (SELECT {_columns(Message, 'm.')}"
-        f' FROM {Message._meta.db_table} m WHERE m."session_id" = s."id"{bounds}'
+        f' FROM {Message._meta.db_table} m WHERE m."session_id" = %s{bounds}'
         f' ORDER BY m."seq" {order} LIMIT %s) p ON TRUE'
         f' WHERE s."id" = %s AND {_WITHIN}'
     )
@@ -347,7 +349,7 @@ def newest_messages(
         ``canonical``.
     """
     forward = after_seq is not None and before_seq is None
-    params: list[Any] = []
+    params: list[Any] = [session_id]
     if after_seq is not None:
         params.append(after_seq)
     if before_seq is not None:
