@@ -250,9 +250,11 @@ def run_all(
     reps: int | None = None,
     backfill: bool = True,
     peers: bool = True,
+    heavy: int = 0,
     say: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Run every benchmark of the scale (the database must be generated).
+    """Run every benchmark of the scale (the database must be generated); with ``heavy``, then
+    append that many messages and show the plans of prefix reads (:func:`after_heavy_appends`).
 
     Returns:
         ``{"scale", "machine", "rows": [...], "backfill": [...], "peers": {...}}``.
@@ -377,6 +379,8 @@ def run_all(
         "machine": machine_info(url),
         "rows": [row.as_dict() for row in rows],
     }
+    if heavy:
+        results["after_appends"] = after_heavy_appends(url, scale, fx, heavy, say=say)
     if backfill:
         results["backfill"] = run_backfill(scale, say=say)
     if peers:
@@ -482,14 +486,128 @@ def _concurrent_appends(
     return rows
 
 
+# -- plans after a heavy append run ---------------------------------------------------------------
+
+HEAVY_BATCH = 1000
+
+
+def _table_state(conn: psycopg.Connection) -> dict[str, Any]:
+    row = conn.execute(
+        "SELECT s.n_tup_upd, s.n_tup_hot_upd, s.n_dead_tup, c.relpages, c.relallvisible, "
+        "s.last_autovacuum, s.last_autoanalyze FROM pg_stat_user_tables s "
+        "JOIN pg_class c ON c.oid = s.relid WHERE s.relname = 'cortex_sessions_session'"
+    ).fetchone()
+    names = ("updates", "hot_updates", "dead_rows", "pages", "all_visible_pages")
+    state = dict(zip(names, row[:5], strict=True))
+    state["last_autovacuum"] = str(row[5]) if row[5] else None
+    state["last_autoanalyze"] = str(row[6]) if row[6] else None
+    return state
+
+
+def after_heavy_appends(
+    url: str, scale: Scale, fx: dict[str, Any], appends: int, *, say: Callable[[str], None] = print
+) -> dict[str, Any]:
+    """Append ``appends`` messages spread over many sessions, then plan and time the prefix
+    reads (count and list of a project and an org) three times: as the table is, after an
+    ``ANALYZE`` (what autoanalyze does, without a vacuum), and after a ``VACUUM``.
+
+    Every append moves the session's ``updated_at``, which three indexes hold, so no counter
+    update is HOT: each leaves a dead row version and clears the page's all-visible bit, and the
+    index-only scans of prefix counts then read the table. The appends are written set-based
+    (``HEAVY_BATCH`` sessions per statement, the same row changes as the app's one-statement
+    append) so a run of 75,000 takes seconds.
+
+    Returns:
+        ``{"appends", "autovacuum", "before": table state, "after": table state,
+        "states": {state: {op: {"ms", "plan"}}}}``.
+    """
+    from cortex_sessions import services
+
+    plans = RESULTS / scale.name / "plans"
+    with psycopg.connect(url, autocommit=True) as conn:
+        autovacuum = conn.execute("SHOW autovacuum").fetchone()[0]
+        before = _table_state(conn)
+        ids = [
+            row[0]
+            for row in conn.execute(
+                "SELECT id FROM cortex_sessions_session TABLESAMPLE SYSTEM (20) LIMIT 50000"
+            )
+        ]
+        started = time.perf_counter()
+        done = 0
+        while done < appends:
+            count = min(HEAVY_BATCH, appends - done)
+            batch = [ids[(done + n) % len(ids)] for n in range(count)]
+            conn.execute(
+                "WITH s AS (UPDATE cortex_sessions_session SET last_seq = last_seq + 1, "
+                "message_count = message_count + 1, updated_at = now(), "
+                "last_message = 'a heavy append' WHERE id = ANY(%s) "
+                "RETURNING id, agent_id, scope, last_seq) "
+                "INSERT INTO cortex_sessions_message (session_id, agent_id, scope, seq, role, "
+                "source, content, metadata, created_at) SELECT id, agent_id, scope, last_seq, "
+                '\'user\', \'user\', \'[{"type": "text", "text": "a heavy append"}]\', '
+                "'{}', now() FROM s",
+                [batch],
+            )
+            done += count
+        seconds = time.perf_counter() - started
+        after = _table_state(conn)
+        say(
+            f"-- {appends:,} appends over {len(ids):,} sessions in {seconds:.0f}s: "
+            f"{after['updates'] - before['updates']:,} updates, "
+            f"{after['hot_updates'] - before['hot_updates']:,} HOT; autovacuum {autovacuum}"
+        )
+        ops = {
+            "count prefix (project)": lambda: services.count_sessions(scope=fx["projects"][0]),
+            "count prefix (org)": lambda: services.count_sessions(scope=fx["orgs"][0]),
+            "list prefix (project)": lambda: services.list_sessions(
+                scope=fx["projects"][0], limit=50
+            ),
+            "list prefix (org)": lambda: services.list_sessions(scope=fx["orgs"][0], limit=50),
+        }
+        states: dict[str, dict[str, Any]] = {}
+        for state, command in (
+            ("as the table is", None),
+            ("after ANALYZE", "ANALYZE cortex_sessions_session"),
+            ("after VACUUM", "VACUUM (ANALYZE) cortex_sessions_session"),
+        ):
+            if command:
+                conn.execute(command)
+            states[state] = {}
+            for name, fn in ops.items():
+                slug = re.sub(r"[^a-z]+", "-", f"after appends {state} {name}".lower()).strip("-")
+                _, plan = queries_and_plans(fn, plans / f"{slug}.txt")
+                ms = statistics.median(_clock_ms(fn) for _ in range(5))
+                states[state][name] = {"ms": round(ms, 3), "plan": plan}
+                say(f"   {state:<16} {name:<24} {ms:9.3f} ms  {plan}")
+            states[state]["table"] = _table_state(conn)
+    return {
+        "appends": appends,
+        "sessions": len(ids),
+        "seconds": round(seconds, 1),
+        "autovacuum": autovacuum,
+        "before": before,
+        "after": after,
+        "states": states,
+    }
+
+
+def _clock_ms(fn: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    fn()
+    return (time.perf_counter() - started) * 1000
+
+
 # -- backfill ---------------------------------------------------------------------------------------
 
 
 def run_backfill(scale: Scale, *, say: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Backfill ``scale.backfill_sizes`` legacy messages, each in a fresh child process.
 
-    The child's peak RSS (``ru_maxrss``) minus its RSS just before the backfill shows whether
-    memory grows with the row count.
+    Each child is started from a lean parent (``bench.lean``), so its peak RSS is its own and
+    not the runner's inherited high-water mark; the peak minus its RSS just before the backfill
+    shows whether memory grows with the row count. A second run of the same size, with the
+    rows reloaded, reports tracemalloc's peak of Python's heap.
     """
     name = f"{scale.database}_backfill"
     url = database_url(name)
@@ -508,20 +626,39 @@ def run_backfill(scale: Scale, *, say: Callable[[str], None] = print) -> list[di
         started = time.perf_counter()
         loaded = load_legacy(url, rows=rows)
         say(f"-- backfill: loaded {rows:,} legacy rows in {time.perf_counter() - started:.0f}s")
-        out = subprocess.run(
-            [sys.executable, "-m", "bench.backfill_child", url],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        result = {**loaded, **json.loads(out.stdout.strip().splitlines()[-1])}
+        result = {**loaded, **_backfill_child(url)}
+        # The same backfill again with tracemalloc on (rows reloaded), for Python's heap peak.
+        load_legacy(url, rows=rows)
+        result["heap_peak_mb"] = _backfill_child(url, "--tracemalloc")["heap_peak_mb"]
         results.append(result)
         say(
             f"   backfill {rows:>9,} rows: {result['seconds']:.1f}s, "
-            f"{result['rows_per_s']:,.0f} rows/s, {result['queries']:,} queries, peak RSS "
-            f"+{result['rss_growth_mb']:.1f} MB; {result['legacy_left']} legacy rows left"
+            f"{result['rows_per_s']:,.0f} rows/s, {result['queries']:,} queries, RSS "
+            f"{result['rss_before_mb']:.1f} MB before, peak {result['rss_peak_mb']:.1f} MB "
+            f"(+{result['rss_growth_mb']:.1f}); tracemalloc peak {result['heap_peak_mb']:.1f} MB; "
+            f"{result['legacy_left']} legacy rows left"
         )
     return results
+
+
+def _backfill_child(url: str, *flags: str) -> dict[str, Any]:
+    """Run ``bench.backfill_child`` from a lean parent (``bench.lean``); its JSON line."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.lean",
+            sys.executable,
+            "-m",
+            "bench.backfill_child",
+            url,
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 # -- output -----------------------------------------------------------------------------------------
@@ -614,14 +751,42 @@ def markdown(results: dict[str, Any]) -> str:
     if results.get("backfill"):
         lines += [
             "",
-            "| backfill rows | pairs | seconds | rows/s | queries | peak RSS growth |",
-            "|---:|---:|---:|---:|---:|---:|",
+            "| backfill rows | pairs | seconds | rows/s | queries | RSS before | peak RSS "
+            "| growth | tracemalloc peak |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for item in results["backfill"]:
             lines.append(
                 f"| {item['rows']:,} | {item['pairs']:,} | {item['seconds']:.1f} | "
-                f"{item['rows_per_s']:,.0f} | {item['queries']:,} | {item['rss_growth_mb']:.1f} MB |"
+                f"{item['rows_per_s']:,.0f} | {item['queries']:,} | {item['rss_before_mb']:.1f} MB "
+                f"| {item['rss_peak_mb']:.1f} MB | {item['rss_growth_mb']:.1f} MB "
+                f"| {item['heap_peak_mb']:.1f} MB |"
             )
+    heavy = results.get("after_appends")
+    if heavy:
+        before, after = heavy["before"], heavy["after"]
+        lines += [
+            "",
+            f"After {heavy['appends']:,} appends over {heavy['sessions']:,} sessions "
+            f"({after['updates'] - before['updates']:,} session updates, "
+            f"{after['hot_updates'] - before['hot_updates']:,} of them HOT; server autovacuum "
+            f"{heavy['autovacuum']}):",
+            "",
+            "| read | " + " | ".join(heavy["states"]) + " |",
+            "|---|" + "---|" * len(heavy["states"]),
+        ]
+        names = [name for name in next(iter(heavy["states"].values())) if name != "table"]
+        for name in names:
+            cells = [
+                f"{state[name]['ms']:.2f} ms, {state[name]['plan']}"
+                for state in heavy["states"].values()
+            ]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        cells = [
+            f"{state['table']['all_visible_pages']:,} of {state['table']['pages']:,} pages"
+            for state in heavy["states"].values()
+        ]
+        lines.append("| all-visible pages | " + " | ".join(cells) + " |")
     peers = results.get("peers")
     if peers:
         lines += [

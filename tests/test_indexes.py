@@ -87,3 +87,31 @@ def test_newest_page_of_a_long_session_walks_the_seq_index():
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "cortex_message_session_seq" in plan
     assert "Sort" not in plan
+
+
+def test_session_table_is_vacuumed_early_and_plans_prefixes_with_fine_statistics():
+    """Migration 0008: every append moves ``updated_at`` (in three indexes, so never a HOT
+    update); vacuuming after 1% of rows changed keeps prefix counts index-only, and the scope's
+    statistics target lets the planner see how many sessions a prefix holds."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT reloptions FROM pg_class WHERE relname = %s", [Session._meta.db_table]
+        )
+        options = set(cursor.fetchone()[0])
+        cursor.execute(
+            "SELECT attstattarget FROM pg_attribute WHERE attrelid = %s::regclass "
+            "AND attname = 'scope'",
+            [Session._meta.db_table],
+        )
+        target = cursor.fetchone()[0]
+    assert {
+        "autovacuum_vacuum_scale_factor=0.01",
+        "autovacuum_analyze_scale_factor=0.02",
+    } <= options
+    assert target == 1000
+
+
+def test_recent_index_holds_the_scope_so_a_prefix_page_is_checked_in_the_index():
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, Session._meta.db_table)
+    assert constraints["cortex_session_recent_idx"]["columns"] == ["updated_at", "id", "scope"]

@@ -24,11 +24,13 @@ from .aio import (
     aget_session,
     alist_messages,
     alist_sessions,
+    alist_sessions_page,
     amake_default,
     arecount_sessions,
     aresolve_session,
     aupdate_session,
 )
+from .keyset import SessionPage, list_sessions_page
 from .maintenance import CounterDrift, recount_sessions
 from .messages import (
     AppendResult,
@@ -56,6 +58,7 @@ __all__ = [
     "AppendResult",
     "CounterDrift",
     "MessageInput",
+    "SessionPage",
     "aappend_messages",
     "aclear_messages",
     "acount_sessions",
@@ -65,6 +68,7 @@ __all__ = [
     "aget_session",
     "alist_messages",
     "alist_sessions",
+    "alist_sessions_page",
     "amake_default",
     "append_messages",
     "arecount_sessions",
@@ -79,6 +83,7 @@ __all__ = [
     "get_session",
     "list_messages",
     "list_sessions",
+    "list_sessions_page",
     "make_default",
     "recount_sessions",
     "resolve_session",
