@@ -237,20 +237,34 @@ def _prepared_cursor(connection: Any) -> Any:
 
 
 @cache
-def _converters(model: type[Model], vendor: str) -> tuple[Any, ...]:
-    """Per concrete field, its ``from_db_value`` or ``None`` (JSON text → Python for
-    ``JSONField``; the others come from psycopg as the ORM would get them)."""
-    return tuple(getattr(field, "from_db_value", None) for field in model._meta.concrete_fields)
+def _converters(model: type[Model]) -> tuple[tuple[int, Any], ...]:
+    """``(column position, from_db_value)`` of each concrete field that has one (JSON text →
+    Python for ``JSONField``); the other columns come from psycopg as the ORM gets them."""
+    return tuple(
+        (index, field.from_db_value)
+        for index, field in enumerate(model._meta.concrete_fields)
+        if hasattr(field, "from_db_value")
+    )
+
+
+def _instances(model: type[Model], alias: str, rows: Sequence[Sequence[Any]]) -> list[Any]:
+    """Model instances of ``rows`` (all concrete columns, in field order), as the ORM builds
+    them: each field's ``from_db_value``, then ``Model.from_db``."""
+    connection = connections[alias]
+    converters = _converters(model)
+    from_db = model.from_db
+    instances = []
+    for values in rows:
+        row = list(values)
+        for index, convert in converters:
+            if row[index] is not None:
+                row[index] = convert(row[index], None, connection)
+        instances.append(from_db(alias, None, row))
+    return instances
 
 
 def _instance(model: type[Model], alias: str, values: Sequence[Any]) -> Any:
-    connection = connections[alias]
-    converters = _converters(model, connection.vendor)
-    row = [
-        value if convert is None or value is None else convert(value, None, connection)
-        for convert, value in zip(converters, values, strict=True)
-    ]
-    return model.from_db(alias, None, row)
+    return _instances(model, alias, [values])[0]
 
 
 # -- the hot paths --------------------------------------------------------------------------------
@@ -359,7 +373,7 @@ def newest_messages(
     result = _execute(alias, sql, params)
     if not result:
         return None
-    messages = [_instance(Message, alias, row) for row in result if row[0] is not None]
+    messages = _instances(Message, alias, [row for row in result if row[0] is not None])
     if not forward:
         messages.reverse()
     return messages
