@@ -31,6 +31,8 @@ def tune(apps, schema_editor):
         return
     schema_editor.execute(f'ALTER TABLE "{TABLE}" ALTER COLUMN "scope" SET STATISTICS 1000')
     schema_editor.execute(f'ALTER TABLE "{TABLE}" SET ({STORAGE})')
+    # The finer statistics count from the next ANALYZE; take it now (seconds at 1,000,000 rows).
+    schema_editor.execute(f'ANALYZE "{TABLE}"')
 
 
 def untune(apps, schema_editor):
