@@ -62,13 +62,14 @@ def list_sessions(
     default_only: bool = False,
     search: str | None = None,
     limit: int = 50,
+    offset: int = 0,
 ) -> list[tuple]:
     """A page of sessions, newest ``updated_at`` first (as ``services.list_sessions``)."""
     where, params = _filters(scope, exact=exact, default_only=default_only, search=search)
     return conn.execute(
         f"SELECT {SESSION_COLUMNS} FROM {SESSION_TABLE} WHERE {where} "
-        "ORDER BY updated_at DESC, id DESC LIMIT %s",
-        [*params, limit],
+        "ORDER BY updated_at DESC, id DESC LIMIT %s OFFSET %s",
+        [*params, limit, offset],
     ).fetchall()
 
 

@@ -306,6 +306,28 @@ def run_all(
             scopes,
             "page of 50, -updated_at",
         )
+    # Page 21 of an org's sessions: by offset (the database skips 1,000 rows) and by cursor
+    # (keyset: starts after the 1,000th row), against page 1.
+    cursors = {}
+    for org in fx["orgs"]:
+        page = services.list_sessions_page(scope=org, limit=1000)
+        cursors[org] = page.next_cursor
+    read_op(
+        "list prefix (org), page 21 by offset",
+        TARGETS["list"],
+        lambda s: services.list_sessions(scope=s, limit=50, offset=1000),
+        lambda s: floor.list_sessions(base, scope=s, limit=50, offset=1000),
+        fx["orgs"],
+        "limit 50 offset 1000",
+    )
+    read_op(
+        "list prefix (org), page 21 by cursor",
+        TARGETS["list"],
+        lambda s: services.list_sessions_page(scope=s, limit=50, cursor=cursors[s]),
+        lambda s: floor.list_sessions(base, scope=s, limit=50, offset=1000),
+        fx["orgs"],
+        "keyset; floor: limit 50 offset 1000",
+    )
     counts = [
         ("count prefix (project)", fx["projects"], {}),
         ("count prefix (org)", fx["orgs"], {}),
@@ -688,6 +710,7 @@ def machine_info(url: str) -> dict[str, Any]:
         "postgresql": version,
         "shared_buffers": buffers,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load_average": [round(value, 1) for value in os.getloadavg()],
     }
 
 
@@ -728,7 +751,8 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         f"Machine: {machine['nproc']} CPUs, {machine['memory']}, PostgreSQL {machine['postgresql']} "
         f"(shared_buffers {machine['shared_buffers']}), Python {machine['python']}, Django "
-        f"{machine['django']}, psycopg {machine['psycopg']}; {machine['date']}.",
+        f"{machine['django']}, psycopg {machine['psycopg']}; {machine['date']}; load average "
+        f"{', '.join(map(str, machine.get('load_average', [])))} at the end of the run.",
         "",
         "| operation | app ms | app prepared ms | floor ms | app/floor | prepared/floor "
         "| floor 2 ms | app/floor 2 | target | queries | plan |",
