@@ -305,13 +305,14 @@ def resolve_session(
     if session_id is not None:
         return get_session(scope=scope, session_id=session_id, agent_id=agent_id), False
     canonical = as_scope(scope).canonical
-    defaults = Session.objects.filter(agent_id=agent_id, scope=canonical, is_default=True)
     alias = _db_for_write()
     for _attempt in range(RESOLVE_ATTEMPTS):
-        if _pg.enabled(alias):  # one statement (docs/design.md §14)
+        if _pg.enabled(alias):  # one statement, no queryset to build (docs/design.md §14)
             session = _pg.resolve_default(alias, canonical=canonical, agent_id=agent_id)
         else:
-            session = defaults.first()
+            session = Session.objects.filter(
+                agent_id=agent_id, scope=canonical, is_default=True
+            ).first()
         if session is not None:
             return session, False
         try:
