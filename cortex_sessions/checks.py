@@ -10,6 +10,7 @@ IDs:
 - ``cortex_sessions.E006``: ``MAX_REFERENCES`` is not an integer from 1 to 3; the session
   reference feature would raise ``SESSION_REFERENCE_INVALID_CONFIG`` (docs/design.md §8.9).
 - ``cortex_sessions.E010``: ``PREPARED_STATEMENTS`` is not ``True`` or ``False``.
+- ``cortex_sessions.E012``: ``IDEMPOTENCY_TTL`` is not a positive integer (seconds).
 """
 
 from __future__ import annotations
@@ -121,6 +122,17 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 f"CORTEX_SESSIONS['PREPARED_STATEMENTS'] is {prepared!r}.",
                 hint="Use True or False (docs/performance.md: prepared statements and PgBouncer).",
                 id="cortex_sessions.E010",
+            )
+        )
+
+    ttl = app_settings.IDEMPOTENCY_TTL
+    if not _is_int(ttl) or ttl < 1:
+        errors.append(
+            Error(
+                f"CORTEX_SESSIONS['IDEMPOTENCY_TTL'] is {ttl!r}; Idempotency-Key replays and "
+                "cortex_sessions_prune need a lifetime in seconds.",
+                hint="Use a positive integer number of seconds, e.g. 86400 (24 hours).",
+                id="cortex_sessions.E012",
             )
         )
     return errors

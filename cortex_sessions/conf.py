@@ -31,6 +31,7 @@ DEFAULTS: dict[str, Any] = {
     "PAGE_SIZE": 50,
     "MAX_PAGE_SIZE": 1000,
     "PREPARED_STATEMENTS": False,
+    "IDEMPOTENCY_TTL": 86_400,
 }
 
 
@@ -102,6 +103,11 @@ class AppSettings:
         transaction or statement pooling mode does not give before 1.21 (docs/design.md §14).
         """
         return self._get("PREPARED_STATEMENTS")
+
+    @property
+    def IDEMPOTENCY_TTL(self) -> int:
+        """Seconds an ``Idempotency-Key`` is remembered (default 24 h; docs/design.md §12.1)."""
+        return self._get("IDEMPOTENCY_TTL")
 
 
 app_settings = AppSettings()

@@ -60,7 +60,7 @@ def test_count_at_a_prefix_is_answered_from_the_scope_index_alone():
 
 def test_messages_of_a_session_have_one_index_the_seq_index():
     """No index on ``session_id`` alone: with one, the planner read a long session through it
-    and sorted every message for a page of the newest (migration 0007)."""
+    and sorted every message for a page of the newest (migration 0008)."""
     with connection.cursor() as cursor:
         constraints = connection.introspection.get_constraints(cursor, Message._meta.db_table)
     assert not [
@@ -90,7 +90,7 @@ def test_newest_page_of_a_long_session_walks_the_seq_index():
 
 
 def test_session_table_is_vacuumed_early_and_plans_prefixes_with_fine_statistics():
-    """Migration 0008: every append moves ``updated_at`` (in three indexes, so never a HOT
+    """Migration 0009: every append moves ``updated_at`` (in three indexes, so never a HOT
     update); vacuuming after 1% of rows changed keeps prefix counts index-only, and the scope's
     statistics target lets the planner see how many sessions a prefix holds."""
     with connection.cursor() as cursor:

@@ -26,10 +26,12 @@ from .aio import (
     alist_sessions,
     alist_sessions_page,
     amake_default,
+    aprune_idempotency_keys,
     arecount_sessions,
     aresolve_session,
     aupdate_session,
 )
+from .idempotency import prune_idempotency_keys
 from .keyset import SessionPage, list_sessions_page
 from .maintenance import CounterDrift, recount_sessions
 from .messages import (
@@ -71,6 +73,7 @@ __all__ = [
     "alist_sessions_page",
     "amake_default",
     "append_messages",
+    "aprune_idempotency_keys",
     "arecount_sessions",
     "aresolve_session",
     "aupdate_session",
@@ -85,6 +88,7 @@ __all__ = [
     "list_sessions",
     "list_sessions_page",
     "make_default",
+    "prune_idempotency_keys",
     "recount_sessions",
     "resolve_session",
     "session_queryset",

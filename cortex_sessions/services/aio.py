@@ -25,6 +25,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 
+from .idempotency import prune_idempotency_keys
 from .keyset import list_sessions_page
 from .maintenance import recount_sessions
 from .messages import append_messages, clear_messages, delete_message, list_messages
@@ -51,6 +52,7 @@ __all__ = [
     "alist_sessions",
     "alist_sessions_page",
     "amake_default",
+    "aprune_idempotency_keys",
     "arecount_sessions",
     "aresolve_session",
     "aupdate_session",
@@ -99,6 +101,7 @@ alist_messages = async_twin(list_messages)
 alist_sessions = async_twin(list_sessions)
 alist_sessions_page = async_twin(list_sessions_page)
 amake_default = async_twin(make_default)
+aprune_idempotency_keys = async_twin(prune_idempotency_keys)
 arecount_sessions = async_twin(recount_sessions)
 aresolve_session = async_twin(resolve_session)
 aupdate_session = async_twin(update_session)

@@ -44,7 +44,7 @@ def untune(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("cortex_sessions", "0007_message_session_index_is_the_seq_index"),
+        ("cortex_sessions", "0008_message_session_index_is_the_seq_index"),
     ]
 
     operations = [

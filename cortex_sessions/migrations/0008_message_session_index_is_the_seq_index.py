@@ -43,7 +43,7 @@ class AlterSessionIndex(migrations.AlterField):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("cortex_sessions", "0006_session_recent_index"),
+        ("cortex_sessions", "0007_idempotency_keys"),
     ]
 
     operations = [
