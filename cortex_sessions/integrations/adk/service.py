@@ -29,6 +29,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, router, transaction
+from django.db.models import Value
 from google.adk.events.event import Event
 from google.adk.sessions import _session_util
 from google.adk.sessions.base_session_service import (
@@ -38,12 +39,14 @@ from google.adk.sessions.base_session_service import (
 )
 from google.adk.sessions.session import Session as AdkSessionModel
 from google.adk.sessions.state import State
+from google.genai import types
 
 from cortex_sessions import services
+from cortex_sessions.content import content_text
 from cortex_sessions.exceptions import ScopeForbidden, SessionNotFound
 from cortex_sessions.models import Message
 from cortex_sessions.models import Session as CortexSession
-from cortex_sessions.scope import Scope, as_scope
+from cortex_sessions.scope import Scope, as_scope, scope_q
 
 from .conf import default_scope, scope_mapper
 from .models import AdkAppState, AdkSession, AdkUserState
@@ -121,26 +124,30 @@ def message_to_event(message: Message, app_name: str) -> Event | None:
     Messages other writers add (the REST API, the admin) read as plain text events: a ``user``
     message as the user's, an ``assistant`` message as the app's; other roles are skipped.
     """
-    for block in message.content or ():
+    return _event_of(
+        message.role, message.content, message.seq, message.created_at, message.session_id, app_name
+    )
+
+
+def _event_of(
+    role: str, content: Any, seq: int, created_at: dt.datetime, session_pk: Any, app_name: str
+) -> Event | None:
+    for block in content or ():
         if isinstance(block, dict) and block.get("type") == EVENT_BLOCK_TYPE:
             return Event.model_validate(block["event"])
-    if message.role not in ("user", "assistant"):
+    if role not in ("user", "assistant"):
         return None
-    from google.genai import types
-
-    from cortex_sessions.content import content_text
-
-    text = content_text(message.content)
+    text = content_text(content)
     if not text:
         return None
     return Event(
-        id=f"cortex-{message.session_id}-{message.seq}",
+        id=f"cortex-{session_pk}-{seq}",
         invocation_id="",
-        author="user" if message.role == "user" else app_name,
+        author="user" if role == "user" else app_name,
         content=types.Content(
-            role="user" if message.role == "user" else "model", parts=[types.Part(text=text)]
+            role="user" if role == "user" else "model", parts=[types.Part(text=text)]
         ),
-        timestamp=_timestamp(message.created_at),
+        timestamp=_timestamp(created_at),
     )
 
 
@@ -254,17 +261,21 @@ def _db() -> str:
 
 
 def _shared_state(app_name: str, user_id: str) -> dict[str, Any]:
-    merged: dict[str, Any] = {}
-    app = AdkAppState.objects.filter(app_name=app_name).values_list("state", flat=True).first()
-    for key, value in (app or {}).items():
-        merged[State.APP_PREFIX + key] = value
+    """The app's and the user's shared state, prefixed, in one query."""
+    app = (
+        AdkAppState.objects.filter(app_name=app_name)
+        .annotate(kind=Value(State.APP_PREFIX))
+        .values_list("kind", "state")
+    )
     user = (
         AdkUserState.objects.filter(app_name=app_name, user_id=user_id)
-        .values_list("state", flat=True)
-        .first()
+        .annotate(kind=Value(State.USER_PREFIX))
+        .values_list("kind", "state")
     )
-    for key, value in (user or {}).items():
-        merged[State.USER_PREFIX + key] = value
+    merged: dict[str, Any] = {}
+    for prefix, state in sorted(app.union(user, all=True), key=lambda row: row[0]):
+        for key, value in (state or {}).items():
+            merged[prefix + key] = value
     return merged
 
 
@@ -283,19 +294,15 @@ def _update_shared_state(app_name: str, user_id: str, deltas: dict[str, dict[str
 
 
 def _find(service: CortexSessionService, app_name: str, user_id: str, session_id: str):
-    """The AdkSession row of an in-scope session, or ``None``."""
+    """``(scope, row)``: the AdkSession row of the session if its cortex session lies at or
+    beneath the mapped scope (one query, the scope checked in the join), else ``(scope, None)``."""
     scope = service.scope_for(app_name, user_id)
     row = (
         AdkSession.objects.select_related("session")
+        .filter(scope_q(scope, field="session__scope"))
         .filter(app_name=app_name, user_id=user_id, adk_id=session_id)
         .first()
     )
-    if row is None:
-        return scope, None
-    try:
-        services.get_session(scope=scope, session_id=row.session_id)
-    except SessionNotFound:
-        return scope, None
     return scope, row
 
 
@@ -346,19 +353,25 @@ def _get_sync(service, app_name, user_id, session_id, config):
     if row is None:
         return None
     cortex = row.session
-    messages = Message.objects.filter(session_id=cortex.pk)
+    messages = Message.objects.filter(session_id=cortex.pk).values_list(
+        "seq", "role", "content", "created_at"
+    )
     limit = None
     if config is not None:
         if config.after_timestamp is not None:
             messages = messages.filter(created_at__gte=_when(config.after_timestamp))
         limit = config.num_recent_events
     if limit == 0:
-        rows: list[Message] = []
+        rows: list[Any] = []
     elif limit is not None:
         rows = list(reversed(messages.order_by("-seq")[:limit]))
     else:
         rows = list(messages.order_by("seq"))
-    events = [e for m in rows if (e := message_to_event(m, app_name)) is not None]
+    events = [
+        event
+        for seq, role, content, created_at in rows
+        if (event := _event_of(role, content, seq, created_at, cortex.pk, app_name)) is not None
+    ]
     return _build(row, events, cortex.updated_at, cortex.last_seq)
 
 
@@ -413,7 +426,6 @@ def _append_sync(service, session: AdkSessionModel, event: Event) -> None:
             .values_list("last_seq", flat=True)
             .get()
         )
-        locked = AdkSession.objects.select_for_update().get(pk=row.pk)
         if marker is not None and marker != str(last_seq):
             raise StaleSessionError(
                 "The session was changed by another writer since it was read; read it again."
@@ -422,8 +434,10 @@ def _append_sync(service, session: AdkSessionModel, event: Event) -> None:
             scope=scope, session_id=row.session_id, messages=[event_to_message(event)]
         )
         if deltas["session"]:
-            locked.state = {**locked.state, **deltas["session"]}
-            locked.save(update_fields=["state"])
+            # Every ADK write of this state holds the cortex session's row lock (taken above),
+            # so reading the stored state here and writing it back loses no concurrent key.
+            stored = AdkSession.objects.filter(pk=row.pk).values_list("state", flat=True).get()
+            AdkSession.objects.filter(pk=row.pk).update(state={**stored, **deltas["session"]})
         _update_shared_state(app_name, user_id, deltas)
     session.last_update_time = _timestamp(result.session.updated_at)
     _set_marker(session, result.session.last_seq)
