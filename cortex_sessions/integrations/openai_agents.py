@@ -320,8 +320,8 @@ def _rows(pk: uuid.UUID, scope: Scope) -> Any:
 
 
 def _newest_rows_postgresql(pk: uuid.UUID, scope: Scope, limit: int) -> list[tuple[int, str, Any]]:
-    """The newest ``limit`` rows as ``(seq, role, content)``, newest first, in one prepared-shape
-    statement (docs/design.md §14 allows SQL on hot paths; SQLite keeps the ORM path).
+    """The newest ``limit`` rows as ``(seq, role, content)``, newest first, in one
+    hand-written statement on the runtime's hottest read (SQLite keeps the ORM path).
 
     The scope predicate is §2.3's rule written out: the row's scope is ``S`` or starts with
     ``S/`` — as a range ``'S' <= scope < 'S0'`` (``'0'`` follows ``'/'``) for the index,
