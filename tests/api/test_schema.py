@@ -298,7 +298,8 @@ ALL_CHECKS = [
 #: Operations whose schema-valid bodies the server may still refuse: their content and metadata
 #: are arbitrary nested JSON, and the server refuses a NUL anywhere in it — in a nested string or
 #: an object key (`nul_character`; PostgreSQL cannot store it). OpenAPI 3.0 has no
-#: ``propertyNames`` and these schemas no recursion, so the schema cannot state that rule.
+#: ``propertyNames`` and these schemas no recursion, so the schema cannot state that rule. Not
+#: strict: an example run may draw no nested NUL and pass.
 NESTED_NUL_GAP = {
     ("/api/cortex/sessions/{id}/messages/", "post"),
     ("/api/cortex/sessions/{id}/references/prepare/", "post"),
@@ -312,7 +313,7 @@ def _every_check_params():
             if (path, method) in NESTED_NUL_GAP and mode is GenerationMode.POSITIVE:
                 marks.append(
                     pytest.mark.xfail(
-                        strict=True, reason="NUL in nested JSON is not expressible in OAS 3.0"
+                        strict=False, reason="NUL in nested JSON is not expressible in OAS 3.0"
                     )
                 )
             yield pytest.param(path, method, mode, marks=marks)
@@ -338,6 +339,10 @@ def test_schema_and_server_agree_under_every_check(wsgi_app, path, method, mode)
         if case.headers and "X-Cortex-Scope" in case.headers and "scope" in (case.query or {}):
             # Both may be sent only when they agree, which a schema cannot state.
             del case.headers["X-Cortex-Scope"]
+        if case.query and "cursor" in case.query and mode is GenerationMode.POSITIVE:
+            # A cursor is an opaque token taken from a page's `next` link, never made up, and
+            # it excludes `offset`: neither can a schema state.
+            del case.query["cursor"]
         if case.headers and "Idempotency-Key" in case.headers and mode is GenerationMode.POSITIVE:
             # A key reused with another body is 422 by design; each example is a new request.
             case.headers["Idempotency-Key"] = uuid.uuid4().hex
