@@ -113,6 +113,27 @@ def _session_id(session_id: Any) -> uuid.UUID:
         raise SessionNotFound() from None
 
 
+#: Driver codes of "deadlock, try again": PostgreSQL SQLSTATEs (deadlock, serialization
+#: failure) and MySQL/MariaDB error numbers (ER_LOCK_DEADLOCK).
+_DEADLOCK_SQLSTATES = frozenset({"40P01", "40001"})
+_DEADLOCK_ERRNOS = frozenset({1213})
+
+
+def _is_deadlock(exc: BaseException) -> bool:
+    """Whether ``exc`` (a Django ``OperationalError``) means the database rolled the
+    transaction back to break a deadlock, so running it again is safe and expected.
+
+    InnoDB (MySQL, MariaDB) detects such cycles between writers of the same unique index far
+    more often than PostgreSQL does: it locks index entries, delete-marked ones included, not
+    just the rows a statement matches (docs/design.md §15).
+    """
+    cause = exc.__cause__
+    if getattr(cause, "sqlstate", None) in _DEADLOCK_SQLSTATES:
+        return True
+    args = getattr(cause, "args", ())
+    return bool(args) and args[0] in _DEADLOCK_ERRNOS
+
+
 def _db_for_write() -> str:
     return router.db_for_write(Session)
 
