@@ -1,4 +1,4 @@
-"""Error responses of the API: one body shape, one status per error class (DESIGN §7.3).
+"""Error responses of the API: one body shape, one status per error class (docs/design.md §7.3).
 
 Every error body is ``{"code": str, "detail": str}``; validation errors add
 ``"errors": {field: [{"code", "detail"}, ...]}`` with nested fields flattened to dotted paths
@@ -15,6 +15,7 @@ Status codes come from, in order:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,9 +28,13 @@ from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
 from cortex_sessions import exceptions as core
+from cortex_sessions.faults import RETRY_AFTER_SECONDS, is_transient_database_error
+
+logger = logging.getLogger("cortex_sessions")
 
 __all__ = [
     "ERROR_STATUS",
+    "DatabaseUnavailable",
     "InvalidQuery",
     "ReferencesNotAllowed",
     "RequestTooLarge",
@@ -54,7 +59,7 @@ ERROR_STATUS: dict[type[BaseException], int] = {
 
 class InvalidQuery(drf_exceptions.ValidationError):
     """A query parameter (filter, ordering, page bound, scope) is not acceptable: 400
-    ``invalid_filter`` with the offending parameters under ``errors`` (DESIGN §7.2)."""
+    ``invalid_filter`` with the offending parameters under ``errors`` (docs/design.md §7.2)."""
 
     default_code = "invalid_filter"
     default_detail = "Invalid query parameters."
@@ -64,7 +69,7 @@ class ReferencesNotAllowed(drf_exceptions.ValidationError):
     """``resolve_references`` or ``references`` sent where they do not apply — a list of
     messages, a role other than ``user``, a source other than ``user``, or ``references``
     without ``resolve_references: true``: 400 ``references_not_allowed`` naming the field
-    (DESIGN §8.8)."""
+    (docs/design.md §8.8)."""
 
     default_code = "references_not_allowed"
     default_detail = "Session references apply only to a single message with role 'user'."
@@ -76,6 +81,21 @@ class RequestTooLarge(drf_exceptions.APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_code = "request_too_large"
     default_detail = "The request body is too large."
+
+
+class DatabaseUnavailable(drf_exceptions.APIException):
+    """A transient database fault — lock or statement timeout, lost or killed connection,
+    serialization failure, deadlock — rolled the request's transaction back: 503
+    ``database_unavailable`` with ``Retry-After`` (docs/design.md §12.3). Nothing was written;
+    the same request may be sent again."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "database_unavailable"
+    default_detail = "The database is busy or unreachable; nothing was written. Retry shortly."
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wait = RETRY_AFTER_SECONDS
 
 
 def status_for(exc: BaseException) -> int | None:
@@ -177,14 +197,16 @@ def _api_response(exc: drf_exceptions.APIException) -> Response:
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """Turn an exception raised in one of our views into an error response (DESIGN §7.3).
+    """Turn an exception raised in one of our views into an error response (docs/design.md §7.3).
 
     Args:
         exc: the exception.
         context: DRF's handler context (``view``, ``args``, ``kwargs``, ``request``).
 
     Returns:
-        The response, or ``None`` for an unexpected exception (DRF then re-raises it: a bug
+        The response (503 ``database_unavailable`` with ``Retry-After`` for a transient database
+        fault, see :func:`cortex_sessions.faults.is_transient_database_error`), or ``None`` for
+        an unexpected exception (DRF then re-raises it: a bug
         on our side is a 500 and is logged, never hidden).
     """
     if isinstance(exc, Http404):
@@ -193,6 +215,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         exc = drf_exceptions.PermissionDenied()
     elif isinstance(exc, RequestDataTooBig):
         exc = RequestTooLarge()
+    elif is_transient_database_error(exc):
+        logger.warning("Transient database fault answered 503: %s", exc, exc_info=exc)
+        exc = DatabaseUnavailable()
     if isinstance(exc, drf_exceptions.APIException):
         return _api_response(exc)
     http_status = status_for(exc)

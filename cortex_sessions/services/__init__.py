@@ -1,18 +1,34 @@
-"""The service API: every business rule of sessions and messages lives here (DESIGN §7.1).
+"""The service API: every business rule of sessions and messages lives here (docs/design.md §7.1).
 
 Functions are keyword-only and take the caller's scope explicitly: reads match that scope and
-everything beneath it (DESIGN §2.3); a missing or empty scope raises ``NoScope`` (§2.4). Views,
+everything beneath it (docs/design.md §2.3); a missing or empty scope raises ``NoScope`` (§2.4). Views,
 admin actions and management commands call these functions and nothing else writes app-owned
 columns. Every write that touches more than one row runs in one transaction on the database the
-router picks for the model (DESIGN §10).
+router picks for the model (docs/design.md §10).
 
 Public import path: ``cortex_sessions.services``. The package keeps one concern per module
-(``sessions``, ``messages``, ``maintenance``); everything public is re-exported here.
+(``sessions``, ``messages``, ``maintenance``); everything public is re-exported here, and
+every service that does I/O has an ``a``-prefixed async twin from ``aio`` (docs/design.md §13.1).
 """
 
 from __future__ import annotations
 
 from ._common import MAX_INT64, ORDERING_FIELDS, check_agent_id
+from .aio import (
+    aappend_messages,
+    aclear_messages,
+    acount_sessions,
+    acreate_session,
+    adelete_message,
+    adelete_session,
+    aget_session,
+    alist_messages,
+    alist_sessions,
+    amake_default,
+    arecount_sessions,
+    aresolve_session,
+    aupdate_session,
+)
 from .maintenance import CounterDrift, recount_sessions
 from .messages import (
     AppendResult,
@@ -40,7 +56,20 @@ __all__ = [
     "AppendResult",
     "CounterDrift",
     "MessageInput",
+    "aappend_messages",
+    "aclear_messages",
+    "acount_sessions",
+    "acreate_session",
+    "adelete_message",
+    "adelete_session",
+    "aget_session",
+    "alist_messages",
+    "alist_sessions",
+    "amake_default",
     "append_messages",
+    "arecount_sessions",
+    "aresolve_session",
+    "aupdate_session",
     "check_agent_id",
     "clear_messages",
     "count_sessions",

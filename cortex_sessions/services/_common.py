@@ -1,7 +1,8 @@
-"""Validation and helpers every service module shares (DESIGN §7.1)."""
+"""Validation and helpers every service module shares (docs/design.md §7.1)."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -13,7 +14,7 @@ from ..exceptions import InvalidAgentId, InvalidFilter, InvalidInput, SessionNot
 from ..models import Session
 from ..scope import Scope
 
-#: Orderings a session list accepts, each optionally prefixed with ``-`` (DESIGN §7.2).
+#: Orderings a session list accepts, each optionally prefixed with ``-`` (docs/design.md §7.2).
 ORDERING_FIELDS = ("created_at", "updated_at", "title", "message_count")
 DEFAULT_ORDERING = "-updated_at"
 TITLE_MAX_CHARS = 500
@@ -22,6 +23,8 @@ MAX_INT64 = 2**63 - 1
 AGENT_ID_MAX_CHARS = 255
 
 _UNSET: Any = object()
+
+logger = logging.getLogger("cortex_sessions")
 
 
 # -- validation helpers ---------------------------------------------------------------------------
@@ -104,34 +107,13 @@ def _check_metadata(metadata: Any) -> dict[str, Any]:
 
 
 def _session_id(session_id: Any) -> uuid.UUID:
-    """Parse a session id; anything that is not a UUID is simply not found (DESIGN §7.3)."""
+    """Parse a session id; anything that is not a UUID is simply not found (docs/design.md §7.3)."""
     if isinstance(session_id, uuid.UUID):
         return session_id
     try:
         return uuid.UUID(str(session_id))
     except (TypeError, ValueError, AttributeError):
         raise SessionNotFound() from None
-
-
-#: Driver codes of "deadlock, try again": PostgreSQL SQLSTATEs (deadlock, serialization
-#: failure) and MySQL/MariaDB error numbers (ER_LOCK_DEADLOCK).
-_DEADLOCK_SQLSTATES = frozenset({"40P01", "40001"})
-_DEADLOCK_ERRNOS = frozenset({1213})
-
-
-def _is_deadlock(exc: BaseException) -> bool:
-    """Whether ``exc`` (a Django ``OperationalError``) means the database rolled the
-    transaction back to break a deadlock, so running it again is safe and expected.
-
-    InnoDB (MySQL, MariaDB) detects such cycles between writers of the same unique index far
-    more often than PostgreSQL does: it locks index entries, delete-marked ones included, not
-    just the rows a statement matches (docs/design.md §15).
-    """
-    cause = exc.__cause__
-    if getattr(cause, "sqlstate", None) in _DEADLOCK_SQLSTATES:
-        return True
-    args = getattr(cause, "args", ())
-    return bool(args) and args[0] in _DEADLOCK_ERRNOS
 
 
 def _db_for_write() -> str:
@@ -147,4 +129,27 @@ def _locked_session(scope: Scope | str, session_id: uuid.UUID | str) -> Session:
 
 
 def _send_on_commit(signal: Any, **kwargs: Any) -> None:
-    transaction.on_commit(lambda: signal.send(sender=Session, **kwargs), using=_db_for_write())
+    """Send ``signal`` once the current transaction commits, never letting a receiver fail the
+    caller (docs/design.md §12.2).
+
+    Receivers run through ``Signal.send_robust``: one that raises is logged on the
+    ``cortex_sessions`` logger (with its traceback) and the others still run. The write has
+    committed by then, so a receiver's error never changes an API response, nor stops an
+    import or a backfill. Outside a transaction the signal is sent at once, with the same rules.
+
+    Args:
+        signal: a :mod:`cortex_sessions.signals` signal.
+        kwargs: the signal's arguments (``sender`` is always :class:`~cortex_sessions.models.Session`).
+    """
+
+    def send() -> None:
+        for receiver, result in signal.send_robust(sender=Session, **kwargs):
+            if isinstance(result, Exception):
+                logger.error(
+                    "A receiver of a cortex_sessions signal raised; the write it follows has "
+                    "committed and stands (receiver %r).",
+                    receiver,
+                    exc_info=(type(result), result, result.__traceback__),
+                )
+
+    transaction.on_commit(send, using=_db_for_write())

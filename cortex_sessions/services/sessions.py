@@ -1,4 +1,4 @@
-"""Session services: list, count, get, create, update, delete, resolve, make-default (DESIGN §6, §7)."""
+"""Session services: list, count, get, create, update, delete, resolve, make-default (docs/design.md §6, §7)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from django.utils import timezone
 from .. import signals
 from ..content import check_json_object
 from ..exceptions import DefaultConflict, InvalidFilter, SessionNotFound
+from ..faults import is_deadlock
 from ..models import Message, Session, SessionQuerySet
 from ..scope import Scope, as_scope
 from ._common import (
@@ -27,11 +28,14 @@ from ._common import (
     _check_metadata,
     _check_title,
     _db_for_write,
-    _is_deadlock,
     _locked_session,
     _send_on_commit,
     _session_id,
 )
+
+#: How many times :func:`resolve_session` reads-then-creates before giving up on a default
+#: that concurrent writers keep creating and deleting.
+RESOLVE_ATTEMPTS = 10
 
 # -- session reads --------------------------------------------------------------------------------
 
@@ -45,7 +49,7 @@ def session_queryset(
     search: str | None = None,
     ordering: str | None = None,
 ) -> SessionQuerySet:
-    """The sessions a list at ``scope`` shows, filtered and ordered (DESIGN §7.2).
+    """The sessions a list at ``scope`` shows, filtered and ordered (docs/design.md §7.2).
 
     Args:
         scope: the caller's scope; rows at it and beneath it match, or only at it with ``exact``.
@@ -100,7 +104,7 @@ def list_sessions(
     limit: int | None = None,
     offset: int = 0,
 ) -> list[Session]:
-    """A page of the sessions at ``scope`` (DESIGN §7.2; filters as :func:`session_queryset`).
+    """A page of the sessions at ``scope`` (docs/design.md §7.2; filters as :func:`session_queryset`).
 
     Args:
         limit: most rows returned (``None``: no limit); an integer ``>= 0``.
@@ -133,7 +137,7 @@ def count_sessions(
     default_only: bool = False,
     search: str | None = None,
 ) -> int:
-    """How many sessions :func:`list_sessions` would list with the same filters (DESIGN §7.2).
+    """How many sessions :func:`list_sessions` would list with the same filters (docs/design.md §7.2).
 
     Raises:
         NoScope, InvalidScope.
@@ -177,7 +181,7 @@ def create_session(
     cwd: str | None = None,
     is_default: bool = False,
 ) -> Session:
-    """Create a session of ``agent_id`` at exactly ``scope`` (DESIGN §3.1).
+    """Create a session of ``agent_id`` at exactly ``scope`` (docs/design.md §3.1).
 
     Args:
         scope: where the session lives; stored in canonical form and never changed (§2.6).
@@ -225,11 +229,11 @@ def update_session(
     metadata: Mapping[str, Any] = _UNSET,
     cwd: str | None = _UNSET,
 ) -> Session:
-    """Change the host-owned fields of a session: ``title``, ``metadata``, ``cwd`` (DESIGN §7.1).
+    """Change the host-owned fields of a session: ``title``, ``metadata``, ``cwd`` (docs/design.md §7.1).
 
     Only the given fields are written, with ``updated_at``; counters, scope, ``is_default`` and
     ``backfilled_by`` are never written, so an append that lands between a client's read and
-    this update is never undone (DESIGN §5).
+    this update is never undone (docs/design.md §5).
 
     Returns:
         The session as stored after the update (counters read fresh).
@@ -252,7 +256,7 @@ def update_session(
 
 
 def delete_session(*, scope: Scope | str, session_id: uuid.UUID | str) -> None:
-    """Delete a session and its messages in one transaction (DESIGN §7.1, §6.3).
+    """Delete a session and its messages in one transaction (docs/design.md §7.1, §6.3).
 
     Deleting the default is allowed; the next :func:`resolve_session` creates a new one.
 
@@ -270,12 +274,14 @@ def delete_session(*, scope: Scope | str, session_id: uuid.UUID | str) -> None:
 def resolve_session(
     *, scope: Scope | str, agent_id: str, session_id: uuid.UUID | str | None = None
 ) -> tuple[Session, bool]:
-    """The thread a run uses (DESIGN §6.1).
+    """The thread a run uses (docs/design.md §6.1).
 
     With ``session_id``: that session, only if it lies within ``scope`` and belongs to
     ``agent_id``. Without: the default session of ``agent_id`` at exactly ``scope``, created on
     first use. Concurrent first calls create exactly one default: the partial unique constraint
-    decides and the loser re-reads the winner's row (``QuerySet.get_or_create``).
+    decides and the loser re-reads the winner's row. When that row is deleted between the
+    collision and the re-read, the loser tries again (reading, then creating), up to
+    ``RESOLVE_ATTEMPTS`` times (docs/design.md §12.3).
 
     Returns:
         ``(session, created)``.
@@ -283,17 +289,30 @@ def resolve_session(
     Raises:
         NoScope, InvalidScope, InvalidAgentId.
         SessionNotFound: ``session_id`` is missing, out of scope or another agent's.
+        DefaultConflict: every attempt collided with a concurrent create that was deleted
+            again before it could be read (a resolve/delete storm; 409, safe to retry).
     """
     _check_agent_id(agent_id)
     if session_id is not None:
         return get_session(scope=scope, session_id=session_id, agent_id=agent_id), False
     canonical = as_scope(scope).canonical
-    session, created = Session.objects.get_or_create(
-        agent_id=agent_id, scope=canonical, is_default=True
-    )
-    if created:
+    defaults = Session.objects.filter(agent_id=agent_id, scope=canonical, is_default=True)
+    for _attempt in range(RESOLVE_ATTEMPTS):
+        session = defaults.first()
+        if session is not None:
+            return session, False
+        try:
+            with transaction.atomic(using=_db_for_write()):
+                session = Session.objects.create(
+                    agent_id=agent_id, scope=canonical, is_default=True
+                )
+        except IntegrityError:
+            # A concurrent resolve created the default first; it may be deleted again before
+            # this re-read, so read (or create) once more (docs/design.md §12.3).
+            continue
         _send_on_commit(signals.session_created, session=session)
-    return session, created
+        return session, True
+    raise DefaultConflict()
 
 
 #: How often :func:`make_default` tries before giving up, and the unit of its random backoff
@@ -320,7 +339,7 @@ def _lock_current_defaults(session: Session) -> None:
 
 
 def make_default(*, scope: Scope | str, session_id: uuid.UUID | str) -> Session:
-    """Make a session its agent's default at its scope, demoting the old one (DESIGN §6.2).
+    """Make a session its agent's default at its scope, demoting the old one (docs/design.md §6.2).
 
     Demotion and promotion happen in one transaction, so there is never a moment with two
     defaults. Concurrent swaps of the same agent and scope queue on the current default's row
@@ -328,7 +347,8 @@ def make_default(*, scope: Scope | str, session_id: uuid.UUID | str) -> Session:
     wins; the partial unique constraint backs this up, and a swap that still collides (with a
     default created at that moment by :func:`resolve_session`) retries on fresh data. A swap
     the database rolled back to break a deadlock (InnoDB's locks on the one-default index
-    make these a normal event on MySQL/MariaDB, docs/design.md §15) is retried the same way.
+    make these a normal event on MySQL/MariaDB, docs/design.md §15) is retried the same way,
+    unless the caller's transaction encloses it (the error then propagates).
 
     Returns:
         The session, now the default, as committed.
@@ -341,9 +361,12 @@ def make_default(*, scope: Scope | str, session_id: uuid.UUID | str) -> Session:
             attempts), or failed otherwise.
     """
     attempts = MAKE_DEFAULT_ATTEMPTS
+    using = _db_for_write()
+    # A deadlock rolls back the whole transaction, so only a swap that owns it may retry.
+    outermost = not transaction.get_connection(using).in_atomic_block
     for attempt in range(attempts):
         try:
-            with transaction.atomic(using=_db_for_write()):
+            with transaction.atomic(using=using):
                 session = _locked_session(scope, session_id)
                 if session.is_default:
                     return session
@@ -359,7 +382,7 @@ def make_default(*, scope: Scope | str, session_id: uuid.UUID | str) -> Session:
             if attempt == attempts - 1:
                 raise DefaultConflict() from None
         except OperationalError as exc:
-            if not _is_deadlock(exc) or attempt == attempts - 1:
+            if not outermost or not is_deadlock(exc) or attempt == attempts - 1:
                 raise
             # Let the winner of the cycle commit before trying again.
             time.sleep(random.uniform(0, DEADLOCK_BACKOFF_SECONDS * (attempt + 1)))
