@@ -8,7 +8,7 @@ without the column types of ``cortex_sessions.fields``.
 from __future__ import annotations
 
 import pytest
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from cortex_sessions import services
 from cortex_sessions.models import ImportedConversation, Message, Session
@@ -107,3 +107,19 @@ def test_imported_conversation_ids_differing_in_case_are_different_conversations
     )
 
     assert ImportedConversation.objects.filter(external_id="conv-1").get().session == other
+
+
+def test_title_search_folds_what_the_database_collation_folds():
+    """README "Databases": ``search`` is case-insensitive everywhere; under MySQL/MariaDB's
+    default ``utf8mb4`` collations it is accent-insensitive too."""
+    for title in ["Café", "CAFE", "tea"]:
+        services.create_session(scope=SCOPE, agent_id="a", title=title)
+
+    found = set(
+        services.session_queryset(scope=SCOPE, search="cafe").values_list("title", flat=True)
+    )
+
+    if connection.vendor == "mysql":
+        assert found == {"Café", "CAFE"}
+    else:
+        assert found == {"CAFE"}
