@@ -12,10 +12,12 @@ __all__ = [
     "CortexSessionsError",
     "DefaultConflict",
     "EmptyContent",
+    "IdempotencyKeyReused",
     "InvalidAgentId",
     "InvalidContent",
     "InvalidConversation",
     "InvalidFilter",
+    "InvalidIdempotencyKey",
     "InvalidInput",
     "InvalidMetadata",
     "InvalidRole",
@@ -187,3 +189,23 @@ class InvalidFilter(InvalidInput):
 
     code = "invalid_filter"
     default_message = "Invalid list filter."
+
+
+# -- idempotency (docs/design.md §12.1) ------------------------------------------------------------
+
+
+class InvalidIdempotencyKey(InvalidInput):
+    """An ``Idempotency-Key`` that is not 1–255 visible ASCII characters."""
+
+    code = "invalid_idempotency_key"
+    default_message = "Idempotency-Key must be 1 to 255 visible ASCII characters."
+
+
+class IdempotencyKeyReused(CortexSessionsError):
+    """The key was already used, within ``IDEMPOTENCY_TTL``, for a call with another input.
+
+    The API answers 422; nothing is written.
+    """
+
+    code = "idempotency_key_reused"
+    default_message = "This Idempotency-Key was already used with a different request."

@@ -11,7 +11,7 @@ from .scope import MAX_CANONICAL_BYTES
 __all__ = ["ExactCharField", "ScopeField", "exact_collation"]
 
 
-def exact_collation(connection: Any) -> str | None:
+def exact_collation(connection: Any, *, ascii: bool = False) -> str | None:
     """The column collation under which equal strings are equal code point for code point.
 
     PostgreSQL and SQLite compare text exactly already (``None``: the column keeps the
@@ -23,13 +23,19 @@ def exact_collation(connection: Any) -> str | None:
     Args:
         connection: a Django database connection (``connection.vendor`` is read; on MySQL the
             server kind, which may open the connection).
+        ascii: the column holds ASCII only: one byte a character in the index instead of four
+            (``ascii_nopad_bin`` on MariaDB; ``ascii_bin`` on MySQL 8, which pads trailing
+            spaces, so use it for values that cannot end in one).
 
     Returns:
         The collation name, or ``None`` for the database's default.
     """
     if connection.vendor != "mysql":
         return None
-    return "utf8mb4_nopad_bin" if connection.mysql_is_mariadb else "utf8mb4_0900_bin"
+    mariadb = connection.mysql_is_mariadb
+    if ascii:
+        return "ascii_nopad_bin" if mariadb else "ascii_bin"
+    return "utf8mb4_nopad_bin" if mariadb else "utf8mb4_0900_bin"
 
 
 class ExactCharField(models.CharField):
@@ -39,11 +45,26 @@ class ExactCharField(models.CharField):
     that ``"Bot"``, ``"bot"`` and ``"bot "`` are three agents on every database. Only MySQL and
     MariaDB need a column collation for it (:func:`exact_collation`); it is chosen per
     connection and never written into migrations (docs/design.md §15).
+
+    Args:
+        ascii: the values are ASCII only (checked by the code that writes them); on MySQL the
+            column is then ASCII, a quarter of the index key bytes of ``utf8mb4``.
+        Any other argument: as for ``CharField``.
     """
+
+    def __init__(self, *args: Any, ascii: bool = False, **kwargs: Any) -> None:
+        self.ascii = ascii
+        super().__init__(*args, **kwargs)
+
+    def deconstruct(self) -> Any:
+        name, path, args, kwargs = super().deconstruct()
+        if self.ascii:
+            kwargs["ascii"] = True
+        return name, path, args, kwargs
 
     def db_parameters(self, connection: Any) -> dict[str, Any]:
         params = super().db_parameters(connection)
-        collation = exact_collation(connection)
+        collation = exact_collation(connection, ascii=self.ascii)
         if collation:
             params["collation"] = collation
         return params

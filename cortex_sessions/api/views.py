@@ -38,6 +38,7 @@ from cortex_sessions.scope import Scope
 
 from .exceptions import InvalidQuery, ReferencesNotAllowed, exception_handler
 from .filters import SessionFilter, SessionFilterBackend
+from .idempotency import IDEMPOTENCY_PARAMETER, idempotent
 from .pagination import SessionPagination, parse_int_param
 from .parsers import JSONObjectParser
 from .permissions import HasCortexScope
@@ -74,6 +75,9 @@ _ERROR_TEXT = {
     409: "`default_conflict`.",
     413: "`message_too_large` or `request_too_large`.",
     415: "`unsupported_media_type`: send application/json.",
+    422: "`idempotency_key_reused`: the Idempotency-Key was used with another body.",
+    503: "`database_unavailable` (with Retry-After): a transient database fault rolled the "
+    "request back; nothing was written.",
 }
 
 #: Error descriptions of the session-reference endpoints (docs/design.md §8.8, §8.9).
@@ -88,7 +92,8 @@ _REFERENCE_ERROR_TEXT = {
     "`message_too_large` or `request_too_large`.",
     500: "`SESSION_REFERENCE_INVALID_CONFIG`: the server's reference settings are invalid "
     "(not caused by the request).",
-    503: "`SESSION_REFERENCE_CANCELLED`: preparing the references ran past the server's deadline.",
+    503: "`SESSION_REFERENCE_CANCELLED`: preparing the references ran past the server's deadline; "
+    "`database_unavailable` (with Retry-After): a transient database fault.",
 }
 
 
@@ -96,10 +101,10 @@ def errors(*codes: int, text: Mapping[int, str] | None = None) -> dict[int, Open
     """OpenAPI error responses for ``codes`` plus those every endpoint may give.
 
     Args:
-        codes: statuses the endpoint may answer besides 400, 401, 403 and 406.
+        codes: statuses the endpoint may answer besides 400, 401, 403, 406 and 503.
         text: descriptions replacing the default ones, by status.
     """
-    wanted = sorted({400, 401, 403, 406, *codes})
+    wanted = sorted({400, 401, 403, 406, 503, *codes})
     descriptions = {**_ERROR_TEXT, **(text or {})}
     return {
         code: OpenApiResponse(ErrorSerializer, description=descriptions[code]) for code in wanted
@@ -313,9 +318,11 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
 
     @extend_schema(
         summary="Create a session",
+        parameters=[IDEMPOTENCY_PARAMETER],
         request=SessionCreateSerializer,
-        responses={201: SessionSerializer, **errors(*_BODY_ERRORS)},
+        responses={201: SessionSerializer, **errors(422, *_BODY_ERRORS)},
     )
+    @idempotent
     def create(self, request: Request) -> Response:
         """Create a session at the request's scope, or at a narrower ``scope`` from the body.
 
@@ -460,7 +467,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
             "`session-reference` context message, in one transaction (docs/design.md §8.8). "
             "`resolve_references` or `references` elsewhere is 400 `references_not_allowed`."
         ),
-        parameters=[ID_PARAMETER],
+        parameters=[ID_PARAMETER, IDEMPOTENCY_PARAMETER],
         request=PolymorphicProxySerializer(
             component_name="MessageInputOrList",
             serializers=[MessageWithReferencesInputSerializer, MessageInputSerializer(many=True)],
@@ -471,6 +478,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
             201: MessageAppendResultSerializer,
             **errors(
                 404,
+                422,
                 500,
                 503,
                 *_BODY_ERRORS,
@@ -519,6 +527,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
         page = {"results": rows, "has_more": has_more, "next": next_url}
         return Response(MessagePageSerializer(page).data)
 
+    @idempotent
     def _append_messages(self, request: Request, pk: str) -> Response:
         if isinstance(request.data, list):
             for index, item in enumerate(request.data):

@@ -25,10 +25,12 @@ from .aio import (
     alist_messages,
     alist_sessions,
     amake_default,
+    aprune_idempotency_keys,
     arecount_sessions,
     aresolve_session,
     aupdate_session,
 )
+from .idempotency import prune_idempotency_keys
 from .maintenance import CounterDrift, recount_sessions
 from .messages import (
     AppendResult,
@@ -67,6 +69,7 @@ __all__ = [
     "alist_sessions",
     "amake_default",
     "append_messages",
+    "aprune_idempotency_keys",
     "arecount_sessions",
     "aresolve_session",
     "aupdate_session",
@@ -80,6 +83,7 @@ __all__ = [
     "list_messages",
     "list_sessions",
     "make_default",
+    "prune_idempotency_keys",
     "recount_sessions",
     "resolve_session",
     "session_queryset",

@@ -25,6 +25,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 
+from .idempotency import prune_idempotency_keys
 from .maintenance import recount_sessions
 from .messages import append_messages, clear_messages, delete_message, list_messages
 from .sessions import (
@@ -49,6 +50,7 @@ __all__ = [
     "alist_messages",
     "alist_sessions",
     "amake_default",
+    "aprune_idempotency_keys",
     "arecount_sessions",
     "aresolve_session",
     "aupdate_session",
@@ -96,6 +98,7 @@ aget_session = async_twin(get_session)
 alist_messages = async_twin(list_messages)
 alist_sessions = async_twin(list_sessions)
 amake_default = async_twin(make_default)
+aprune_idempotency_keys = async_twin(prune_idempotency_keys)
 arecount_sessions = async_twin(recount_sessions)
 aresolve_session = async_twin(resolve_session)
 aupdate_session = async_twin(update_session)

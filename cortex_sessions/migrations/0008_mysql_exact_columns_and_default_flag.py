@@ -39,7 +39,7 @@ class OnVendors(migrations.SeparateDatabaseAndState):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('cortex_sessions', '0006_session_recent_index'),
+        ('cortex_sessions', '0007_idempotency_keys'),
     ]
 
     operations = [
