@@ -24,9 +24,10 @@ _PG_TRANSIENT_CLASSES = ("08", "40", "53")
 _PG_TRANSIENT_CODES = frozenset({"55P03", "57014", "57P01", "57P02", "57P03"})
 
 #: MySQL/MariaDB error numbers of transient faults: lock wait timeout (1205), deadlock (1213),
-#: server gone away / lost connection (2006, 2013), query interrupted or past
-#: ``max_execution_time`` (1317, 3024), too many connections (1040).
-_MYSQL_TRANSIENT_ERRNOS = frozenset({1040, 1205, 1213, 1317, 2006, 2013, 3024})
+#: server gone away / lost connection (2006, 2013), the connection killed (1927, MariaDB), query
+#: interrupted or past MySQL's ``max_execution_time`` or MariaDB's ``max_statement_time`` (1317,
+#: 3024, 1969), too many connections (1040).
+_MYSQL_TRANSIENT_ERRNOS = frozenset({1040, 1205, 1213, 1317, 1927, 1969, 2006, 2013, 3024})
 
 #: SQLite messages of transient faults: another connection holds the write lock.
 _SQLITE_TRANSIENT_TEXT = ("database is locked", "database table is locked")
