@@ -39,7 +39,7 @@ class OnVendors(migrations.SeparateDatabaseAndState):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('cortex_sessions', '0007_idempotency_keys'),
+        ('cortex_sessions', '0009_session_recent_index_with_scope'),
     ]
 
     operations = [
