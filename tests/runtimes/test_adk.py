@@ -456,7 +456,7 @@ async def test_a_session_moved_out_of_the_mapped_scope_is_invisible(service, set
 # -- concurrency ----------------------------------------------------------------------------------
 
 
-@pytest.mark.postgres_only
+@pytest.mark.concurrent_db
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_state_deltas_of_different_sessions_all_survive():
     service = CortexSessionService()
