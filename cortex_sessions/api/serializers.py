@@ -23,12 +23,15 @@ __all__ = [
     "ContentField",
     "CountSerializer",
     "ErrorSerializer",
+    "ForkSerializer",
     "MessageAppendResultSerializer",
     "MessageInputSerializer",
     "MessagePageSerializer",
     "MessageSerializer",
     "MessageWithReferencesInputSerializer",
+    "MessagesDeletedSerializer",
     "MetadataField",
+    "PoppedMessageSerializer",
     "PreparedReferencesSerializer",
     "ReferenceCandidateListSerializer",
     "ReferenceCandidateSerializer",
@@ -37,6 +40,7 @@ __all__ = [
     "ReferencesField",
     "ResolveSerializer",
     "SessionCreateSerializer",
+    "SessionMergePatchSerializer",
     "SessionSerializer",
     "SessionUpdateSerializer",
 ]
@@ -129,6 +133,9 @@ class SessionSerializer(serializers.ModelSerializer):
             "backfilled_by",
             "created_at",
             "updated_at",
+            "archived_at",
+            "forked_from",
+            "forked_at_seq",
         ]
         read_only_fields = fields
 
@@ -167,6 +174,54 @@ class SessionUpdateSerializer(serializers.Serializer):
     metadata = MetadataField(required=False)
     cwd = serializers.CharField(
         allow_null=True, allow_blank=True, required=False, trim_whitespace=False
+    )
+
+
+@extend_schema_field({"type": "object", "additionalProperties": True, "nullable": True})
+class MetadataPatchField(serializers.JSONField):
+    """The ``metadata`` member of a merge patch: an object merged by RFC 7386, or ``null``."""
+
+
+class SessionMergePatchSerializer(serializers.Serializer):
+    """Body of ``PATCH /sessions/{id}/`` sent as ``application/merge-patch+json`` (§11.3).
+
+    ``title`` and ``cwd`` are replaced when present; ``metadata`` is merged into the stored
+    object by RFC 7386 (a ``null`` member deletes that key; ``"metadata": null`` empties it).
+    """
+
+    title = serializers.CharField(
+        max_length=500, allow_blank=True, required=False, trim_whitespace=False
+    )
+    metadata = MetadataPatchField(required=False, allow_null=True)
+    cwd = serializers.CharField(
+        allow_null=True, allow_blank=True, required=False, trim_whitespace=False
+    )
+
+
+@extend_schema_field({"type": "integer", "minimum": 0, "maximum": 2**63 - 1})
+class UpToSeqField(serializers.JSONField):
+    """A fork point; the service checks it is a JSON integer from 0 to the source's last seq
+    (400 ``invalid_up_to_seq`` for every bad value)."""
+
+
+class ForkSerializer(serializers.Serializer):
+    """Body of ``POST /sessions/{id}/fork/`` (docs/design.md §11.1); every field optional."""
+
+    up_to_seq = UpToSeqField(
+        required=False,
+        allow_null=True,
+        help_text="Copy the messages with seq up to this value (0 to the last seq); default all.",
+    )
+    title = serializers.CharField(
+        max_length=500,
+        allow_blank=True,
+        required=False,
+        allow_null=True,
+        trim_whitespace=False,
+        help_text="Default: the source's title.",
+    )
+    metadata = MetadataField(
+        required=False, allow_null=True, help_text="Default: the source's metadata."
     )
 
 
@@ -339,6 +394,22 @@ class MessageAppendResultSerializer(serializers.Serializer):
 
     session = SessionSerializer()
     messages = MessageSerializer(many=True)
+
+
+class MessagesDeletedSerializer(serializers.Serializer):
+    """Response of the message deletes (docs/design.md §11.4): the session's new counters and
+    how many messages went."""
+
+    session = SessionSerializer()
+    deleted = serializers.IntegerField(min_value=0)
+
+
+class PoppedMessageSerializer(serializers.Serializer):
+    """Response of ``POST /sessions/{id}/messages/pop/`` (docs/design.md §11.4): the removed
+    message and the session's new counters."""
+
+    session = SessionSerializer()
+    message = MessageSerializer()
 
 
 class MessagePageSerializer(serializers.Serializer):

@@ -7,12 +7,19 @@ columns. Every write that touches more than one row runs in one transaction on t
 router picks for the model (DESIGN §10).
 
 Public import path: ``cortex_sessions.services``. The package keeps one concern per module
-(``sessions``, ``messages``, ``maintenance``); everything public is re-exported here.
+(``sessions``, ``messages``, ``maintenance``, ``lifecycle``, ``undo``); everything public is re-exported here.
 """
 
 from __future__ import annotations
 
 from ._common import MAX_INT64, ORDERING_FIELDS, check_agent_id
+from .lifecycle import (
+    PATCHABLE_FIELDS,
+    archive_session,
+    fork_session,
+    patch_session,
+    unarchive_session,
+)
 from .maintenance import CounterDrift, recount_sessions
 from .messages import (
     AppendResult,
@@ -33,26 +40,36 @@ from .sessions import (
     session_queryset,
     update_session,
 )
+from .undo import MessagesDeleted, PoppedMessage, delete_messages_after, pop_message
 
 __all__ = [
     "MAX_INT64",
     "ORDERING_FIELDS",
+    "PATCHABLE_FIELDS",
     "AppendResult",
     "CounterDrift",
     "MessageInput",
+    "MessagesDeleted",
+    "PoppedMessage",
     "append_messages",
+    "archive_session",
     "check_agent_id",
     "clear_messages",
     "count_sessions",
     "create_session",
     "delete_message",
+    "delete_messages_after",
     "delete_session",
+    "fork_session",
     "get_session",
     "list_messages",
     "list_sessions",
     "make_default",
+    "patch_session",
+    "pop_message",
     "recount_sessions",
     "resolve_session",
     "session_queryset",
+    "unarchive_session",
     "update_session",
 ]

@@ -19,7 +19,14 @@ from ..counters import last_message_of, newest_conversation_text
 from ..exceptions import InvalidInput, InvalidRole, InvalidSource, MessageNotFound, MessageTooLarge
 from ..models import Message, Session
 from ..scope import Scope
-from ._common import _check_int, _check_metadata, _db_for_write, _locked_session, _send_on_commit
+from ._common import (
+    _check_int,
+    _check_live,
+    _check_metadata,
+    _db_for_write,
+    _locked_session,
+    _send_on_commit,
+)
 from .sessions import get_session
 
 
@@ -134,6 +141,7 @@ def append_messages(
 
     Raises:
         NoScope, InvalidScope, SessionNotFound.
+        SessionArchived: the session is archived (docs/design.md §11.2).
         InvalidInput (and its subclasses InvalidRole, InvalidSource, InvalidContent,
         EmptyContent, MessageTooLarge, NulCharacter, InvalidMetadata): bad input.
     """
@@ -143,7 +151,7 @@ def append_messages(
         raise InvalidInput("At least one message is required.", field="messages")
     rows = [_build_message(item, index) for index, item in enumerate(messages)]
     with transaction.atomic(using=_db_for_write()):
-        session = _locked_session(scope, session_id)
+        session = _check_live(_locked_session(scope, session_id))
         created = Message.objects.bulk_create(
             Message(
                 session=session,
@@ -217,11 +225,12 @@ def delete_message(*, scope: Scope | str, session_id: uuid.UUID | str, seq: int)
 
     Raises:
         NoScope, InvalidScope, SessionNotFound, MessageNotFound.
+        SessionArchived: the session is archived (docs/design.md §11.2).
         InvalidFilter: ``seq`` is not an integer ``>= 1``.
     """
     _check_int(seq, field="seq", minimum=1)
     with transaction.atomic(using=_db_for_write()):
-        session = _locked_session(scope, session_id)
+        session = _check_live(_locked_session(scope, session_id))
         deleted, _ = Message.objects.filter(session=session, seq=seq).delete()
         if not deleted:
             raise MessageNotFound()
@@ -242,9 +251,10 @@ def clear_messages(*, scope: Scope | str, session_id: uuid.UUID | str) -> int:
 
     Raises:
         NoScope, InvalidScope, SessionNotFound.
+        SessionArchived: the session is archived (docs/design.md §11.2).
     """
     with transaction.atomic(using=_db_for_write()):
-        session = _locked_session(scope, session_id)
+        session = _check_live(_locked_session(scope, session_id))
         deleted, _ = Message.objects.filter(session=session).delete()
         Session.objects.filter(pk=session.pk).update(
             message_count=0, last_message="", updated_at=timezone.now()

@@ -6,12 +6,13 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
 from .. import signals
 from ..content import check_json_object
 from ..exceptions import DefaultConflict, InvalidFilter, SessionNotFound
+from ..metadata import check_metadata_filter, metadata_q
 from ..models import Message, Session, SessionQuerySet
 from ..scope import Scope, as_scope
 from ._common import (
@@ -22,6 +23,7 @@ from ._common import (
     _check_cwd,
     _check_filter_text,
     _check_int,
+    _check_live,
     _check_metadata,
     _check_title,
     _db_for_write,
@@ -41,8 +43,10 @@ def session_queryset(
     default_only: bool = False,
     search: str | None = None,
     ordering: str | None = None,
+    archived: bool | None = False,
+    metadata: Mapping[str, Any] | None = None,
 ) -> SessionQuerySet:
-    """The sessions a list at ``scope`` shows, filtered and ordered (DESIGN §7.2).
+    """The sessions a list at ``scope`` shows, filtered and ordered (DESIGN §7.2, §11.2, §11.3).
 
     Args:
         scope: the caller's scope; rows at it and beneath it match, or only at it with ``exact``.
@@ -52,14 +56,19 @@ def session_queryset(
         search: case-insensitive substring of the title; ``%`` and ``_`` match literally.
         ordering: one of ``ORDERING_FIELDS``, optionally ``-``-prefixed; default
             ``-updated_at``. Ties are broken by id in the same direction so pages are stable.
+        archived: ``False`` (the default) hides archived sessions, ``True`` shows only them,
+            ``None`` shows both (docs/design.md §11.2).
+        metadata: only sessions whose metadata has every top-level key of this object with an
+            equal JSON value; at most 10 keys (docs/design.md §11.3).
 
     Returns:
         An unevaluated queryset (callers paginate it).
 
     Raises:
         NoScope, InvalidScope: the scope is missing or malformed.
-        InvalidFilter: ``ordering`` is not an accepted value, or ``agent_id``/``search`` is
-            not a string.
+        InvalidFilter: ``ordering`` is not an accepted value, ``agent_id``/``search`` is
+            not a string, ``archived`` is not a boolean or ``None``, or ``metadata`` is not an
+            object of at most 10 keys.
         NulCharacter, InvalidText: ``agent_id``/``search`` holds NUL or a lone surrogate.
     """
     queryset = Session.objects.within(scope, exact=exact)
@@ -71,6 +80,16 @@ def session_queryset(
         queryset = queryset.filter(is_default=True)
     if search:
         queryset = queryset.filter(title__icontains=search)
+    if archived is not None and not isinstance(archived, bool):
+        raise InvalidFilter(
+            f"archived must be True, False or None; got {archived!r}.", field="archived"
+        )
+    if archived is not None:
+        queryset = queryset.filter(archived_at__isnull=not archived)
+    if metadata is not None:
+        queryset = queryset.filter(
+            metadata_q(check_metadata_filter(metadata), using=router.db_for_read(Session))
+        )
     ordering = ordering or DEFAULT_ORDERING
     if (
         not isinstance(ordering, str)
@@ -96,6 +115,8 @@ def list_sessions(
     ordering: str | None = None,
     limit: int | None = None,
     offset: int = 0,
+    archived: bool | None = False,
+    metadata: Mapping[str, Any] | None = None,
 ) -> list[Session]:
     """A page of the sessions at ``scope`` (DESIGN §7.2; filters as :func:`session_queryset`).
 
@@ -117,6 +138,8 @@ def list_sessions(
         default_only=default_only,
         search=search,
         ordering=ordering,
+        archived=archived,
+        metadata=metadata,
     )
     end = None if limit is None else offset + limit
     return list(queryset[offset:end])
@@ -129,15 +152,24 @@ def count_sessions(
     exact: bool = False,
     default_only: bool = False,
     search: str | None = None,
+    archived: bool | None = False,
+    metadata: Mapping[str, Any] | None = None,
 ) -> int:
     """How many sessions :func:`list_sessions` would list with the same filters (DESIGN §7.2).
 
     Raises:
         NoScope, InvalidScope.
+        InvalidFilter: a bad filter (as :func:`session_queryset`).
     """
     return (
         session_queryset(
-            scope=scope, agent_id=agent_id, exact=exact, default_only=default_only, search=search
+            scope=scope,
+            agent_id=agent_id,
+            exact=exact,
+            default_only=default_only,
+            search=search,
+            archived=archived,
+            metadata=metadata,
         )
         .order_by()
         .count()
@@ -324,13 +356,14 @@ def make_default(*, scope: Scope | str, session_id: uuid.UUID | str) -> Session:
 
     Raises:
         NoScope, InvalidScope, SessionNotFound.
+        SessionArchived: the session is archived (docs/design.md §11.2).
         DefaultConflict: the swap kept colliding with concurrent writers (after 5 attempts).
     """
     attempts = 5
     for attempt in range(attempts):
         try:
             with transaction.atomic(using=_db_for_write()):
-                session = _locked_session(scope, session_id)
+                session = _check_live(_locked_session(scope, session_id))
                 if session.is_default:
                     return session
                 _lock_current_defaults(session)
