@@ -11,13 +11,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.db import connections
-from django.db.models import Q
-from django.db.models.fields.json import KeyTransform
+from django.db.models import CharField, F, Func, QuerySet, Value
+from django.db.models.fields.json import KeyTransform, compile_json_path
 
 from .content import ensure_storable_text, json_bytes
 from .exceptions import InvalidFilter, InvalidInput
 
-__all__ = ["MAX_METADATA_FILTER_KEYS", "check_metadata_filter", "merge_patch", "metadata_q"]
+__all__ = [
+    "MAX_METADATA_FILTER_KEYS",
+    "check_metadata_filter",
+    "filter_by_metadata",
+    "merge_patch",
+]
 
 #: Most top-level keys a ``metadata`` filter may name (docs/design.md §11.3).
 MAX_METADATA_FILTER_KEYS = 10
@@ -56,35 +61,61 @@ def check_metadata_filter(value: Any) -> dict[str, Any]:
     return value
 
 
-def metadata_q(value: Mapping[str, Any], *, using: str = "default") -> Q:
-    """Sessions whose metadata has every top-level key of ``value`` with an equal JSON value.
+def filter_by_metadata(queryset: QuerySet, value: Mapping[str, Any]) -> QuerySet:
+    """Sessions of ``queryset`` whose metadata has every top-level key of ``value`` with an
+    equal JSON value (docs/design.md §11.3).
 
-    On PostgreSQL the predicate starts with containment (``metadata @> value``), which the GIN
-    ``jsonb_path_ops`` index serves; containment is equality for scalar values, and for an
+    On PostgreSQL the filter starts with containment (``metadata @> value``), which the GIN
+    ``jsonb_path_ops`` index serves; containment is equality for a scalar value, and for an
     object or array value an exact comparison of that key is added (containment alone would
     also match a larger object or array). Elsewhere each key is compared with Django's JSON
-    key lookups (on SQLite an object value is compared as stored JSON text, so key order
-    counts there).
+    key lookups; on SQLite the JSON type is compared too, so ``true`` never matches ``1``
+    (an object value is compared there as stored JSON text, so its key order counts).
 
     Args:
+        queryset: a ``Session`` queryset.
         value: a filter already checked by :func:`check_metadata_filter`.
-        using: the database alias the query runs on (chooses the predicate).
 
     Returns:
-        A ``Q`` on ``Session`` (empty, matching everything, for ``{}``).
+        The filtered queryset (``queryset`` itself for ``{}``).
     """
-    predicate = Q()
     if not value:
-        return predicate
-    postgres = connections[using].vendor == "postgresql"
-    if postgres:
-        predicate &= Q(metadata__contains=dict(value))
-    for key, expected in value.items():
-        if postgres and not isinstance(expected, dict | list):
+        return queryset
+    vendor = connections[queryset.db].vendor
+    if vendor == "postgresql":
+        queryset = queryset.filter(metadata__contains=dict(value))
+    for index, (key, expected) in enumerate(value.items()):
+        if vendor == "postgresql" and not isinstance(expected, dict | list):
             continue
-        transform = KeyTransform(key, "metadata")
-        predicate &= Q(transform.get_lookup("exact")(transform, expected))
-    return predicate
+        name = f"_metadata_{index}"
+        # An alias, not ``metadata__<key>``: a key may contain ``__`` or name a lookup.
+        queryset = queryset.alias(**{name: KeyTransform(key, "metadata")}).filter(
+            **{name: expected}
+        )
+        json_type = _sqlite_json_types(expected) if vendor == "sqlite" else None
+        if json_type:
+            type_name = f"_metadata_type_{index}"
+            queryset = queryset.alias(
+                **{
+                    type_name: Func(
+                        F("metadata"),
+                        Value(compile_json_path([key])),
+                        function="JSON_TYPE",
+                        output_field=CharField(),
+                    )
+                }
+            ).filter(**{f"{type_name}__in": json_type})
+    return queryset
+
+
+def _sqlite_json_types(expected: Any) -> list[str] | None:
+    """The SQLite ``JSON_TYPE`` names a scalar must have to equal ``expected`` (SQLite reads
+    ``true`` as ``1``), or ``None`` when the value comparison alone is exact."""
+    if isinstance(expected, bool):
+        return ["true" if expected else "false"]
+    if isinstance(expected, int | float):
+        return ["integer", "real"]
+    return None
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

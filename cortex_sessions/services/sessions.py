@@ -6,13 +6,13 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from django.db import IntegrityError, router, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from .. import signals
 from ..content import check_json_object
 from ..exceptions import DefaultConflict, InvalidFilter, SessionNotFound
-from ..metadata import check_metadata_filter, metadata_q
+from ..metadata import check_metadata_filter, filter_by_metadata
 from ..models import Message, Session, SessionQuerySet
 from ..scope import Scope, as_scope
 from ._common import (
@@ -87,9 +87,7 @@ def session_queryset(
     if archived is not None:
         queryset = queryset.filter(archived_at__isnull=not archived)
     if metadata is not None:
-        queryset = queryset.filter(
-            metadata_q(check_metadata_filter(metadata), using=router.db_for_read(Session))
-        )
+        queryset = filter_by_metadata(queryset, check_metadata_filter(metadata))
     ordering = ordering or DEFAULT_ORDERING
     if (
         not isinstance(ordering, str)
