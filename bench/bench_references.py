@@ -1,4 +1,4 @@
-"""Benchmark: preparing a session reference to a 100,000-message session (DESIGN §8.6).
+"""Benchmark: preparing a session reference to a 100,000-message session (docs/design.md §8.6).
 
 Prints figures; it is not a test. Run from the repository root:
 

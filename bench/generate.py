@@ -10,7 +10,7 @@ secondary indexes dropped during the load and rebuilt after, so memory stays bou
 and nothing goes through ``Model.save()``. Counters (``message_count``, ``last_seq``,
 ``last_message``) are consistent with the rows, as the app would have written them.
 
-The legacy data of the backfill benchmark (messages without a session, DESIGN §4) is written
+The legacy data of the backfill benchmark (messages without a session, docs/design.md §4) is written
 by :func:`load_legacy`.
 
 Usage: ``python -m bench.generate --scale small`` (``python -m bench`` calls it when needed).

@@ -35,7 +35,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 CONTROL = re.compile(r"^\s*(BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RELEASE)\b", re.IGNORECASE)
 WRITERS = 8
 
-#: Targets of issue 7 for app/floor, by operation family.
+#: Targets for app/floor, by operation family.
 TARGETS = {"append": 1.3, "get": 2.0, "list": 2.0}
 
 

@@ -1,4 +1,4 @@
-"""Django admin for sessions and messages (DESIGN §7.4).
+"""Django admin for sessions and messages (docs/design.md §7.4).
 
 Operators browse, search and filter sessions and messages, edit a session's host-owned fields
 (``title``, ``metadata``, ``cwd``), create sessions, make one the default, repair counters and
@@ -9,7 +9,7 @@ delete. Every write goes through :mod:`cortex_sessions.services`:
 - "Make default" calls :func:`~cortex_sessions.services.make_default`, "Recount messages" calls
   :func:`~cortex_sessions.services.recount_sessions`;
 - deleting a session calls :func:`~cortex_sessions.services.delete_session`, deleting a message
-  :func:`~cortex_sessions.services.delete_message`, so the counters follow (DESIGN §5).
+  :func:`~cortex_sessions.services.delete_message`, so the counters follow (docs/design.md §5).
 
 No form here has a field for the counters, ``last_message``, ``last_seq`` or ``backfilled_by``,
 and the change form has none for ``agent_id``, ``scope`` or ``is_default``: whatever a request
@@ -78,7 +78,7 @@ def _parse_uuid(value: str | None) -> uuid.UUID | None:
 
 
 class BackfilledListFilter(admin.SimpleListFilter):
-    """Sessions created by the default-session backfill (``backfilled_by`` set, DESIGN §4)."""
+    """Sessions created by the default-session backfill (``backfilled_by`` set, docs/design.md §4)."""
 
     title = _("backfilled")
     parameter_name = "backfilled"
@@ -150,7 +150,7 @@ class NewestMessagesFormSet(BaseInlineFormSet):
         return self._queryset
 
     def save(self, commit: bool = True) -> list[Message]:
-        """Save nothing, whatever was posted: messages are immutable (DESIGN §7.4)."""
+        """Save nothing, whatever was posted: messages are immutable (docs/design.md §7.4)."""
         self.new_objects: list[Message] = []
         self.changed_objects: list[Any] = []
         self.deleted_objects: list[Message] = []
@@ -158,7 +158,7 @@ class NewestMessagesFormSet(BaseInlineFormSet):
 
 
 class MessageInline(admin.TabularInline):
-    """Read-only view of a session's newest messages, in ``seq`` order (DESIGN §7.4)."""
+    """Read-only view of a session's newest messages, in ``seq`` order (docs/design.md §7.4)."""
 
     model = Message
     formset = NewestMessagesFormSet
@@ -201,7 +201,7 @@ class MessageInline(admin.TabularInline):
 
 @admin.register(Session)
 class SessionAdmin(admin.ModelAdmin):
-    """Sessions: browse, search, filter, edit host-owned fields, and repair (DESIGN §7.4)."""
+    """Sessions: browse, search, filter, edit host-owned fields, and repair (docs/design.md §7.4)."""
 
     form = SessionChangeForm
     add_form = SessionAddForm
@@ -427,7 +427,7 @@ class SessionAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("backfilled"), boolean=True, ordering="backfilled_by")
     def is_backfilled(self, obj: Session) -> bool:
-        """Whether the default-session backfill created this session (DESIGN §4)."""
+        """Whether the default-session backfill created this session (docs/design.md §4)."""
         return bool(obj.backfilled_by)
 
     @admin.display(description=_("all messages"))
@@ -524,10 +524,10 @@ class SessionAdmin(admin.ModelAdmin):
 
 @admin.register(Message)
 class MessageAdmin(admin.ModelAdmin):
-    """Messages: a read-only list filtered by session, role and source (DESIGN §7.4).
+    """Messages: a read-only list filtered by session, role and source (docs/design.md §7.4).
 
     Nothing is added or changed here. Deleting goes through ``services.delete_message`` so the
-    session's counters follow; legacy messages without a session (DESIGN §4) cannot be deleted.
+    session's counters follow; legacy messages without a session (docs/design.md §4) cannot be deleted.
     """
 
     list_display = ("id", "session_link", "seq", "role", "source", "text_preview", "created_at")
@@ -596,7 +596,7 @@ class MessageAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("text"))
     def message_text(self, obj: Message) -> str:
-        """The message's whole text (its text blocks joined by newlines, DESIGN §3.2)."""
+        """The message's whole text (its text blocks joined by newlines, docs/design.md §3.2)."""
         return obj.text
 
     @admin.display(description=_("content"))

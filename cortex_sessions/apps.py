@@ -5,7 +5,7 @@ from django.utils.translation import gettext_lazy as _
 
 
 class CortexSessionsConfig(AppConfig):
-    """App config: registers the system checks of DESIGN §9."""
+    """App config: registers the system checks of docs/design.md §9."""
 
     name = "cortex_sessions"
     verbose_name = _("Cortex sessions")

@@ -1,4 +1,4 @@
-"""The default-session backfill of DESIGN §4, shared by migration 0003 and a management command.
+"""The default-session backfill of docs/design.md §4, shared by migration 0003 and a management command.
 
 It takes the models as arguments so the migration can pass its historical models. Memory is
 bounded by ``batch_size``: pairs are read with keyset pagination and messages are attached
@@ -254,7 +254,7 @@ def reverse_backfill(
     """Undo the backfill: detach the messages of sessions it created and delete those sessions.
 
     Organic sessions (any other ``backfilled_by``) are untouched and no message is deleted:
-    detached messages become legacy rows again (``session`` and ``seq`` null) (DESIGN §4).
+    detached messages become legacy rows again (``session`` and ``seq`` null) (docs/design.md §4).
 
     Returns:
         How many sessions were deleted.

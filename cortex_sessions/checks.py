@@ -1,4 +1,4 @@
-"""System checks validating ``settings.CORTEX_SESSIONS`` at start-up (DESIGN §9).
+"""System checks validating ``settings.CORTEX_SESSIONS`` at start-up (docs/design.md §9).
 
 IDs:
 - ``cortex_sessions.E001``: ``CORTEX_SESSIONS`` is not a dict.
@@ -8,7 +8,7 @@ IDs:
 - ``cortex_sessions.E004``: a size or count setting is not a positive integer.
 - ``cortex_sessions.E005``: ``PAGE_SIZE`` is larger than ``MAX_PAGE_SIZE``.
 - ``cortex_sessions.E006``: ``MAX_REFERENCES`` is not an integer from 1 to 3; the session
-  reference feature would raise ``SESSION_REFERENCE_INVALID_CONFIG`` (DESIGN §8.9).
+  reference feature would raise ``SESSION_REFERENCE_INVALID_CONFIG`` (docs/design.md §8.9).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Settings of the app, read live from ``settings.CORTEX_SESSIONS`` on every access (DESIGN §9).
+"""Settings of the app, read live from ``settings.CORTEX_SESSIONS`` on every access (docs/design.md §9).
 
 Use ``from cortex_sessions.conf import app_settings`` and read attributes; nothing is cached, so
 ``override_settings(CORTEX_SESSIONS={...})`` takes effect at once. Values are validated by the
@@ -15,9 +15,9 @@ from django.utils.module_loading import import_string
 
 __all__ = ["DEFAULTS", "HARD_MAX_REFERENCES", "HARD_MAX_SCOPE_DEPTH", "AppSettings", "app_settings"]
 
-#: Upper bound of ``MAX_SCOPE_DEPTH`` (DESIGN §2.1).
+#: Upper bound of ``MAX_SCOPE_DEPTH`` (docs/design.md §2.1).
 HARD_MAX_SCOPE_DEPTH = 8
-#: Upper bound of ``MAX_REFERENCES`` (DESIGN §8.3).
+#: Upper bound of ``MAX_REFERENCES`` (docs/design.md §8.3).
 HARD_MAX_REFERENCES = 3
 
 DEFAULTS: dict[str, Any] = {
@@ -34,7 +34,7 @@ DEFAULTS: dict[str, Any] = {
 
 
 class AppSettings:
-    """Typed, live view of ``settings.CORTEX_SESSIONS`` with the defaults of DESIGN §9."""
+    """Typed, live view of ``settings.CORTEX_SESSIONS`` with the defaults of docs/design.md §9."""
 
     def _get(self, name: str) -> Any:
         user = getattr(settings, "CORTEX_SESSIONS", {})
@@ -49,18 +49,18 @@ class AppSettings:
 
     @property
     def SCOPE_RESOLVER(self) -> Callable[..., Any]:
-        """The callable ``(request) -> Scope | None`` named by the dotted path (DESIGN §2.5)."""
+        """The callable ``(request) -> Scope | None`` named by the dotted path (docs/design.md §2.5)."""
         value = self._get("SCOPE_RESOLVER")
         return import_string(value) if isinstance(value, str) else value
 
     @property
     def MAX_SCOPE_DEPTH(self) -> int:
-        """Most levels a scope may have; default 3, at most 8 (DESIGN §2.1)."""
+        """Most levels a scope may have; default 3, at most 8 (docs/design.md §2.1)."""
         return self._get("MAX_SCOPE_DEPTH")
 
     @property
     def LAST_MESSAGE_PREVIEW_CHARS(self) -> int:
-        """Characters kept in ``Session.last_message`` before ``…`` (DESIGN §5)."""
+        """Characters kept in ``Session.last_message`` before ``…`` (docs/design.md §5)."""
         return self._get("LAST_MESSAGE_PREVIEW_CHARS")
 
     @property
@@ -70,27 +70,27 @@ class AppSettings:
 
     @property
     def MAX_REFERENCES(self) -> int:
-        """Most distinct session references one message may carry; at most 3 (DESIGN §8.3)."""
+        """Most distinct session references one message may carry; at most 3 (docs/design.md §8.3)."""
         return self._get("MAX_REFERENCES")
 
     @property
     def CANDIDATE_LIMIT(self) -> int:
-        """Most reference candidates returned (DESIGN §8.4)."""
+        """Most reference candidates returned (docs/design.md §8.4)."""
         return self._get("CANDIDATE_LIMIT")
 
     @property
     def MAX_REFERENCE_BYTES(self) -> int:
-        """UTF-8 byte budget of one serialized reference snapshot (DESIGN §8.6)."""
+        """UTF-8 byte budget of one serialized reference snapshot (docs/design.md §8.6)."""
         return self._get("MAX_REFERENCE_BYTES")
 
     @property
     def PAGE_SIZE(self) -> int:
-        """Default page size of the API's list endpoints (DESIGN §7.3)."""
+        """Default page size of the API's list endpoints (docs/design.md §7.3)."""
         return self._get("PAGE_SIZE")
 
     @property
     def MAX_PAGE_SIZE(self) -> int:
-        """Largest page a client may ask for (DESIGN §7.3)."""
+        """Largest page a client may ask for (docs/design.md §7.3)."""
         return self._get("MAX_PAGE_SIZE")
 
 

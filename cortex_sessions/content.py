@@ -26,19 +26,19 @@ __all__ = [
     "preview",
 ]
 
-#: Sources of a ``user`` message that count as conversation (DESIGN §3.2).
+#: Sources of a ``user`` message that count as conversation (docs/design.md §3.2).
 CONVERSATION_USER_SOURCES = frozenset({"user", "checkpoint"})
 ELLIPSIS = "…"
 
 
 def is_conversation(role: str, source: str) -> bool:
     """Whether a message is a conversation message: an ``assistant`` message, or a ``user``
-    message typed by a person or a checkpoint summary (DESIGN §3.2)."""
+    message typed by a person or a checkpoint summary (docs/design.md §3.2)."""
     return role == "assistant" or (role == "user" and source in CONVERSATION_USER_SOURCES)
 
 
 def content_text(content: Any) -> str:
-    """The text of a message: its text blocks' ``text`` joined by ``\\n`` (DESIGN §3.2).
+    """The text of a message: its text blocks' ``text`` joined by ``\\n`` (docs/design.md §3.2).
 
     Args:
         content: a list of content blocks (dicts); anything else yields ``""``.
@@ -116,7 +116,7 @@ def check_json_object(value: Any, *, field: str = "metadata") -> dict[str, Any]:
 
 
 def normalize_content(content: Any) -> list[dict[str, Any]]:
-    """Turn API or service input into a list of content blocks (DESIGN §3.2).
+    """Turn API or service input into a list of content blocks (docs/design.md §3.2).
 
     A string becomes one ``{"type": "text", "text": ...}`` block; a list must hold objects each
     with a string ``type``, and text blocks need a string ``text``. Other block types are kept as
@@ -185,7 +185,7 @@ def is_grapheme_boundary(text: str, index: int) -> bool:
 
 
 def preview(text: str, max_chars: int) -> str:
-    """``text`` cut to at most ``max_chars`` characters, with ``…`` appended when cut (DESIGN §5).
+    """``text`` cut to at most ``max_chars`` characters, with ``…`` appended when cut (docs/design.md §5).
 
     The cut falls on a grapheme cluster boundary (:func:`is_grapheme_boundary`), so a preview
     never ends in half a character.

@@ -1,4 +1,4 @@
-"""Computing ``last_message`` from message rows (DESIGN §5), for services and the backfill.
+"""Computing ``last_message`` from message rows (docs/design.md §5), for services and the backfill.
 
 Works on any Message queryset, including a migration's historical model.
 """
@@ -14,13 +14,13 @@ from .content import content_text, is_conversation, preview
 
 __all__ = ["CONVERSATION_Q", "last_message_of", "newest_conversation_text"]
 
-#: Conversation messages (DESIGN §3.2) as a query predicate.
+#: Conversation messages (docs/design.md §3.2) as a query predicate.
 CONVERSATION_Q = Q(role="assistant") | Q(role="user", source__in=["user", "checkpoint"])
 
 
 def last_message_of(role: str, source: str, content: Any) -> str:
     """The ``last_message`` one message gives: the preview of its text if it is a conversation
-    message (DESIGN §3.2) with non-blank text, else ``""`` (DESIGN §5).
+    message (docs/design.md §3.2) with non-blank text, else ``""`` (docs/design.md §5).
 
     Returns:
         The text cut to ``LAST_MESSAGE_PREVIEW_CHARS`` characters with ``…`` when cut, or ``""``.
@@ -33,7 +33,7 @@ def last_message_of(role: str, source: str, content: Any) -> str:
 
 def newest_conversation_text(messages: Any) -> str:
     """``last_message`` for a session's messages: the preview of the newest conversation message
-    with non-blank text, or ``""`` when there is none (DESIGN §5).
+    with non-blank text, or ``""`` when there is none (docs/design.md §5).
 
     Args:
         messages: a queryset of one session's messages (any Message model with ``seq``).

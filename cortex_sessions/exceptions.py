@@ -1,7 +1,7 @@
 """The app's own exceptions, each with a stable ``code``.
 
 Clients branch on ``code``, never on the message text. The core never maps these to HTTP: the API
-layer (``cortex_sessions.api``) does, so the core stays free of DRF (DESIGN §7.1, §7.3).
+layer (``cortex_sessions.api``) does, so the core stays free of DRF (docs/design.md §7.1, §7.3).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class CortexSessionsError(Exception):
         return f"{type(self).__name__}(code={self.code!r}, message={self.message!r})"
 
 
-# -- scopes (DESIGN §2) ---------------------------------------------------------------------------
+# -- scopes (docs/design.md §2) ---------------------------------------------------------------------------
 
 
 class ScopeError(CortexSessionsError):
@@ -66,21 +66,21 @@ class ScopeError(CortexSessionsError):
 
 
 class NoScope(ScopeError):
-    """No scope, or an empty one, was given where one is required (DESIGN §2.4)."""
+    """No scope, or an empty one, was given where one is required (docs/design.md §2.4)."""
 
     code = "no_scope"
     default_message = "A scope is required; an empty or missing scope never means 'match all'."
 
 
 class InvalidScope(ScopeError):
-    """A scope string or level breaks the rules of DESIGN §2.1–2.2."""
+    """A scope string or level breaks the rules of docs/design.md §2.1–2.2."""
 
     code = "invalid_scope"
     default_message = "The scope is not valid."
 
 
 class ScopeForbidden(ScopeError):
-    """A request tried to narrow to a scope that is not at or beneath its own (DESIGN §2.5)."""
+    """A request tried to narrow to a scope that is not at or beneath its own (docs/design.md §2.5)."""
 
     code = "scope_forbidden"
     default_message = "The requested scope is outside the scope this request may use."
@@ -92,7 +92,7 @@ class ScopeForbidden(ScopeError):
 class SessionNotFound(CortexSessionsError):
     """The session does not exist, lies outside the caller's scope, or belongs to another agent.
 
-    The three cases are deliberately indistinguishable (DESIGN §6.1, §7.3).
+    The three cases are deliberately indistinguishable (docs/design.md §6.1, §7.3).
     """
 
     code = "session_not_found"
@@ -107,7 +107,7 @@ class MessageNotFound(CortexSessionsError):
 
 
 class DefaultConflict(CortexSessionsError):
-    """Another session already is the default for this agent and scope (DESIGN §6)."""
+    """Another session already is the default for this agent and scope (docs/design.md §6)."""
 
     code = "default_conflict"
     default_message = "Another session is already the default for this agent and scope."
@@ -193,7 +193,7 @@ class InvalidConversation(InvalidInput):
 
 
 class InvalidFilter(InvalidInput):
-    """A list filter, ordering or page bound is not acceptable (DESIGN §7.2)."""
+    """A list filter, ordering or page bound is not acceptable (docs/design.md §7.2)."""
 
     code = "invalid_filter"
     default_message = "Invalid list filter."

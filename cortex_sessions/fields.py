@@ -12,7 +12,7 @@ __all__ = ["ScopeField"]
 
 
 class ScopeField(models.CharField):
-    """A canonical scope string (DESIGN §2.2), compared byte-wise.
+    """A canonical scope string (docs/design.md §2.2), compared byte-wise.
 
     Prefix matching is a range on the canonical string (see ``scope.scope_q``); that range is
     only exact under byte-order collation, so the column gets ``COLLATE "C"`` on PostgreSQL and

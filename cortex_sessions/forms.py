@@ -1,10 +1,10 @@
-"""Forms of the Django admin for sessions (DESIGN §7.4).
+"""Forms of the Django admin for sessions (docs/design.md §7.4).
 
 The forms only validate: they mirror the rules of :mod:`cortex_sessions.services` so an
 operator sees a form error instead of a crash, and the admin then saves through the services.
 Neither form has a field for an app-owned column (counters, ``last_message``, ``last_seq``,
 ``backfilled_by``); the change form has no field for ``agent_id``, ``scope`` or ``is_default``
-either, so nothing posted for them can be written (DESIGN §2.6, §5).
+either, so nothing posted for them can be written (docs/design.md §2.6, §5).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class _SessionFieldsForm(forms.ModelForm):
         fields = ("title", "metadata", "cwd")
 
     def clean_metadata(self) -> dict[str, Any]:
-        """Metadata must be a JSON object (DESIGN §3.1); an empty box means ``{}``."""
+        """Metadata must be a JSON object (docs/design.md §3.1); an empty box means ``{}``."""
         value = self.cleaned_data.get("metadata")
         if value is None:
             return {}
@@ -55,11 +55,11 @@ class _SessionFieldsForm(forms.ModelForm):
 
 
 class SessionChangeForm(_SessionFieldsForm):
-    """Edits ``title``, ``metadata`` and ``cwd`` of an existing session (DESIGN §7.1 update)."""
+    """Edits ``title``, ``metadata`` and ``cwd`` of an existing session (docs/design.md §7.1 update)."""
 
 
 class SessionAddForm(_SessionFieldsForm):
-    """Creates a session: asks for agent and scope, and whether it is the default (DESIGN §3.1).
+    """Creates a session: asks for agent and scope, and whether it is the default (docs/design.md §3.1).
 
     The scope is parsed with :meth:`Scope.parse` and stored in canonical form; a second default
     for the same agent and scope is refused by the model's constraint validation as a form
@@ -90,7 +90,7 @@ class SessionAddForm(_SessionFieldsForm):
         return value
 
     def clean_scope(self) -> str:
-        """Parse the scope (DESIGN §2.1–2.2) and return its canonical string."""
+        """Parse the scope (docs/design.md §2.1–2.2) and return its canonical string."""
         try:
             return Scope.parse(self.cleaned_data["scope"]).canonical
         except CortexSessionsError as exc:

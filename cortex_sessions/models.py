@@ -1,9 +1,9 @@
-"""Session and Message (DESIGN §3).
+"""Session and Message (docs/design.md §3).
 
 App-owned columns (``message_count``, ``last_message``, ``last_seq``, ``backfilled_by``, ``scope``,
 ``agent_id``, ``is_default``, ``archived_at``, ``forked_from``, ``forked_at_seq``) are written only by :mod:`cortex_sessions.services` and the backfill,
 through queryset updates. ``Session.save()`` on an existing row writes only the host-editable
-columns, so no read-modify-write (an admin form, host code) can put stale counters back (DESIGN §5).
+columns, so no read-modify-write (an admin form, host code) can put stale counters back (docs/design.md §5).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ __all__ = [
     "SessionQuerySet",
 ]
 
-#: The columns a plain ``save()`` of an existing session may write (DESIGN §7.1 update).
+#: The columns a plain ``save()`` of an existing session may write (docs/design.md §7.1 update).
 EDITABLE_SESSION_FIELDS = ("title", "metadata", "cwd", "updated_at")
 #: Longest external conversation id, in UTF-8 bytes: it is indexed with the agent id and scope,
 #: and the three together must stay under PostgreSQL's B-tree entry limit.
@@ -39,7 +39,7 @@ EXTERNAL_ID_MAX_BYTES = 255
 
 class SessionQuerySet(models.QuerySet["Session"]):
     def within(self, scope: Scope | str, *, exact: bool = False) -> SessionQuerySet:
-        """Sessions at ``scope`` and beneath it, or exactly at it with ``exact`` (DESIGN §2.3).
+        """Sessions at ``scope`` and beneath it, or exactly at it with ``exact`` (docs/design.md §2.3).
 
         Raises:
             NoScope: ``scope`` is missing or empty.
@@ -49,7 +49,7 @@ class SessionQuerySet(models.QuerySet["Session"]):
 
 
 class Session(models.Model):
-    """One conversation thread against one agent in one scope (DESIGN §3.1)."""
+    """One conversation thread against one agent in one scope (docs/design.md §3.1)."""
 
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     agent_id = models.CharField(_("agent id"), max_length=255)
@@ -122,7 +122,7 @@ class Session(models.Model):
         """Insert a new session, or write only the editable columns of an existing one.
 
         On an existing row, ``update_fields`` defaults to ``EDITABLE_SESSION_FIELDS`` and
-        ``updated_at`` moves to now; naming an app-owned field raises ``ValueError`` (DESIGN §5).
+        ``updated_at`` moves to now; naming an app-owned field raises ``ValueError`` (docs/design.md §5).
         """
         if self._state.adding:
             super().save(*args, **kwargs)
@@ -141,7 +141,7 @@ class Session(models.Model):
 
 
 class Message(models.Model):
-    """One conversation message (DESIGN §3.2). ``session`` is null only for legacy rows (§4)."""
+    """One conversation message (docs/design.md §3.2). ``session`` is null only for legacy rows (§4)."""
 
     class Role(models.TextChoices):
         USER = "user"
@@ -181,7 +181,7 @@ class Message(models.Model):
         ]
         indexes = [
             models.Index(fields=["agent_id", "scope", "id"], name="cortex_msg_agent_scope_idx"),
-            # Session references (DESIGN §8.5-§8.6) read a session's newest checkpoint, count the
+            # Session references (docs/design.md §8.5-§8.6) read a session's newest checkpoint, count the
             # conversation messages after it and walk them newest first; these partial indexes
             # keep each of those reads proportional to what it returns, not to the session.
             models.Index(
@@ -201,7 +201,7 @@ class Message(models.Model):
 
     @property
     def text(self) -> str:
-        """The message's text blocks joined by ``\\n`` (DESIGN §3.2)."""
+        """The message's text blocks joined by ``\\n`` (docs/design.md §3.2)."""
         return content_text(self.content)
 
 
@@ -211,7 +211,7 @@ class ImportedConversation(models.Model):
     One row per imported session, written in the same transaction as the session and its
     messages, so a re-import of the same conversation for the same agent and scope is skipped.
     The id lives here rather than in ``Session.metadata`` because metadata is host-owned and
-    never interpreted (DESIGN §3.1), and because the unique constraint both serves the lookup
+    never interpreted (docs/design.md §3.1), and because the unique constraint both serves the lookup
     and settles concurrent imports of the same file. Deleting the session deletes this row, so
     a deleted conversation can be imported again.
     """

@@ -1,7 +1,7 @@
-"""The scope value object: an ordered, host-defined hierarchy of ``key=value`` levels (DESIGN §2).
+"""The scope value object: an ordered, host-defined hierarchy of ``key=value`` levels (docs/design.md §2).
 
 A scope such as ``org=acme/project=apollo`` is stored in its canonical string form. Reads at a
-scope match that scope and everything beneath it, or exactly that scope (DESIGN §2.3); the query
+scope match that scope and everything beneath it, or exactly that scope (docs/design.md §2.3); the query
 predicates live in :func:`scope_q`.
 """
 
@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 KEY_RE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
-#: Longest value of one level, in characters (DESIGN §2.1).
+#: Longest value of one level, in characters (docs/design.md §2.1).
 MAX_VALUE_CHARS = 255
 #: Longest canonical string, in UTF-8 bytes. The canonical string is indexed together with the
 #: agent id, and PostgreSQL refuses B-tree entries over ~2,700 bytes, so a longer scope is
@@ -51,7 +51,7 @@ def _bad_char(value: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Scope:
-    """An immutable, hashable, validated scope (DESIGN §2.1).
+    """An immutable, hashable, validated scope (docs/design.md §2.1).
 
     Build one with :meth:`from_levels` or :meth:`parse`; the constructor is not meant to be
     called directly. ``levels`` is a tuple of ``(key, value)`` pairs, outermost first.
@@ -117,7 +117,7 @@ class Scope:
 
     @classmethod
     def parse(cls, text: str) -> Scope:
-        """Read a scope from its canonical string (DESIGN §2.2).
+        """Read a scope from its canonical string (docs/design.md §2.2).
 
         Only the canonical form is accepted: ``key=value`` levels joined by ``/``, with ``%``,
         ``/`` and ``=`` inside values written as ``%25``, ``%2F`` and ``%3D`` (upper case).
@@ -160,7 +160,7 @@ class Scope:
         return len(self.levels)
 
     def contains(self, other: Scope) -> bool:
-        """Whether ``other`` is this scope or lies beneath it (level-wise prefix, DESIGN §2.3)."""
+        """Whether ``other`` is this scope or lies beneath it (level-wise prefix, docs/design.md §2.3)."""
         return other.levels[: len(self.levels)] == self.levels
 
     def child(self, key: str, value: str) -> Scope:
@@ -178,7 +178,7 @@ def as_scope(value: Scope | str | None) -> Scope:
     """Coerce a ``Scope`` or canonical string to a ``Scope``.
 
     Raises:
-        NoScope: ``value`` is ``None`` or empty (DESIGN §2.4).
+        NoScope: ``value`` is ``None`` or empty (docs/design.md §2.4).
         InvalidScope: ``value`` is not a canonical scope string.
     """
     if isinstance(value, Scope):
@@ -192,7 +192,7 @@ def scope_q(scope: Scope | str | None, *, exact: bool = False, field: str = "sco
     Beneath is a level-wise prefix: ``org=acme`` matches ``org=acme/project=x`` and never
     ``org=acme2``. The prefix is a range on the canonical string (``'S/' <= scope < 'S0'``,
     ``'0'`` being the character after ``'/'``), which a B-tree index serves on both databases;
-    the column uses byte-order collation so the range is exact (DESIGN §2.3).
+    the column uses byte-order collation so the range is exact (docs/design.md §2.3).
 
     The predicate is written as one range, ``'S' <= scope < 'S0'``, that the index scans, and
     inside it ``scope = 'S' OR 'S/' <= scope``, which removes siblings such as ``S-x`` that

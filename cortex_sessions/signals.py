@@ -1,4 +1,4 @@
-"""Signals of DESIGN §9, sent after the transaction that made the change commits.
+"""Signals of docs/design.md §9, sent after the transaction that made the change commits.
 
 - ``session_created(sender=Session, session)``
 - ``messages_appended(sender=Session, session, messages)``: ``messages`` is the list of new rows.

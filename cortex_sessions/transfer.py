@@ -1,4 +1,4 @@
-"""Import and export of conversations as JSON Lines (issue 6).
+"""Import and export of conversations as JSON Lines.
 
 One conversation per line, a JSON object::
 
@@ -437,7 +437,7 @@ def export_conversations(
     ``seq`` order. Both are read by keyset pagination in chunks and a session's messages are
     written as they are read, so memory stays bounded for any number of sessions and any
     session length. The export is not a snapshot: rows written while it runs may or may not
-    appear. Messages without a session (legacy rows, DESIGN §4) are not exported.
+    appear. Messages without a session (legacy rows, docs/design.md §4) are not exported.
 
     Args:
         scope: sessions at this scope and beneath it (only at it with ``exact``).

@@ -1,4 +1,4 @@
-"""The default-session backfill (DESIGN §4), on both of its attach paths."""
+"""The default-session backfill (docs/design.md §4), on both of its attach paths."""
 
 from __future__ import annotations
 

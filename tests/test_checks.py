@@ -1,4 +1,4 @@
-"""System checks of the settings (DESIGN §9) and the migration history (DESIGN §4)."""
+"""System checks of the settings (docs/design.md §9) and the migration history (docs/design.md §4)."""
 
 from __future__ import annotations
 

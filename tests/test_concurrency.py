@@ -1,4 +1,4 @@
-"""Races proven with real threads and real transactions on PostgreSQL (DESIGN §5, §6, §10).
+"""Races proven with real threads and real transactions on PostgreSQL (docs/design.md §5, §6, §10).
 
 Each worker thread has its own database connection; a barrier releases them together and every
 thread closes its connections when done. SQLite serializes writers, so these are skipped there.
@@ -132,7 +132,7 @@ def test_make_default_succeeds_while_other_swaps_keep_overlapping_it(monkeypatch
     The other swap has demoted the current default and promoted a third session but not yet
     committed; it commits as soon as the target's transaction waits for its lock. Deterministic:
     ``pg_blocking_pids`` tells when the target's transaction waits. The swap to ``target`` is
-    the later one, so it must win (DESIGN §6.2: the last swap to commit wins).
+    the later one, so it must win (docs/design.md §6.2: the last swap to commit wins).
     """
     first, target, third = (
         services.create_session(scope=SCOPE, agent_id=AGENT, is_default=index == 0)

@@ -1,4 +1,4 @@
-"""Grapheme boundaries shared by previews and reference retention (DESIGN §5, §8.6)."""
+"""Grapheme boundaries shared by previews and reference retention (docs/design.md §5, §8.6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The example project's demo: Chit-Chat conversations imported and served by the API (issue 6)."""
+"""The example project's demo: Chit-Chat conversations imported and served by the API."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Scope predicates are index-backed on PostgreSQL (DESIGN §2.3, §3.1)."""
+"""Scope predicates are index-backed on PostgreSQL (docs/design.md §2.3, §3.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Messages and the counters that describe them (DESIGN §3.2, §5)."""
+"""Messages and the counters that describe them (docs/design.md §3.2, §5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Migrations 0001–0003 and the default-session backfill, on real data (DESIGN §4, issue 2).
+"""Migrations 0001–0003 and the default-session backfill, on real data (docs/design.md §4).
 
 Each test walks the schema with Django's ``MigrationExecutor``: back to the message log of
 ``0001``, legacy rows written with the historical models, forward again. A ``finally`` in the
@@ -193,7 +193,7 @@ def snapshot(apps: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 def assert_backfilled(apps: Any, scenario: Scenario) -> None:
-    """The state DESIGN §4 demands after the backfill, for the scenario of ``write_scenario``."""
+    """The state docs/design.md §4 demands after the backfill, for the scenario of ``write_scenario``."""
     HistSession = apps.get_model(APP, "Session")
     HistMessage = apps.get_model(APP, "Message")
     assert not HistMessage.objects.filter(session__isnull=True).exists()

@@ -1,4 +1,4 @@
-"""The scope value object and its matching predicates (DESIGN §2.1–2.4)."""
+"""The scope value object and its matching predicates (docs/design.md §2.1–2.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The service API: sessions, list filters, the default session (DESIGN §6, §7.1–7.2)."""
+"""The service API: sessions, list filters, the default session (docs/design.md §6, §7.1–7.2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Import and export of conversations as JSON Lines (issue 6, ``cortex_sessions.transfer``)."""
+"""Import and export of conversations as JSON Lines (``cortex_sessions.transfer``)."""
 
 from __future__ import annotations
 

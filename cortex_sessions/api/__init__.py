@@ -1,4 +1,4 @@
-"""The REST API of cortex_sessions (DESIGN §7.3): DRF viewsets over the service layer.
+"""The REST API of cortex_sessions (docs/design.md §7.3): DRF viewsets over the service layer.
 
 Mount it with one include::
 

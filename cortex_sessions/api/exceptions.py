@@ -1,4 +1,4 @@
-"""Error responses of the API: one body shape, one status per error class (DESIGN §7.3).
+"""Error responses of the API: one body shape, one status per error class (docs/design.md §7.3).
 
 Every error body is ``{"code": str, "detail": str}``; validation errors add
 ``"errors": {field: [{"code", "detail"}, ...]}`` with nested fields flattened to dotted paths
@@ -55,7 +55,7 @@ ERROR_STATUS: dict[type[BaseException], int] = {
 
 class InvalidQuery(drf_exceptions.ValidationError):
     """A query parameter (filter, ordering, page bound, scope) is not acceptable: 400
-    ``invalid_filter`` with the offending parameters under ``errors`` (DESIGN §7.2)."""
+    ``invalid_filter`` with the offending parameters under ``errors`` (docs/design.md §7.2)."""
 
     default_code = "invalid_filter"
     default_detail = "Invalid query parameters."
@@ -65,7 +65,7 @@ class ReferencesNotAllowed(drf_exceptions.ValidationError):
     """``resolve_references`` or ``references`` sent where they do not apply — a list of
     messages, a role other than ``user``, a source other than ``user``, or ``references``
     without ``resolve_references: true``: 400 ``references_not_allowed`` naming the field
-    (DESIGN §8.8)."""
+    (docs/design.md §8.8)."""
 
     default_code = "references_not_allowed"
     default_detail = "Session references apply only to a single message with role 'user'."
@@ -178,7 +178,7 @@ def _api_response(exc: drf_exceptions.APIException) -> Response:
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """Turn an exception raised in one of our views into an error response (DESIGN §7.3).
+    """Turn an exception raised in one of our views into an error response (docs/design.md §7.3).
 
     Args:
         exc: the exception.

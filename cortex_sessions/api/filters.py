@@ -1,4 +1,4 @@
-"""Query parameters of the session list and count (DESIGN §7.2), as an explicit ``FilterSet``.
+"""Query parameters of the session list and count (docs/design.md §7.2), as an explicit ``FilterSet``.
 
 The FilterSet is the HTTP contract — it parses and validates ``agent_id``, ``exact``,
 ``default_only``, ``search``, ``ordering``, ``archived`` and ``metadata`` and describes them in the OpenAPI schema — while
@@ -130,7 +130,7 @@ def _noop(queryset, name, value):  # unannotated: the schema then types filters 
 
 
 class SessionFilter(django_filters.FilterSet):
-    """List filters of DESIGN §7.2; ``filter_queryset`` delegates to the service.
+    """List filters of docs/design.md §7.2; ``filter_queryset`` delegates to the service.
 
     The request's scope comes from ``request.cortex_scope`` (set by ``HasCortexScope``).
     """

@@ -1,4 +1,4 @@
-"""Pagination of the session list: limit/offset, strict (DESIGN §7.3).
+"""Pagination of the session list: limit/offset, strict (docs/design.md §7.3).
 
 Default page size ``PAGE_SIZE`` (50), largest ``MAX_PAGE_SIZE`` (1000), both read live from
 ``CORTEX_SESSIONS``. Unlike DRF's ``LimitOffsetPagination``, a bad ``limit`` or ``offset`` (not an

@@ -1,4 +1,4 @@
-"""Request parsing for the API: JSON only, strict, bounded (DESIGN §7.3).
+"""Request parsing for the API: JSON only, strict, bounded (docs/design.md §7.3).
 
 :class:`JSONObjectParser` turns every malformed body into a 400 with a code instead of a 500:
 invalid JSON or encoding, ``NaN``/``Infinity``, nesting deeper than :data:`MAX_JSON_DEPTH`, and

@@ -1,4 +1,4 @@
-"""Permission classes of the API (DESIGN §2.5, §7.3)."""
+"""Permission classes of the API (docs/design.md §2.5, §7.3)."""
 
 from __future__ import annotations
 

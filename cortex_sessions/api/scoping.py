@@ -1,4 +1,4 @@
-"""From a request to the scope it may read and write (DESIGN §2.5).
+"""From a request to the scope it may read and write (docs/design.md §2.5).
 
 The host's ``SCOPE_RESOLVER`` gives the widest scope a request may use. A client may narrow it,
 for one request, with the ``X-Cortex-Scope`` header or the ``scope`` query parameter (canonical
@@ -51,7 +51,7 @@ def narrow_scope(base: Scope, requested: Any, *, field: str = SCOPE_QUERY_PARAM)
 
 def _header_text(value: str) -> str:
     """The header as the client sent it: WSGI hands header bytes over decoded as Latin-1, and
-    a canonical scope is UTF-8 (values may hold any character, DESIGN §2.1).
+    a canonical scope is UTF-8 (values may hold any character, docs/design.md §2.1).
 
     Raises:
         InvalidScope: the header's bytes are not UTF-8.
@@ -65,7 +65,7 @@ def _header_text(value: str) -> str:
 
 
 def resolve_request_scope(request: Any) -> Scope:
-    """The scope this request works in: the resolver's, possibly narrowed (DESIGN §2.5).
+    """The scope this request works in: the resolver's, possibly narrowed (docs/design.md §2.5).
 
     Args:
         request: the DRF request (already authenticated).

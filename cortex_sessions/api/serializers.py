@@ -1,6 +1,6 @@
-"""Serializers of the API (DESIGN §3, §7.3).
+"""Serializers of the API (docs/design.md §3, §7.3).
 
-Output serializers render sessions and messages with the field names of DESIGN §3. Input
+Output serializers render sessions and messages with the field names of docs/design.md §3. Input
 serializers check only the *shape* of a request (types, lengths) and describe it in the schema;
 the business rules (agent id characters, metadata being an object, content blocks, sizes, NUL
 characters) are enforced by :mod:`cortex_sessions.services`, whose errors the exception handler
@@ -70,7 +70,7 @@ class MetadataField(serializers.JSONField):
     }
 )
 class ContentField(serializers.JSONField):
-    """Message content on input: a string or a list of content blocks (DESIGN §3.2)."""
+    """Message content on input: a string or a list of content blocks (docs/design.md §3.2)."""
 
 
 @extend_schema_field({"type": "array", "items": _BLOCK_SCHEMA})
@@ -106,7 +106,7 @@ class BlocksField(serializers.JSONField):
     }
 )
 class ReferencesField(serializers.JSONField):
-    """Explicit session references ``[{"session_id", "label"?}, ...]`` (DESIGN §8.3).
+    """Explicit session references ``[{"session_id", "label"?}, ...]`` (docs/design.md §8.3).
 
     Only the JSON is taken here; the reference service checks the shape and answers
     ``SESSION_REFERENCE_INVALID_REFERENCE`` for a malformed item, as the Python API does.
@@ -114,7 +114,7 @@ class ReferencesField(serializers.JSONField):
 
 
 class SessionSerializer(serializers.ModelSerializer):
-    """A session as the API returns it (DESIGN §3.1). Every field is read-only here."""
+    """A session as the API returns it (docs/design.md §3.1). Every field is read-only here."""
 
     metadata = MetadataField(read_only=True)
 
@@ -226,7 +226,7 @@ class ForkSerializer(serializers.Serializer):
 
 
 class ResolveSerializer(serializers.Serializer):
-    """Body of ``POST /sessions/resolve/`` (DESIGN §6.1)."""
+    """Body of ``POST /sessions/resolve/`` (docs/design.md §6.1)."""
 
     agent_id = serializers.CharField(max_length=255, trim_whitespace=False)
     session_id = serializers.UUIDField(
@@ -243,7 +243,7 @@ class CountSerializer(serializers.Serializer):
 
 
 class MessageSerializer(serializers.ModelSerializer):
-    """A stored message (DESIGN §3.2)."""
+    """A stored message (docs/design.md §3.2)."""
 
     session = serializers.UUIDField(source="session_id", read_only=True, allow_null=True)
     content = BlocksField(read_only=True)
@@ -256,7 +256,7 @@ class MessageSerializer(serializers.ModelSerializer):
 
 
 class MessageInputSerializer(serializers.Serializer):
-    """One message in ``POST /sessions/{id}/messages/`` (DESIGN §7.3)."""
+    """One message in ``POST /sessions/{id}/messages/`` (docs/design.md §7.3)."""
 
     role = serializers.ChoiceField(choices=Message.Role.choices)
     content = ContentField()
@@ -282,7 +282,7 @@ class MessageInputSerializer(serializers.Serializer):
 
 class MessageWithReferencesInputSerializer(MessageInputSerializer):
     """A single message in ``POST /sessions/{id}/messages/``, which may resolve session
-    references (DESIGN §8.8).
+    references (docs/design.md §8.8).
 
     With ``resolve_references`` the message must have role ``user`` (and source ``user`` or
     none): its mentions are parsed, the references prepared, and the readable message and its
@@ -305,7 +305,7 @@ class MessageWithReferencesInputSerializer(MessageInputSerializer):
 
 
 class ReferencePrepareSerializer(serializers.Serializer):
-    """Body of ``POST /sessions/{id}/references/prepare/`` (DESIGN §8.8)."""
+    """Body of ``POST /sessions/{id}/references/prepare/`` (docs/design.md §8.8)."""
 
     content = ContentField(
         help_text="The user message: a string or content blocks; mentions in text blocks count."
@@ -314,7 +314,7 @@ class ReferencePrepareSerializer(serializers.Serializer):
 
 
 class ReferenceCandidateSerializer(serializers.Serializer):
-    """A session the user may mention, for the mention picker (DESIGN §8.4)."""
+    """A session the user may mention, for the mention picker (docs/design.md §8.4)."""
 
     session_id = serializers.CharField()
     label = serializers.CharField(help_text="The session's title, or its id when untitled.")
@@ -344,7 +344,7 @@ def constant_field(value: str, **kwargs: Any) -> serializers.Field:
 
 
 class ReferenceSourceItemSerializer(serializers.Serializer):
-    """One reference in a context's ``source`` record, with its retention stats (DESIGN §8.7)."""
+    """One reference in a context's ``source`` record, with its retention stats (docs/design.md §8.7)."""
 
     session_id = serializers.CharField()
     label = serializers.CharField(allow_blank=True)
@@ -359,7 +359,7 @@ class ReferenceSourceItemSerializer(serializers.Serializer):
 
 
 class ReferenceSourceSerializer(serializers.Serializer):
-    """The ``source`` record of a reference context (DESIGN §8.7)."""
+    """The ``source`` record of a reference context (docs/design.md §8.7)."""
 
     kind = constant_field("session-reference")
     form = constant_field("recall")
@@ -368,7 +368,7 @@ class ReferenceSourceSerializer(serializers.Serializer):
 
 
 class ReferenceContextSerializer(serializers.Serializer):
-    """The aggregated, untrusted context of a referencing message (DESIGN §8.7)."""
+    """The aggregated, untrusted context of a referencing message (docs/design.md §8.7)."""
 
     role = constant_field("user")
     source = ReferenceSourceSerializer()
@@ -380,7 +380,7 @@ class ReferenceContextSerializer(serializers.Serializer):
 
 class PreparedReferencesSerializer(serializers.Serializer):
     """Response of ``POST /sessions/{id}/references/prepare/``: the readable content and zero
-    or one context (DESIGN §8.8)."""
+    or one context (docs/design.md §8.8)."""
 
     content = BlocksField(help_text="The message content with mention tokens made readable.")
     contexts = ReferenceContextSerializer(
@@ -436,7 +436,7 @@ class ErrorItemSerializer(serializers.Serializer):
 
 
 class ErrorSerializer(serializers.Serializer):
-    """Body of every error response (DESIGN §7.3)."""
+    """Body of every error response (docs/design.md §7.3)."""
 
     code = serializers.CharField(help_text="Stable machine-readable code; branch on this.")
     detail = serializers.CharField(help_text="Human-readable explanation; may change.")

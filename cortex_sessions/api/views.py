@@ -1,11 +1,11 @@
-"""Viewsets of the API (DESIGN §7.3). Every view calls :mod:`cortex_sessions.services`.
+"""Viewsets of the API (docs/design.md §7.3). Every view calls :mod:`cortex_sessions.services`.
 
 The viewsets set their permission, pagination, filter and parser classes and their exception
 handler explicitly, so a host's global DRF settings (``AllowAny``, no pagination, another error
 format) never change this API. Authentication and rendering are the host's.
 
 Not found, out of scope and malformed ids are one case: 404 ``session_not_found`` with the same
-body, on every endpoint and method (DESIGN §7.3).
+body, on every endpoint and method (docs/design.md §7.3).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ _ERROR_TEXT = {
     "application/merge-patch+json).",
 }
 
-#: Error descriptions of the session-reference endpoints (DESIGN §8.8, §8.9).
+#: Error descriptions of the session-reference endpoints (docs/design.md §8.8, §8.9).
 _REFERENCE_ERROR_TEXT = {
     400: "Bad input: `invalid`, `parse_error`, `invalid_scope`, a content code "
     "(`invalid_content`, `empty_content`, `nul_character`), or "
@@ -207,7 +207,7 @@ class CortexAPIMixin:
 
 @extend_schema(tags=["sessions"], parameters=SCOPE_PARAMETERS)
 class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
-    """Sessions and their messages at the request's scope (DESIGN §7.3)."""
+    """Sessions and their messages at the request's scope (docs/design.md §7.3)."""
 
     queryset = Session.objects.none()  # schema introspection only; rows come from services
     serializer_class = SessionSerializer
@@ -218,7 +218,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
     lookup_value_regex = "[^/]+"  # any id reaches the view, so a malformed one is a JSON 404
     #: Seconds one request may spend preparing session references; ``None`` (the default)
     #: means no limit. Past it the request fails with 503 ``SESSION_REFERENCE_CANCELLED``
-    #: (DESIGN §8.9). Set it on a subclass mounted by the host.
+    #: (docs/design.md §8.9). Set it on a subclass mounted by the host.
     reference_timeout: float | None = None
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
@@ -329,7 +329,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
     @action(detail=False, methods=["post"])
     def resolve(self, request: Request) -> Response:
         """The agent's default session at exactly the request's scope, created on first use,
-        or the given ``session_id`` if it is the agent's and in scope (DESIGN §6.1).
+        or the given ``session_id`` if it is the agent's and in scope (docs/design.md §6.1).
 
         Returns 201 when the default was created, else 200. Errors: 404 ``session_not_found``.
         """
@@ -426,7 +426,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
     )
     @action(detail=True, methods=["post"], url_path="make-default")
     def make_default(self, request: Request, pk: str) -> Response:
-        """Promote the session and demote the old default in one transaction (DESIGN §6.2).
+        """Promote the session and demote the old default in one transaction (docs/design.md §6.2).
 
         Errors: 404 ``session_not_found``; 409 ``default_conflict`` under a swap storm,
         ``session_archived`` for an archived session.
@@ -521,7 +521,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
             "A single message may set `resolve_references: true` (role `user` only): its "
             "session mentions are parsed, the referenced sessions (and any explicit "
             "`references`) prepared, and the readable message stored followed by its "
-            "`session-reference` context message, in one transaction (DESIGN §8.8). "
+            "`session-reference` context message, in one transaction (docs/design.md §8.8). "
             "`resolve_references` or `references` elsewhere is 400 `references_not_allowed`."
         ),
         parameters=[ID_PARAMETER],
@@ -733,7 +733,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
         return self._append_response(result)
 
     def _append_with_references(self, pk: str, data: Mapping[str, Any]) -> Response:
-        """Store a user message with its session references (DESIGN §8.8)."""
+        """Store a user message with its session references (docs/design.md §8.8)."""
         if data["role"] != Message.Role.USER:
             _refuse_references("role", "resolve_references needs role 'user'.")
         if data.get("source", Message.Source.USER) != Message.Source.USER:
@@ -783,7 +783,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
         url_name="reference-candidates",
     )
     def reference_candidates(self, request: Request, pk: str) -> Response:
-        """``{"results": [candidate, ...]}`` for the mention picker (DESIGN §8.4).
+        """``{"results": [candidate, ...]}`` for the mention picker (docs/design.md §8.4).
 
         Errors: 400 ``invalid_filter`` (bad ``limit`` or ``q``); 404 ``session_not_found``.
         """
@@ -822,7 +822,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
     )
     def prepare_references(self, request: Request, pk: str) -> Response:
         """The readable content and the reference context a user message would be stored with
-        (DESIGN §8.8); nothing is written.
+        (docs/design.md §8.8); nothing is written.
 
         Errors: 400 validation and ``SESSION_REFERENCE_INVALID_REFERENCE`` / ``_SELF_REFERENCE``
         / ``_TOO_MANY``; 404 ``session_not_found`` or ``SESSION_REFERENCE_READ_FAILED``; 413

@@ -1,4 +1,4 @@
-"""Give every pre-existing unsessioned conversation its first default session (DESIGN §4).
+"""Give every pre-existing unsessioned conversation its first default session (docs/design.md §4).
 
 Non-atomic on purpose: the backfill commits batch by batch (each batch moves the counters with the
 rows it attaches), so a million legacy rows never sit in one transaction or in memory. It is

@@ -1,4 +1,4 @@
-"""Session references: mention one conversation inside another (DESIGN §8).
+"""Session references: mention one conversation inside another (docs/design.md §8).
 
 This package holds the pure, database-free part: canonical URIs (§8.1), mentions (§8.2),
 input normalization (§8.3), candidate ranking (§8.4), projection (§8.5), byte retention (§8.6)

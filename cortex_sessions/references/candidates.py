@@ -1,4 +1,4 @@
-"""Ranking and shaping of reference candidates for the mention picker (DESIGN §8.4).
+"""Ranking and shaping of reference candidates for the mention picker (docs/design.md §8.4).
 
 The database layer filters (scope, not the current session, case-insensitive substring of id,
 cwd or title) and should order in SQL with the same rule as :func:`candidate_rank` and
@@ -48,7 +48,7 @@ class CandidateRow:
 
 def candidate_rank(cwd: str | None, current_cwd: str | None) -> int:
     """Rank of a candidate's cwd: ``0`` same cwd as the current session, ``1`` no cwd, ``2``
-    another cwd (DESIGN §8.4). An empty cwd counts as none and never matches."""
+    another cwd (docs/design.md §8.4). An empty cwd counts as none and never matches."""
     if not cwd:
         return 1
     return 0 if cwd == current_cwd else 2
@@ -62,7 +62,7 @@ def epoch_ms(moment: datetime) -> int:
 
 
 def rank_candidates(rows: Iterable[CandidateRow], *, current_cwd: str | None) -> list[CandidateRow]:
-    """Order candidates as DESIGN §8.4 says.
+    """Order candidates as docs/design.md §8.4 says.
 
     Args:
         rows: candidate sessions (already filtered).
@@ -79,12 +79,12 @@ def rank_candidates(rows: Iterable[CandidateRow], *, current_cwd: str | None) ->
 
 
 def candidate_label(row: CandidateRow) -> str:
-    """The candidate's label: its title, or its id when the title is blank (DESIGN §8.4)."""
+    """The candidate's label: its title, or its id when the title is blank (docs/design.md §8.4)."""
     return row.title if row.title.strip() else row.session_id
 
 
 def build_candidate(row: CandidateRow, *, current_cwd: str | None) -> dict[str, Any]:
-    """One candidate as the API returns it (DESIGN §8.4).
+    """One candidate as the API returns it (docs/design.md §8.4).
 
     Returns:
         ``{"session_id": str, "label": str, "cwd": str | None, "created_at": int (Unix epoch

@@ -1,6 +1,6 @@
-"""Errors of the session-reference feature, each with a stable ``code`` (DESIGN §8.9).
+"""Errors of the session-reference feature, each with a stable ``code`` (docs/design.md §8.9).
 
-The codes are the verbatim strings of ``seeds/session-references.md``; host adapters branch on
+The codes are the verbatim strings of docs/design.md §8.9; host adapters branch on
 them, never on the message text. ``http_status`` is the status the API layer answers with; the
 core itself never speaks HTTP.
 """
@@ -22,7 +22,7 @@ __all__ = [
 
 
 class SessionReferenceError(CortexSessionsError):
-    """Base class of every session-reference failure (DESIGN §8.9).
+    """Base class of every session-reference failure (docs/design.md §8.9).
 
     Attributes:
         code: one of the seven ``SESSION_REFERENCE_*`` strings (on the subclasses).
@@ -43,7 +43,7 @@ class InvalidReferenceConfig(SessionReferenceError):
 
 
 class InvalidReference(SessionReferenceError):
-    """A URI, mention or reference input is malformed (DESIGN §8.1-§8.3)."""
+    """A URI, mention or reference input is malformed (docs/design.md §8.1-§8.3)."""
 
     code = "SESSION_REFERENCE_INVALID_REFERENCE"
     http_status = 400
@@ -51,7 +51,7 @@ class InvalidReference(SessionReferenceError):
 
 
 class SelfReference(SessionReferenceError):
-    """A message references its own session (DESIGN §8.3)."""
+    """A message references its own session (docs/design.md §8.3)."""
 
     code = "SESSION_REFERENCE_SELF_REFERENCE"
     http_status = 400
@@ -59,7 +59,7 @@ class SelfReference(SessionReferenceError):
 
 
 class TooManyReferences(SessionReferenceError):
-    """More distinct sessions are referenced than ``MAX_REFERENCES`` allows (DESIGN §8.3)."""
+    """More distinct sessions are referenced than ``MAX_REFERENCES`` allows (docs/design.md §8.3)."""
 
     code = "SESSION_REFERENCE_TOO_MANY"
     http_status = 400
@@ -68,7 +68,7 @@ class TooManyReferences(SessionReferenceError):
 
 class ReferenceReadFailed(SessionReferenceError):
     """A referenced session is missing or outside the caller's scope — deliberately the same
-    error for both (DESIGN §8.8)."""
+    error for both (docs/design.md §8.8)."""
 
     code = "SESSION_REFERENCE_READ_FAILED"
     http_status = 404
@@ -76,7 +76,7 @@ class ReferenceReadFailed(SessionReferenceError):
 
 
 class ReferenceBudgetExceeded(SessionReferenceError):
-    """A snapshot cannot fit ``MAX_REFERENCE_BYTES`` even when compacted (DESIGN §8.6)."""
+    """A snapshot cannot fit ``MAX_REFERENCE_BYTES`` even when compacted (docs/design.md §8.6)."""
 
     code = "SESSION_REFERENCE_BUDGET_EXCEEDED"
     http_status = 413
@@ -84,7 +84,7 @@ class ReferenceBudgetExceeded(SessionReferenceError):
 
 
 class ReferenceCancelled(SessionReferenceError):
-    """Preparation was cancelled by a cancel token or ran past its deadline (DESIGN §8.9)."""
+    """Preparation was cancelled by a cancel token or ran past its deadline (docs/design.md §8.9)."""
 
     code = "SESSION_REFERENCE_CANCELLED"
     http_status = 503

@@ -1,4 +1,4 @@
-"""Mentions of sessions inside message text (DESIGN §8.2).
+"""Mentions of sessions inside message text (docs/design.md §8.2).
 
 Grammar. An *explicit mention* is ``@[`` LABEL ``](cortex-session:`` PAYLOAD ``)``, where LABEL is
 any text in which ``\\`` and ``]`` are written ``\\\\`` and ``\\]``. A *bare URI* is
@@ -60,7 +60,7 @@ class ParsedReferences:
 
 
 def format_mention(label: str, session_id: str) -> str:
-    """The mention token of a session: ``@[label](cortex-session:…)`` (DESIGN §8.2).
+    """The mention token of a session: ``@[label](cortex-session:…)`` (docs/design.md §8.2).
 
     Args:
         label: display text, any ``str``; ``\\`` and ``]`` are backslash-escaped.
@@ -104,7 +104,7 @@ def _unescape_label(raw: str) -> str:
 
 
 def parse_references(text: str) -> ParsedReferences:
-    """Find the session mentions and bare session URIs in ``text`` (DESIGN §8.2).
+    """Find the session mentions and bare session URIs in ``text`` (docs/design.md §8.2).
 
     See the module docstring for the exact grammar and the readable replacement text.
 

@@ -1,4 +1,4 @@
-"""The pure steps of preparing a referencing message (DESIGN §8.3, §8.9).
+"""The pure steps of preparing a referencing message (docs/design.md §8.3, §8.9).
 
 The service layer reads the referenced sessions; everything that needs no database lives here:
 checking the configuration, normalizing the reference inputs, making mention tokens readable,
@@ -33,7 +33,7 @@ __all__ = [
 
 
 def validate_max_references(value: object) -> int:
-    """Check a ``MAX_REFERENCES`` value and return it (DESIGN §8.3).
+    """Check a ``MAX_REFERENCES`` value and return it (docs/design.md §8.3).
 
     Raises:
         InvalidReferenceConfig: ``value`` is not an ``int`` from 1 to 3 (``bool`` refused).
@@ -55,7 +55,7 @@ def normalize_inputs(
     current_session_id: object,
     max_references: int,
 ) -> list[tuple[int, SessionReferenceInput]]:
-    """Deduplicate and check a message's references (DESIGN §8.3).
+    """Deduplicate and check a message's references (docs/design.md §8.3).
 
     Checks, in this order: the configuration; every input is a :class:`SessionReferenceInput`;
     none names the message's own session; at most ``max_references`` distinct ids remain.
@@ -107,7 +107,7 @@ def check_cancelled(
     deadline: Deadline | None = None,
     now: float | None = None,
 ) -> None:
-    """Raise if preparation should stop (DESIGN §8.9). Call it between steps and read chunks.
+    """Raise if preparation should stop (docs/design.md §8.9). Call it between steps and read chunks.
 
     Args:
         cancel_token: a token the caller may cancel from another thread.

@@ -1,4 +1,4 @@
-"""The current surface of a referenced session (DESIGN §8.5).
+"""The current surface of a referenced session (docs/design.md §8.5).
 
 The surface is the newest ``checkpoint`` message (``role=user``, ``source=checkpoint``) and every
 conversation message after it (§3.2) — all conversation messages when there is no checkpoint —

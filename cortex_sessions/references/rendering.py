@@ -1,4 +1,4 @@
-"""The one aggregated, untrusted context a referencing message carries (DESIGN §8.7).
+"""The one aggregated, untrusted context a referencing message carries (docs/design.md §8.7).
 
 The prompt is :data:`PREAMBLE`, a blank line, then ``<referenced-sessions>``, a newline, the
 snapshots as one JSON array written by :func:`~.serialization.tag_safe_json` (each element
@@ -44,7 +44,7 @@ PREAMBLE = (
 
 
 def render_prompt(snapshots: Sequence[ReferenceSnapshot]) -> str:
-    """The prompt text for one or more snapshots (DESIGN §8.7).
+    """The prompt text for one or more snapshots (docs/design.md §8.7).
 
     Args:
         snapshots: the snapshots, in input order.
@@ -57,7 +57,7 @@ def render_prompt(snapshots: Sequence[ReferenceSnapshot]) -> str:
 
 
 def render_context(items: Sequence[tuple[int, ReferenceSnapshot]]) -> dict[str, Any]:
-    """The aggregated context message for a referencing message (DESIGN §8.7).
+    """The aggregated context message for a referencing message (docs/design.md §8.7).
 
     Args:
         items: ``(input_index, snapshot)`` pairs in input order; ``input_index`` is the position
@@ -102,7 +102,7 @@ def render_context(items: Sequence[tuple[int, ReferenceSnapshot]]) -> dict[str, 
 def build_prepared_message(
     content: list[dict[str, Any]], items: Sequence[tuple[int, ReferenceSnapshot]]
 ) -> PreparedReferencedMessage:
-    """Pair readable content with its zero-or-one context (DESIGN §8.7).
+    """Pair readable content with its zero-or-one context (docs/design.md §8.7).
 
     Args:
         content: the readable content blocks (from :func:`~.preparation.readable_content`).

@@ -1,4 +1,4 @@
-"""Byte retention of a referenced session's surface (DESIGN §8.6).
+"""Byte retention of a referenced session's surface (docs/design.md §8.6).
 
 The budget is ``max_bytes`` UTF-8 bytes of ``tag_safe_json(snapshot.as_json())`` — the object
 ``{session_id, label, cwd, captured_through_seq, conversation}`` serialized exactly as rendering
@@ -186,7 +186,7 @@ def retain_snapshot(
     window_count: int,
     max_bytes: int,
 ) -> ReferenceSnapshot:
-    """Build a snapshot within ``max_bytes``, reading ``newest_first`` lazily (DESIGN §8.5-§8.6).
+    """Build a snapshot within ``max_bytes``, reading ``newest_first`` lazily (docs/design.md §8.5-§8.6).
 
     This is the entry point of the database layer; see the module docstring for the rules.
 
@@ -339,7 +339,7 @@ def build_snapshot(
     cwd: str | None = None,
     max_bytes: int,
 ) -> ReferenceSnapshot:
-    """Project and retain a whole, in-memory message list (DESIGN §8.5-§8.6).
+    """Project and retain a whole, in-memory message list (docs/design.md §8.5-§8.6).
 
     Same result as the database path: it splits the list with
     :func:`~.projection.split_window` and calls :func:`retain_snapshot`.

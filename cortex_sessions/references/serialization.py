@@ -35,7 +35,7 @@ _ASCII_COST[ord("<")] = 6
 
 
 def tag_safe_json(value: Any) -> str:
-    """Serialize ``value`` as compact, tag-safe JSON (DESIGN §8.6, §8.7).
+    """Serialize ``value`` as compact, tag-safe JSON (docs/design.md §8.6, §8.7).
 
     Args:
         value: JSON data (dicts keep their insertion order); strings must be free of lone

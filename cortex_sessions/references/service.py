@@ -1,4 +1,4 @@
-"""The one place that reads the database for session references (DESIGN §8.3-§8.8).
+"""The one place that reads the database for session references (docs/design.md §8.3-§8.8).
 
 Everything else in this package is pure; this module turns ``Session`` and ``Message`` rows into
 the inputs of :func:`~.retention.retain_snapshot` and stores the prepared result.
@@ -87,7 +87,7 @@ class ReadStats:
     Attributes:
         sessions: referenced sessions read.
         rows: message rows fetched, the checkpoint included, over all references.
-        text_bytes: UTF-8 bytes of the text (DESIGN §3.2) of those rows.
+        text_bytes: UTF-8 bytes of the text (docs/design.md §3.2) of those rows.
         queries: message queries issued (max seq, checkpoint, count, one per chunk).
         per_reference: ``{"rows", "text_bytes", "queries"}`` for each reference, in order.
     """
@@ -301,7 +301,7 @@ def reference_candidates(
     query: str = "",
     limit: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Sessions the user may mention in ``session_id``, for the mention picker (DESIGN §8.4).
+    """Sessions the user may mention in ``session_id``, for the mention picker (docs/design.md §8.4).
 
     Live (not archived, docs/design.md §11.2) sessions at or beneath ``scope`` other than the
     current one, filtered by a case-insensitive substring of their id, cwd or title (never
@@ -378,7 +378,7 @@ def prepare_references(
     read_stats: ReadStats | None = None,
 ) -> PreparedReferencedMessage:
     """Prepare a user message of ``session_id`` with its session references, without storing
-    anything (DESIGN §8.3, §8.5-§8.7).
+    anything (docs/design.md §8.3, §8.5-§8.7).
 
     Mentions inside the text blocks of ``content`` are parsed and made readable (``@label``);
     their references follow the explicit ``references``. Ids spelling a UUID are canonicalized
@@ -390,7 +390,7 @@ def prepare_references(
     Args:
         scope: the caller's scope; referenced sessions must lie at or beneath it.
         session_id: the session the message belongs to (must lie within ``scope``).
-        content: the message content, a string or a list of content blocks (DESIGN §3.2).
+        content: the message content, a string or a list of content blocks (docs/design.md §3.2).
         references: explicit references — :class:`SessionReferenceInput`, ``{"session_id",
             "label"?}`` mappings or id strings — in the order the host selected them (a list
             or tuple; ``None`` means none).
@@ -460,7 +460,7 @@ def append_message_with_references(
     cancel_token: CancelToken | None = None,
     deadline: Deadline | None = None,
 ) -> services.AppendResult:
-    """Prepare a user message with its references and store it durably (DESIGN §8.8).
+    """Prepare a user message with its references and store it durably (docs/design.md §8.8).
 
     Stores, in one :func:`cortex_sessions.services.append_messages` call (one transaction
     under the session's row lock), the readable user message (``role=user``, ``source=user``,

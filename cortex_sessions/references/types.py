@@ -1,4 +1,4 @@
-"""Value types of the session-reference feature (DESIGN §8.3-§8.7).
+"""Value types of the session-reference feature (docs/design.md §8.3-§8.7).
 
 All are immutable; none touches the database. The database layer turns ``Message`` rows into
 :class:`SourceMessage` and receives :class:`ReferenceSnapshot` / :class:`PreparedReferencedMessage`.
@@ -26,7 +26,7 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class SessionReferenceInput:
-    """One referenced session, as selected by a host or parsed from a mention (DESIGN §8.3).
+    """One referenced session, as selected by a host or parsed from a mention (docs/design.md §8.3).
 
     Attributes:
         session_id: the referenced session's id; authoritative, opaque, non-empty.
@@ -48,13 +48,13 @@ class SessionReferenceInput:
 
     @property
     def effective_label(self) -> str:
-        """The label to show: ``label`` when non-empty, else ``session_id`` (DESIGN §8.3)."""
+        """The label to show: ``label`` when non-empty, else ``session_id`` (docs/design.md §8.3)."""
         return self.label or self.session_id
 
 
 @dataclass(frozen=True, slots=True)
 class SourceMessage:
-    """A stored message of a referenced session, as read from the database (DESIGN §3.2).
+    """A stored message of a referenced session, as read from the database (docs/design.md §3.2).
 
     Attributes:
         seq: the message's per-session sequence number (positive).
@@ -71,7 +71,7 @@ class SourceMessage:
 
 @dataclass(frozen=True, slots=True)
 class ReferenceStats:
-    """What retention did to one referenced session (DESIGN §8.6).
+    """What retention did to one referenced session (docs/design.md §8.6).
 
     Attributes:
         compacted: ``True`` when a message with text was dropped to fit the budget or a text
@@ -110,7 +110,7 @@ class ReferenceStats:
 
 @dataclass(frozen=True, slots=True)
 class ReferenceSnapshot:
-    """A byte-budgeted, read-only snapshot of one referenced session (DESIGN §8.5-§8.6).
+    """A byte-budgeted, read-only snapshot of one referenced session (docs/design.md §8.5-§8.6).
 
     Attributes:
         session_id: the referenced session's id.
@@ -135,7 +135,7 @@ class ReferenceSnapshot:
     def as_json(self) -> dict[str, Any]:
         """The snapshot object that is serialized, measured against the budget and rendered:
         ``{"session_id", "label", "cwd", "captured_through_seq", "conversation"}`` in that order
-        (DESIGN §8.6)."""
+        (docs/design.md §8.6)."""
         return {
             "session_id": self.session_id,
             "label": self.label,
@@ -147,7 +147,7 @@ class ReferenceSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class PreparedReferencedMessage:
-    """A user message made ready to send with its references (DESIGN §8.7).
+    """A user message made ready to send with its references (docs/design.md §8.7).
 
     Attributes:
         content: the message's content blocks, copied, with mention tokens made readable.
@@ -164,7 +164,7 @@ class PreparedReferencedMessage:
 
 
 class CancelToken:
-    """A thread-safe flag a caller sets to abandon a preparation (DESIGN §8.9, ``CANCELLED``).
+    """A thread-safe flag a caller sets to abandon a preparation (docs/design.md §8.9, ``CANCELLED``).
 
     ``cancel()`` may be called from any thread; preparation checks ``cancelled`` between
     steps and raises :class:`~cortex_sessions.references.errors.ReferenceCancelled`.
@@ -190,7 +190,7 @@ class CancelToken:
 
 @dataclass(frozen=True, slots=True)
 class Deadline:
-    """A point in ``time.monotonic()`` seconds after which preparation gives up (DESIGN §8.9).
+    """A point in ``time.monotonic()`` seconds after which preparation gives up (docs/design.md §8.9).
 
     Attributes:
         at: the monotonic clock reading (seconds) at which the deadline passes.

@@ -1,4 +1,4 @@
-"""Canonical session URIs: ``cortex-session:<payload>`` (DESIGN §8.1).
+"""Canonical session URIs: ``cortex-session:<payload>`` (docs/design.md §8.1).
 
 ``payload`` is the unpadded base64url (RFC 4648 §5, alphabet ``A-Z a-z 0-9 - _``) of the UTF-8
 bytes of the session id encoded as a JSON string by ``json.dumps(session_id,
@@ -32,7 +32,7 @@ _PAYLOAD = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def encode_session_uri(session_id: str) -> str:
-    """The canonical URI of a session id (DESIGN §8.1).
+    """The canonical URI of a session id (docs/design.md §8.1).
 
     Args:
         session_id: any non-empty ``str`` without lone surrogates.
@@ -53,7 +53,7 @@ def encode_session_uri(session_id: str) -> str:
 
 
 def decode_session_uri(uri: str) -> str:
-    """The session id of a canonical session URI (DESIGN §8.1).
+    """The session id of a canonical session URI (docs/design.md §8.1).
 
     Args:
         uri: ``"cortex-session:<payload>"``.

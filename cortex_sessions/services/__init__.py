@@ -1,18 +1,41 @@
-"""The service API: every business rule of sessions and messages lives here (DESIGN §7.1).
+"""The service API: every business rule of sessions and messages lives here (docs/design.md §7.1).
 
 Functions are keyword-only and take the caller's scope explicitly: reads match that scope and
-everything beneath it (DESIGN §2.3); a missing or empty scope raises ``NoScope`` (§2.4). Views,
+everything beneath it (docs/design.md §2.3); a missing or empty scope raises ``NoScope`` (§2.4). Views,
 admin actions and management commands call these functions and nothing else writes app-owned
 columns. Every write that touches more than one row runs in one transaction on the database the
-router picks for the model (DESIGN §10).
+router picks for the model (docs/design.md §10).
 
 Public import path: ``cortex_sessions.services``. The package keeps one concern per module
-(``sessions``, ``messages``, ``maintenance``, ``lifecycle``, ``undo``); everything public is re-exported here.
+(``sessions``, ``messages``, ``maintenance``, ``lifecycle``, ``undo``); everything public is
+re-exported here, and every service that does I/O has an ``a``-prefixed async twin from ``aio``
+(docs/design.md §13.1).
 """
 
 from __future__ import annotations
 
 from ._common import MAX_INT64, ORDERING_FIELDS, check_agent_id
+from .aio import (
+    aappend_messages,
+    aarchive_session,
+    aclear_messages,
+    acount_sessions,
+    acreate_session,
+    adelete_message,
+    adelete_messages_after,
+    adelete_session,
+    afork_session,
+    aget_session,
+    alist_messages,
+    alist_sessions,
+    amake_default,
+    apatch_session,
+    apop_message,
+    arecount_sessions,
+    aresolve_session,
+    aunarchive_session,
+    aupdate_session,
+)
 from .lifecycle import (
     PATCHABLE_FIELDS,
     archive_session,
@@ -20,7 +43,10 @@ from .lifecycle import (
     patch_session,
     unarchive_session,
 )
-from .maintenance import CounterDrift, recount_sessions
+from .maintenance import (
+    CounterDrift,
+    recount_sessions,
+)
 from .messages import (
     AppendResult,
     MessageInput,
@@ -40,7 +66,12 @@ from .sessions import (
     session_queryset,
     update_session,
 )
-from .undo import MessagesDeleted, PoppedMessage, delete_messages_after, pop_message
+from .undo import (
+    MessagesDeleted,
+    PoppedMessage,
+    delete_messages_after,
+    pop_message,
+)
 
 __all__ = [
     "MAX_INT64",
@@ -51,8 +82,27 @@ __all__ = [
     "MessageInput",
     "MessagesDeleted",
     "PoppedMessage",
+    "aappend_messages",
+    "aarchive_session",
+    "aclear_messages",
+    "acount_sessions",
+    "acreate_session",
+    "adelete_message",
+    "adelete_messages_after",
+    "adelete_session",
+    "afork_session",
+    "aget_session",
+    "alist_messages",
+    "alist_sessions",
+    "amake_default",
+    "apatch_session",
+    "apop_message",
     "append_messages",
     "archive_session",
+    "arecount_sessions",
+    "aresolve_session",
+    "aunarchive_session",
+    "aupdate_session",
     "check_agent_id",
     "clear_messages",
     "count_sessions",

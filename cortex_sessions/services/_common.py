@@ -1,4 +1,4 @@
-"""Validation and helpers every service module shares (DESIGN §7.1)."""
+"""Validation and helpers every service module shares (docs/design.md §7.1)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from ..exceptions import (
 from ..models import Session
 from ..scope import Scope
 
-#: Orderings a session list accepts, each optionally prefixed with ``-`` (DESIGN §7.2).
+#: Orderings a session list accepts, each optionally prefixed with ``-`` (docs/design.md §7.2).
 ORDERING_FIELDS = ("created_at", "updated_at", "title", "message_count")
 DEFAULT_ORDERING = "-updated_at"
 TITLE_MAX_CHARS = 500
@@ -111,7 +111,7 @@ def _check_metadata(metadata: Any) -> dict[str, Any]:
 
 
 def _session_id(session_id: Any) -> uuid.UUID:
-    """Parse a session id; anything that is not a UUID is simply not found (DESIGN §7.3)."""
+    """Parse a session id; anything that is not a UUID is simply not found (docs/design.md §7.3)."""
     if isinstance(session_id, uuid.UUID):
         return session_id
     try:

@@ -41,7 +41,7 @@ __all__ = [
     "unarchive_session",
 ]
 
-#: The fields a merge patch of a session may change (the host-owned ones, DESIGN §3.1).
+#: The fields a merge patch of a session may change (the host-owned ones, docs/design.md §3.1).
 PATCHABLE_FIELDS = frozenset({"title", "metadata", "cwd"})
 
 #: Message columns a fork does not copy from the source row: the fork's own id, session and seq

@@ -1,4 +1,4 @@
-"""Operator services: verify and repair counters (DESIGN §5)."""
+"""Operator services: verify and repair counters (docs/design.md §5)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from .messages import _newest_text
 
 @dataclass(frozen=True)
 class CounterDrift:
-    """A session whose stored counters differed from its rows (DESIGN §5)."""
+    """A session whose stored counters differed from its rows (docs/design.md §5)."""
 
     session_id: uuid.UUID
     stored_count: int

@@ -1,4 +1,4 @@
-"""Message services: append, list, delete, clear (DESIGN §5, §7.1)."""
+"""Message services: append, list, delete, clear (docs/design.md §5, §7.1)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from .sessions import get_session
 
 @dataclass(frozen=True)
 class MessageInput:
-    """One message to append (DESIGN §3.2, §7.3).
+    """One message to append (docs/design.md §3.2, §7.3).
 
     Attributes:
         role: ``user``, ``assistant``, ``system`` or ``tool``.
@@ -125,7 +125,7 @@ def append_messages(
     session_id: uuid.UUID | str,
     messages: Sequence[MessageInput | Mapping[str, Any]],
 ) -> AppendResult:
-    """Append one or many messages to a session, atomically (DESIGN §5, §7.1).
+    """Append one or many messages to a session, atomically (docs/design.md §5, §7.1).
 
     All messages are validated before anything is written; then, in one transaction holding
     the session's row lock, they get the next ``seq`` values and ``message_count``,
@@ -189,7 +189,7 @@ def list_messages(
     after_seq: int | None = None,
     before_seq: int | None = None,
 ) -> list[Message]:
-    """Messages of a session in chronological (``seq``) order (DESIGN §7.1).
+    """Messages of a session in chronological (``seq``) order (docs/design.md §7.1).
 
     Args:
         limit: most messages returned, ``>= 1``.
@@ -218,7 +218,7 @@ def list_messages(
 
 
 def delete_message(*, scope: Scope | str, session_id: uuid.UUID | str, seq: int) -> Session:
-    """Delete one message; its ``seq`` is never reused and the counters follow (DESIGN §5).
+    """Delete one message; its ``seq`` is never reused and the counters follow (docs/design.md §5).
 
     Returns:
         The session with its new counters.

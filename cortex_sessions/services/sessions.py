@@ -1,4 +1,4 @@
-"""Session services: list, count, get, create, update, delete, resolve, make-default (DESIGN §6, §7)."""
+"""Session services: list, count, get, create, update, delete, resolve, make-default (docs/design.md §6, §7)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,8 @@ def session_queryset(
     archived: bool | None = False,
     metadata: Mapping[str, Any] | None = None,
 ) -> SessionQuerySet:
-    """The sessions a list at ``scope`` shows, filtered and ordered (DESIGN §7.2, §11.2, §11.3).
+    """The sessions a list at ``scope`` shows, filtered and ordered (docs/design.md §7.2, §11.2,
+    §11.3).
 
     Args:
         scope: the caller's scope; rows at it and beneath it match, or only at it with ``exact``.
@@ -116,7 +117,7 @@ def list_sessions(
     archived: bool | None = False,
     metadata: Mapping[str, Any] | None = None,
 ) -> list[Session]:
-    """A page of the sessions at ``scope`` (DESIGN §7.2; filters as :func:`session_queryset`).
+    """A page of the sessions at ``scope`` (docs/design.md §7.2; filters as :func:`session_queryset`).
 
     Args:
         limit: most rows returned (``None``: no limit); an integer ``>= 0``.
@@ -153,7 +154,7 @@ def count_sessions(
     archived: bool | None = False,
     metadata: Mapping[str, Any] | None = None,
 ) -> int:
-    """How many sessions :func:`list_sessions` would list with the same filters (DESIGN §7.2).
+    """How many sessions :func:`list_sessions` would list with the same filters (docs/design.md §7.2).
 
     Raises:
         NoScope, InvalidScope.
@@ -204,7 +205,7 @@ def create_session(
     cwd: str | None = None,
     is_default: bool = False,
 ) -> Session:
-    """Create a session of ``agent_id`` at exactly ``scope`` (DESIGN §3.1).
+    """Create a session of ``agent_id`` at exactly ``scope`` (docs/design.md §3.1).
 
     Args:
         scope: where the session lives; stored in canonical form and never changed (§2.6).
@@ -252,11 +253,11 @@ def update_session(
     metadata: Mapping[str, Any] = _UNSET,
     cwd: str | None = _UNSET,
 ) -> Session:
-    """Change the host-owned fields of a session: ``title``, ``metadata``, ``cwd`` (DESIGN §7.1).
+    """Change the host-owned fields of a session: ``title``, ``metadata``, ``cwd`` (docs/design.md §7.1).
 
     Only the given fields are written, with ``updated_at``; counters, scope, ``is_default`` and
     ``backfilled_by`` are never written, so an append that lands between a client's read and
-    this update is never undone (DESIGN §5).
+    this update is never undone (docs/design.md §5).
 
     Returns:
         The session as stored after the update (counters read fresh).
@@ -279,7 +280,7 @@ def update_session(
 
 
 def delete_session(*, scope: Scope | str, session_id: uuid.UUID | str) -> None:
-    """Delete a session and its messages in one transaction (DESIGN §7.1, §6.3).
+    """Delete a session and its messages in one transaction (docs/design.md §7.1, §6.3).
 
     Deleting the default is allowed; the next :func:`resolve_session` creates a new one.
 
@@ -297,7 +298,7 @@ def delete_session(*, scope: Scope | str, session_id: uuid.UUID | str) -> None:
 def resolve_session(
     *, scope: Scope | str, agent_id: str, session_id: uuid.UUID | str | None = None
 ) -> tuple[Session, bool]:
-    """The thread a run uses (DESIGN §6.1).
+    """The thread a run uses (docs/design.md §6.1).
 
     With ``session_id``: that session, only if it lies within ``scope`` and belongs to
     ``agent_id``. Without: the default session of ``agent_id`` at exactly ``scope``, created on
@@ -341,7 +342,7 @@ def _lock_current_defaults(session: Session) -> None:
 
 
 def make_default(*, scope: Scope | str, session_id: uuid.UUID | str) -> Session:
-    """Make a session its agent's default at its scope, demoting the old one (DESIGN §6.2).
+    """Make a session its agent's default at its scope, demoting the old one (docs/design.md §6.2).
 
     Demotion and promotion happen in one transaction, so there is never a moment with two
     defaults. Concurrent swaps of the same agent and scope queue on the current default's row

@@ -1,7 +1,7 @@
 """Undo and regenerate: remove the newest messages of a session (docs/design.md §11.4).
 
 Each service locks the session row, removes messages and moves the counters in one
-transaction (DESIGN §5), so concurrent callers queue: two pops never return the same message.
+transaction (docs/design.md §5), so concurrent callers queue: two pops never return the same message.
 ``last_seq`` is left alone, so a removed ``seq`` is never given again.
 """
 

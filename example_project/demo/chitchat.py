@@ -27,7 +27,7 @@ __all__ = ["AGENT_ID", "TITLE_MAX_CHARS", "convert", "load_corpus", "read_conver
 
 #: The agent the demo's sessions belong to.
 AGENT_ID = "chitchat"
-#: Longest session title (DESIGN §3.1).
+#: Longest session title (docs/design.md §3.1).
 TITLE_MAX_CHARS = 500
 _CORPUS_FIELDS = ("prompt", "start", "ratings")
 

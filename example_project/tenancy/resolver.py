@@ -1,4 +1,4 @@
-"""The example host's ``SCOPE_RESOLVER`` (DESIGN §2.5)."""
+"""The example host's ``SCOPE_RESOLVER`` (docs/design.md §2.5)."""
 
 from __future__ import annotations
 

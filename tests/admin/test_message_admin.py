@@ -1,5 +1,5 @@
-"""The message admin (DESIGN §7.4): read-only, filtered by session, role and source; deleting
-goes through the services so the session's counters follow (DESIGN §5)."""
+"""The message admin (docs/design.md §7.4): read-only, filtered by session, role and source; deleting
+goes through the services so the session's counters follow (docs/design.md §5)."""
 
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ def test_delete_action_on_messages_goes_through_the_service(
 
 
 def test_legacy_messages_without_a_session_cannot_be_deleted(admin_client):
-    legacy = MessageFactory()  # session is null: a pre-session row (DESIGN §4)
+    legacy = MessageFactory()  # session is null: a pre-session row (docs/design.md §4)
 
     view = admin_client.get(change_url(legacy))
     delete = admin_client.post(delete_url(legacy), {"post": "yes"})

@@ -1,4 +1,4 @@
-"""The session admin (DESIGN §7.4): list, search, filters, forms, inline messages, actions."""
+"""The session admin (docs/design.md §7.4): list, search, filters, forms, inline messages, actions."""
 
 from __future__ import annotations
 

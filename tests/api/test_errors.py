@@ -1,4 +1,4 @@
-"""Error handling: one body shape, a 4xx with a code for every bad request (DESIGN §7.3)."""
+"""Error handling: one body shape, a 4xx with a code for every bad request (docs/design.md §7.3)."""
 
 from __future__ import annotations
 

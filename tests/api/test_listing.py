@@ -1,4 +1,4 @@
-"""Session list: filters, ordering, pagination, and their 400s (DESIGN §7.2, §7.3)."""
+"""Session list: filters, ordering, pagination, and their 400s (docs/design.md §7.2, §7.3)."""
 
 from __future__ import annotations
 

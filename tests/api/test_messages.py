@@ -1,4 +1,4 @@
-"""Message endpoints: append one or many, read newest-first pages (DESIGN §7.3)."""
+"""Message endpoints: append one or many, read newest-first pages (docs/design.md §7.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The API makes a bounded number of queries whatever the page size (DESIGN §10)."""
+"""The API makes a bounded number of queries whatever the page size (docs/design.md §10)."""
 
 from __future__ import annotations
 

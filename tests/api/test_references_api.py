@@ -1,4 +1,4 @@
-"""The session-reference endpoints (DESIGN §8.8): candidates, prepare, and appending a message
+"""The session-reference endpoints (docs/design.md §8.8): candidates, prepare, and appending a message
 with ``resolve_references`` — successes, every error code with its status, tenancy, durability
 and atomicity, on SQLite and PostgreSQL."""
 

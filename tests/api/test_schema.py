@@ -1,4 +1,4 @@
-"""The OpenAPI schema: valid, complete, and true to the API (DESIGN §7.3).
+"""The OpenAPI schema: valid, complete, and true to the API (docs/design.md §7.3).
 
 The schemathesis run generates requests from the schema and sends them to the example
 project's WSGI application in-process (authenticated with HTTP Basic as an org member),

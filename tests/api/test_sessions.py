@@ -1,4 +1,4 @@
-"""Session endpoints: create, read, update, delete, count, resolve, make-default (DESIGN §7.3)."""
+"""Session endpoints: create, read, update, delete, count, resolve, make-default (docs/design.md §7.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Another tenant's session is indistinguishable from a missing one, everywhere (DESIGN §7.3)."""
+"""Another tenant's session is indistinguishable from a missing one, everywhere (docs/design.md §7.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The database layer of session references (DESIGN §8.3-§8.8): candidates, preparation from
+"""The database layer of session references (docs/design.md §8.3-§8.8): candidates, preparation from
 stored sessions, durable append — on SQLite and PostgreSQL."""
 
 from __future__ import annotations

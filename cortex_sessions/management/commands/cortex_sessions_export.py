@@ -1,4 +1,4 @@
-"""``manage.py cortex_sessions_export``: write sessions as a conversation file (issue 6).
+"""``manage.py cortex_sessions_export``: write sessions as a conversation file.
 
 The work is done by :func:`cortex_sessions.transfer.export_conversations`, which streams; this
 command writes its output to stdout or ``--output``.

@@ -1,4 +1,4 @@
-"""``manage.py cortex_sessions_import``: import a conversation file (JSON Lines) (issue 6).
+"""``manage.py cortex_sessions_import``: import a conversation file (JSON Lines).
 
 The work is done by :func:`cortex_sessions.transfer.import_conversations`; this command opens
 the file, prints progress and errors, and turns failures into the exit status.

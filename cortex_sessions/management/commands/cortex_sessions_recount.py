@@ -1,4 +1,4 @@
-"""``manage.py cortex_sessions_recount``: verify counters against rows, repair drift (DESIGN §5)."""
+"""``manage.py cortex_sessions_recount``: verify counters against rows, repair drift (docs/design.md §5)."""
 
 from __future__ import annotations
 

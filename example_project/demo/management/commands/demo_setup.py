@@ -1,4 +1,4 @@
-"""``manage.py demo_setup``: demo users and real conversations for the example project (issue 6).
+"""``manage.py demo_setup``: demo users and real conversations for the example project.
 
 ``make demo`` runs ``migrate``, this command and ``runserver``. This command:
 

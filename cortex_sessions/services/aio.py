@@ -1,0 +1,115 @@
+"""Async twins of the services, for agent runtimes that live on an event loop (DESIGN §13.1).
+
+Each twin is named like Django's own async APIs (``aget``, ``acreate``): the service's name with an
+``a`` prefix — ``aappend_messages``, ``alist_messages``, ``aresolve_session``, … It takes exactly the
+service's keyword arguments, returns the same value and raises the same
+:mod:`cortex_sessions.exceptions`, because it *is* the service, run through asgiref's
+``sync_to_async(thread_sensitive=True)``: the whole call, with its ``transaction.atomic`` blocks,
+row locks and ``on_commit`` signals, runs on one thread and one database connection, exactly as
+a synchronous call does. Nothing of a transaction ever spans an ``await``.
+
+``thread_sensitive=True`` is what Django requires for ORM calls from async code: under an ASGI
+server (or inside ``async_to_sync``) the service runs on the thread that owns the request's
+connection; in a plain ``asyncio.run`` script it runs on asgiref's single shared sync thread.
+
+Services that do no I/O have no twin: :func:`~cortex_sessions.services.session_queryset` returns a
+lazy queryset (iterate it with ``async for``) and ``check_agent_id`` only validates.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
+
+from asgiref.sync import sync_to_async
+
+from .lifecycle import archive_session, fork_session, patch_session, unarchive_session
+from .maintenance import recount_sessions
+from .messages import append_messages, clear_messages, delete_message, list_messages
+from .sessions import (
+    count_sessions,
+    create_session,
+    delete_session,
+    get_session,
+    list_sessions,
+    make_default,
+    resolve_session,
+    update_session,
+)
+from .undo import delete_messages_after, pop_message
+
+__all__ = [
+    "aappend_messages",
+    "aarchive_session",
+    "aclear_messages",
+    "acount_sessions",
+    "acreate_session",
+    "adelete_message",
+    "adelete_messages_after",
+    "adelete_session",
+    "afork_session",
+    "aget_session",
+    "alist_messages",
+    "alist_sessions",
+    "amake_default",
+    "apatch_session",
+    "apop_message",
+    "arecount_sessions",
+    "aresolve_session",
+    "aunarchive_session",
+    "aupdate_session",
+]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def async_twin(service: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]:
+    """Build the ``a``-prefixed twin of a synchronous service (DESIGN §13.1).
+
+    Args:
+        service: a function of :mod:`cortex_sessions.services`.
+
+    Returns:
+        A coroutine function with the service's signature and annotations, named
+        ``a<name>``, whose docstring points to the service's. Awaiting it runs the service
+        under ``sync_to_async(thread_sensitive=True)`` and returns its result; any exception the
+        service raises propagates unchanged.
+    """
+    run = sync_to_async(service, thread_sensitive=True)
+
+    @functools.wraps(service)
+    async def twin(*args: P.args, **kwargs: P.kwargs) -> R:
+        return await run(*args, **kwargs)
+
+    twin.__name__ = twin.__qualname__ = f"a{service.__name__}"
+    twin.__doc__ = (
+        f"Async twin of :func:`cortex_sessions.services.{service.__name__}` (DESIGN §13.1): same "
+        "arguments, return value, errors and transaction, run with "
+        "``sync_to_async(thread_sensitive=True)``.\n\n" + inspect.cleandoc(service.__doc__ or "")
+    )
+    twin.__module__ = __name__
+    return twin
+
+
+aappend_messages = async_twin(append_messages)
+aclear_messages = async_twin(clear_messages)
+acount_sessions = async_twin(count_sessions)
+acreate_session = async_twin(create_session)
+adelete_message = async_twin(delete_message)
+adelete_session = async_twin(delete_session)
+aget_session = async_twin(get_session)
+alist_messages = async_twin(list_messages)
+alist_sessions = async_twin(list_sessions)
+amake_default = async_twin(make_default)
+arecount_sessions = async_twin(recount_sessions)
+aresolve_session = async_twin(resolve_session)
+aupdate_session = async_twin(update_session)
+aarchive_session = async_twin(archive_session)
+adelete_messages_after = async_twin(delete_messages_after)
+afork_session = async_twin(fork_session)
+apatch_session = async_twin(patch_session)
+apop_message = async_twin(pop_message)
+aunarchive_session = async_twin(unarchive_session)
