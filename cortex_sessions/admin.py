@@ -29,10 +29,15 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import quote
+from django.contrib.admin.views.main import ERROR_FLAG
+from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.db import connections
 from django.db.models import Count, QuerySet
 from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
+from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.text import capfirst
 from django.utils.translation import gettext_lazy as _
@@ -45,8 +50,11 @@ from .forms import SessionAddForm, SessionChangeForm
 from .models import ImportedConversation, Message, Session
 
 __all__ = [
+    "COUNT_LIMIT",
     "INLINE_MESSAGES",
     "BackfilledListFilter",
+    "BoundedCountPaginator",
+    "CheckedInputAdminMixin",
     "ImportedConversationAdmin",
     "MessageAdmin",
     "MessageInline",
@@ -64,6 +72,9 @@ TEXT_PREVIEW_CHARS = 200
 #: Most repaired sessions named one by one in the "Recount messages" report.
 RECOUNT_REPORT_LIMIT = 10
 
+#: Most rows a changelist counts exactly; past it the count is an estimate (docs/design.md §12.5).
+COUNT_LIMIT = 10_000
+
 _EDITABLE_FIELDS = ("title", "metadata", "cwd")
 
 
@@ -72,6 +83,95 @@ def _parse_uuid(value: str | None) -> uuid.UUID | None:
         return uuid.UUID(str(value).strip())
     except (TypeError, ValueError, AttributeError):
         return None
+
+
+# -- input checks and counting every changelist shares (docs/design.md §12.5) ---------------------
+
+
+class BoundedCountPaginator(Paginator):
+    """A paginator that never counts more than :data:`COUNT_LIMIT` rows exactly.
+
+    The count is ``SELECT COUNT(*) FROM (… LIMIT COUNT_LIMIT + 1)``, so a list over millions of
+    rows costs what a list over ten thousand does. Past the limit, an unfiltered list on
+    PostgreSQL reports the planner's estimate (``pg_class.reltuples``), any other list
+    :data:`COUNT_LIMIT`; the later pages stay reachable through filters and search.
+    """
+
+    @cached_property
+    def count(self) -> int:
+        """Exact up to :data:`COUNT_LIMIT`, else an estimate (at least :data:`COUNT_LIMIT`)."""
+        queryset = self.object_list
+        if not isinstance(queryset, QuerySet):
+            return super().count
+        bounded = queryset.order_by()[: COUNT_LIMIT + 1].count()
+        if bounded <= COUNT_LIMIT:
+            return bounded
+        return max(COUNT_LIMIT, _estimated_rows(queryset) or 0)
+
+
+def _estimated_rows(queryset: QuerySet) -> int | None:
+    """The planner's row estimate of an unfiltered table on PostgreSQL, else ``None``."""
+    connection = connections[queryset.db]
+    if connection.vendor != "postgresql" or queryset.query.where:
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
+            [queryset.model._meta.db_table],
+        )
+        row = cursor.fetchone()
+    return int(row[0]) if row and row[0] and row[0] > 0 else None
+
+
+def _has_nul(values: Any) -> bool:
+    return any("\x00" in value for _key, items in values.lists() for value in items) or any(
+        "\x00" in key for key in values
+    )
+
+
+class CheckedInputAdminMixin:
+    """Changelist input that never reaches the database unchecked (docs/design.md §12.5).
+
+    - A query string holding a NUL character (in a filter, the search box, the ordering or the
+      page) is answered like any other bad lookup: a redirect to ``?e=1``. PostgreSQL cannot
+      compare text with NUL, so this would otherwise be a 500.
+    - An action posted with a selection holding a value that is not a primary key of the
+      model, or any NUL, is an error message on the changelist, not a 500.
+    - Counts are bounded by :class:`BoundedCountPaginator`.
+    """
+
+    paginator = BoundedCountPaginator
+    show_full_result_count = False
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        """The changelist; a NUL anywhere in the query string redirects to ``?e=1``."""
+        if _has_nul(request.GET):
+            return HttpResponseRedirect(f"{request.path}?{ERROR_FLAG}=1")
+        if request.method == "POST" and _has_nul(request.POST):
+            self.message_user(request, _("The request holds a NUL character."), messages.ERROR)  # type: ignore[attr-defined]
+            return HttpResponseRedirect(request.get_full_path())
+        return super().changelist_view(request, extra_context)  # type: ignore[misc]
+
+    def response_action(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
+        """Run an action, refusing a selection that holds something other than primary keys.
+
+        Django filters the queryset with the posted values as they are, and one the primary
+        key cannot hold would fail there with a 500; here it is an error message.
+        """
+        selected = request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
+        pk_field = self.model._meta.pk  # type: ignore[attr-defined]
+        for value in selected:
+            try:
+                pk_field.run_validators(pk_field.to_python(value.strip()))
+            except (ValidationError, TypeError, ValueError):
+                self.message_user(  # type: ignore[attr-defined]
+                    request,
+                    _("The selection holds an invalid %(name)s id.")
+                    % {"name": self.model._meta.verbose_name},  # type: ignore[attr-defined]
+                    messages.ERROR,
+                )
+                return None
+        return super().response_action(request, queryset)  # type: ignore[misc]
 
 
 # -- list filters ---------------------------------------------------------------------------------
@@ -200,7 +300,7 @@ class MessageInline(admin.TabularInline):
 
 
 @admin.register(Session)
-class SessionAdmin(admin.ModelAdmin):
+class SessionAdmin(CheckedInputAdminMixin, admin.ModelAdmin):
     """Sessions: browse, search, filter, edit host-owned fields, and repair (docs/design.md §7.4)."""
 
     form = SessionChangeForm
@@ -220,7 +320,6 @@ class SessionAdmin(admin.ModelAdmin):
     search_help_text = _("Title or agent id; paste a session id to find that session.")
     ordering = ("-updated_at",)
     date_hierarchy = "created_at"
-    show_full_result_count = False
     inlines = (MessageInline,)
     actions = ("make_default", "recount_messages")
 
@@ -389,20 +488,6 @@ class SessionAdmin(admin.ModelAdmin):
             model_count[Message._meta.verbose_name_plural] = total
         return deleted, model_count, perms_needed, []
 
-    def response_action(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
-        """Run an action, refusing a selection that holds something other than session ids.
-
-        Django filters the queryset with the posted ids as they are, and a string that is not
-        a UUID would fail there with a 500; here it is an error message on the changelist.
-        """
-        selected = request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
-        if any(_parse_uuid(value) is None for value in selected):
-            self.message_user(
-                request, _("The selection holds an invalid session id."), messages.ERROR
-            )
-            return None
-        return super().response_action(request, queryset)
-
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet, search_term: str
     ) -> tuple[QuerySet, bool]:
@@ -523,7 +608,7 @@ class SessionAdmin(admin.ModelAdmin):
 
 
 @admin.register(Message)
-class MessageAdmin(admin.ModelAdmin):
+class MessageAdmin(CheckedInputAdminMixin, admin.ModelAdmin):
     """Messages: a read-only list filtered by session, role and source (docs/design.md §7.4).
 
     Nothing is added or changed here. Deleting goes through ``services.delete_message`` so the
@@ -534,7 +619,6 @@ class MessageAdmin(admin.ModelAdmin):
     list_filter = (MessageSessionListFilter, "role", "source")
     list_select_related = ("session",)
     ordering = ("-id",)
-    show_full_result_count = False
     fields = (
         "session",
         "seq",
@@ -606,7 +690,7 @@ class MessageAdmin(admin.ModelAdmin):
 
 
 @admin.register(ImportedConversation)
-class ImportedConversationAdmin(admin.ModelAdmin):
+class ImportedConversationAdmin(CheckedInputAdminMixin, admin.ModelAdmin):
     """Read-only list of the external ids sessions were imported under (``transfer``).
 
     Rows are written by ``cortex_sessions_import`` in the transaction that creates the session
@@ -618,7 +702,6 @@ class ImportedConversationAdmin(admin.ModelAdmin):
     search_fields = ("external_id", "agent_id", "scope")
     list_select_related = ("session",)
     ordering = ("-imported_at", "-id")
-    show_full_result_count = False
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -15,6 +15,7 @@ Status codes come from, in order:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,9 +28,13 @@ from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
 from cortex_sessions import exceptions as core
+from cortex_sessions.faults import RETRY_AFTER_SECONDS, is_transient_database_error
+
+logger = logging.getLogger("cortex_sessions")
 
 __all__ = [
     "ERROR_STATUS",
+    "DatabaseUnavailable",
     "InvalidQuery",
     "ReferencesNotAllowed",
     "RequestTooLarge",
@@ -77,6 +82,21 @@ class RequestTooLarge(drf_exceptions.APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_code = "request_too_large"
     default_detail = "The request body is too large."
+
+
+class DatabaseUnavailable(drf_exceptions.APIException):
+    """A transient database fault — lock or statement timeout, lost or killed connection,
+    serialization failure, deadlock — rolled the request's transaction back: 503
+    ``database_unavailable`` with ``Retry-After`` (docs/design.md §12.3). Nothing was written;
+    the same request may be sent again."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "database_unavailable"
+    default_detail = "The database is busy or unreachable; nothing was written. Retry shortly."
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wait = RETRY_AFTER_SECONDS
 
 
 def status_for(exc: BaseException) -> int | None:
@@ -185,7 +205,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         context: DRF's handler context (``view``, ``args``, ``kwargs``, ``request``).
 
     Returns:
-        The response, or ``None`` for an unexpected exception (DRF then re-raises it: a bug
+        The response (503 ``database_unavailable`` with ``Retry-After`` for a transient database
+        fault, see :func:`cortex_sessions.faults.is_transient_database_error`), or ``None`` for
+        an unexpected exception (DRF then re-raises it: a bug
         on our side is a 500 and is logged, never hidden).
     """
     if isinstance(exc, Http404):
@@ -194,6 +216,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         exc = drf_exceptions.PermissionDenied()
     elif isinstance(exc, RequestDataTooBig):
         exc = RequestTooLarge()
+    elif is_transient_database_error(exc):
+        logger.warning("Transient database fault answered 503: %s", exc, exc_info=exc)
+        exc = DatabaseUnavailable()
     if isinstance(exc, drf_exceptions.APIException):
         return _api_response(exc)
     http_status = status_for(exc)

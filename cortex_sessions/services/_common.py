@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -29,6 +30,8 @@ MAX_INT64 = 2**63 - 1
 AGENT_ID_MAX_CHARS = 255
 
 _UNSET: Any = object()
+
+logger = logging.getLogger("cortex_sessions")
 
 
 # -- validation helpers ---------------------------------------------------------------------------
@@ -144,4 +147,27 @@ def _check_live(session: Session) -> Session:
 
 
 def _send_on_commit(signal: Any, **kwargs: Any) -> None:
-    transaction.on_commit(lambda: signal.send(sender=Session, **kwargs), using=_db_for_write())
+    """Send ``signal`` once the current transaction commits, never letting a receiver fail the
+    caller (docs/design.md §12.2).
+
+    Receivers run through ``Signal.send_robust``: one that raises is logged on the
+    ``cortex_sessions`` logger (with its traceback) and the others still run. The write has
+    committed by then, so a receiver's error never changes an API response, nor stops an
+    import or a backfill. Outside a transaction the signal is sent at once, with the same rules.
+
+    Args:
+        signal: a :mod:`cortex_sessions.signals` signal.
+        kwargs: the signal's arguments (``sender`` is always :class:`~cortex_sessions.models.Session`).
+    """
+
+    def send() -> None:
+        for receiver, result in signal.send_robust(sender=Session, **kwargs):
+            if isinstance(result, Exception):
+                logger.error(
+                    "A receiver of a cortex_sessions signal raised; the write it follows has "
+                    "committed and stands (receiver %r).",
+                    receiver,
+                    exc_info=(type(result), result, result.__traceback__),
+                )
+
+    transaction.on_commit(send, using=_db_for_write())

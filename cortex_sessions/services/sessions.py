@@ -32,6 +32,10 @@ from ._common import (
     _session_id,
 )
 
+#: How many times :func:`resolve_session` reads-then-creates before giving up on a default
+#: that concurrent writers keep creating and deleting.
+RESOLVE_ATTEMPTS = 10
+
 # -- session reads --------------------------------------------------------------------------------
 
 
@@ -303,7 +307,9 @@ def resolve_session(
     With ``session_id``: that session, only if it lies within ``scope`` and belongs to
     ``agent_id``. Without: the default session of ``agent_id`` at exactly ``scope``, created on
     first use. Concurrent first calls create exactly one default: the partial unique constraint
-    decides and the loser re-reads the winner's row (``QuerySet.get_or_create``).
+    decides and the loser re-reads the winner's row. When that row is deleted between the
+    collision and the re-read, the loser tries again (reading, then creating), up to
+    ``RESOLVE_ATTEMPTS`` times (docs/design.md §12.3).
 
     Returns:
         ``(session, created)``.
@@ -311,17 +317,30 @@ def resolve_session(
     Raises:
         NoScope, InvalidScope, InvalidAgentId.
         SessionNotFound: ``session_id`` is missing, out of scope or another agent's.
+        DefaultConflict: every attempt collided with a concurrent create that was deleted
+            again before it could be read (a resolve/delete storm; 409, safe to retry).
     """
     _check_agent_id(agent_id)
     if session_id is not None:
         return get_session(scope=scope, session_id=session_id, agent_id=agent_id), False
     canonical = as_scope(scope).canonical
-    session, created = Session.objects.get_or_create(
-        agent_id=agent_id, scope=canonical, is_default=True
-    )
-    if created:
+    defaults = Session.objects.filter(agent_id=agent_id, scope=canonical, is_default=True)
+    for _attempt in range(RESOLVE_ATTEMPTS):
+        session = defaults.first()
+        if session is not None:
+            return session, False
+        try:
+            with transaction.atomic(using=_db_for_write()):
+                session = Session.objects.create(
+                    agent_id=agent_id, scope=canonical, is_default=True
+                )
+        except IntegrityError:
+            # A concurrent resolve created the default first; it may be deleted again before
+            # this re-read, so read (or create) once more (docs/design.md §12.3).
+            continue
         _send_on_commit(signals.session_created, session=session)
-    return session, created
+        return session, True
+    raise DefaultConflict()
 
 
 def _lock_current_defaults(session: Session) -> None:

@@ -1,0 +1,66 @@
+"""Which database errors are faults of the moment rather than bugs (docs/design.md §12.3).
+
+A lock or statement timeout, a lost or killed connection, a serialization failure or a deadlock
+rolls the transaction back and leaves nothing half-written; the same request sent again a
+moment later may well succeed. :func:`is_transient_database_error` tells these apart from
+errors a retry cannot fix (a missing table, a constraint the code failed to check), which stay
+500s so they are seen and fixed.
+"""
+
+from __future__ import annotations
+
+from django.db import DatabaseError, InterfaceError, OperationalError
+
+__all__ = ["RETRY_AFTER_SECONDS", "is_transient_database_error"]
+
+#: Seconds a client is asked to wait (``Retry-After``) after a transient database fault.
+RETRY_AFTER_SECONDS = 1
+
+#: PostgreSQL SQLSTATE classes and codes of transient faults: connection exceptions (08),
+#: transaction rollback — serialization failure, deadlock (40), insufficient resources (53),
+#: lock not available (55P03), query canceled by ``statement_timeout`` (57014), and the
+#: server shutting down or terminating the backend (57P01–57P03).
+_PG_TRANSIENT_CLASSES = ("08", "40", "53")
+_PG_TRANSIENT_CODES = frozenset({"55P03", "57014", "57P01", "57P02", "57P03"})
+
+#: MySQL/MariaDB error numbers of transient faults: lock wait timeout (1205), deadlock (1213),
+#: server gone away / lost connection (2006, 2013), query interrupted or past
+#: ``max_execution_time`` (1317, 3024), too many connections (1040).
+_MYSQL_TRANSIENT_ERRNOS = frozenset({1040, 1205, 1213, 1317, 2006, 2013, 3024})
+
+#: SQLite messages of transient faults: another connection holds the write lock.
+_SQLITE_TRANSIENT_TEXT = ("database is locked", "database table is locked")
+
+
+def is_transient_database_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a database fault that a retry may not meet again.
+
+    Args:
+        exc: any exception; Django's wrapped ``DatabaseError`` subclasses are inspected
+            together with the driver error they wrap (``__cause__``).
+
+    Returns:
+        ``True`` for lock and statement timeouts, lost or killed connections, serialization
+        failures and deadlocks on PostgreSQL, MySQL/MariaDB and SQLite; ``False`` otherwise
+        (including every error that is not a ``django.db.DatabaseError``).
+    """
+    if not isinstance(exc, DatabaseError):
+        return False
+    if isinstance(exc, InterfaceError):
+        return True  # the connection is closed or unusable
+    cause = exc.__cause__ or exc
+    sqlstate = getattr(cause, "sqlstate", None) or getattr(
+        getattr(cause, "diag", None), "sqlstate", None
+    )
+    if isinstance(sqlstate, str) and sqlstate:
+        return sqlstate in _PG_TRANSIENT_CODES or sqlstate[:2] in _PG_TRANSIENT_CLASSES
+    args = getattr(cause, "args", ())
+    if args and isinstance(args[0], int):
+        return args[0] in _MYSQL_TRANSIENT_ERRNOS
+    text = str(cause).lower()
+    if any(fragment in text for fragment in _SQLITE_TRANSIENT_TEXT):
+        return True
+    # psycopg raises a bare OperationalError without SQLSTATE when the server closed the
+    # connection (killed backend, restart, network loss).
+    module = type(cause).__module__ or ""
+    return isinstance(exc, OperationalError) and module.startswith("psycopg") and sqlstate is None

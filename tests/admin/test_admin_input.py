@@ -1,0 +1,131 @@
+"""No changelist filter, search or action input answers 500, NUL bytes on PostgreSQL included,
+and message lists count at most ``COUNT_LIMIT`` rows exactly (docs/design.md §12.5; case
+``admin-nul-filter``)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from cortex_sessions import admin as cortex_admin
+from cortex_sessions import services
+from cortex_sessions.models import Message
+from tests.admin.helpers import changelist_url, flash_messages
+
+pytestmark = pytest.mark.django_db
+
+NUL = "\x00"
+
+#: Every query-string input of each changelist: its filters, search, ordering and page.
+INPUTS = {
+    "session": [
+        "is_default__exact",
+        "backfilled",
+        "agent_id",
+        "agent_id__exact",
+        "q",
+        "o",
+        "p",
+        "created_at__year",
+        "created_at__month",
+        "created_at__day",
+    ],
+    "message": ["session", "role", "role__exact", "source", "source__exact", "o", "p"],
+    "importedconversation": ["agent_id", "agent_id__exact", "q", "o", "p"],
+}
+
+
+@pytest.mark.parametrize(
+    ("model", "parameter"),
+    [(model, parameter) for model, parameters in INPUTS.items() for parameter in parameters],
+)
+@pytest.mark.parametrize("value", [NUL, f"a{NUL}b", "\ufffd", "x" * 2000, "-1", "☃"])
+def test_no_changelist_input_is_a_server_error(
+    admin_client, session_with_messages, model, parameter, value
+):
+    session_with_messages()
+
+    response = admin_client.get(changelist_url(model), {parameter: value})
+
+    assert response.status_code in (200, 302), (parameter, value, response.status_code)
+    if NUL in value:
+        assert response.status_code == 302
+        assert response["Location"].endswith("?e=1")
+
+
+@pytest.mark.parametrize("model", sorted(INPUTS))
+def test_a_nul_in_a_parameter_name_is_refused(admin_client, model):
+    response = admin_client.get(f"{changelist_url(model)}?role%00=user")
+    assert response.status_code == 302
+
+
+@pytest.mark.parametrize(
+    "selection", [["not-a-number"], [NUL], ["1", f"2{NUL}"], ["99999999999999999999999"]]
+)
+def test_a_message_action_on_a_selection_that_is_not_an_id_is_an_error(
+    admin_client, session_with_messages, selection
+):
+    session = session_with_messages()
+
+    response = admin_client.post(
+        changelist_url("message"),
+        {"action": "delete_selected", "_selected_action": selection},
+        follow=True,
+    )
+
+    assert response.status_code == 200
+    assert any("invalid" in text or "NUL" in text for text in flash_messages(response))
+    session.refresh_from_db()
+    assert session.message_count == 3
+
+
+def test_an_action_name_holding_nul_is_an_error(admin_client, session_with_messages):
+    session = session_with_messages()
+    response = admin_client.post(
+        changelist_url(),
+        {"action": f"make_default{NUL}", "_selected_action": [str(session.pk)]},
+        follow=True,
+    )
+    assert response.status_code == 200
+    session.refresh_from_db()
+    assert session.is_default is False
+
+
+def _unbounded_counts(queries) -> list[str]:
+    table = Message._meta.db_table
+    return [
+        query["sql"]
+        for query in queries
+        if re.search(r"COUNT\(\*\)", query["sql"], re.IGNORECASE)
+        and table in query["sql"]
+        and not re.search(r"\bLIMIT\b", query["sql"], re.IGNORECASE)
+    ]
+
+
+def test_message_changelist_never_counts_the_whole_table(
+    admin_client, session_with_messages, monkeypatch
+):
+    monkeypatch.setattr(cortex_admin, "COUNT_LIMIT", 4)
+    for _ in range(3):
+        session_with_messages()  # 9 messages, more than the limit
+
+    with CaptureQueriesContext(connection) as queries:
+        response = admin_client.get(changelist_url("message"))
+        filtered = admin_client.get(changelist_url("message"), {"role": "user"})
+
+    assert response.status_code == filtered.status_code == 200
+    assert _unbounded_counts(queries.captured_queries) == []
+    assert response.context["cl"].result_count >= 4
+    assert filtered.context["cl"].result_count == 4  # 6 user messages, counted up to the limit
+
+
+def test_counts_under_the_limit_are_exact(admin_client, session_with_messages):
+    session = session_with_messages()
+    services.append_messages(
+        scope=session.scope, session_id=session.pk, messages=[{"role": "tool", "content": "x"}]
+    )
+    response = admin_client.get(changelist_url("message"))
+    assert response.context["cl"].result_count == 4

@@ -1,0 +1,104 @@
+"""A signal receiver that raises never changes a committed write's outcome (docs/design.md §12.2).
+
+Case ``receiver-raises``: a host receiver raised ``RuntimeError`` and a committed append answered
+an HTML 500, so clients retried and stored the message twice; an import stopped after its first
+conversation. These run with real commits (``transaction=True``) so receivers run as in
+production: after commit, inside the request.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from django.core.management import call_command
+
+from cortex_sessions import signals
+from cortex_sessions.models import Message, Session
+from tests.api.conftest import BASE, session_url
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Boom(RuntimeError):
+    pass
+
+
+@pytest.fixture
+def raising_receivers():
+    """Connect a receiver that raises, and one that records, to every signal of the app."""
+    calls: list[str] = []
+
+    def explode(sender, **kwargs):
+        raise Boom("receiver failed")
+
+    def record(sender, signal, **kwargs):
+        calls.append(signal)
+
+    names = ("session_created", "messages_appended", "session_deleted")
+    for name in names:
+        getattr(signals, name).connect(explode, weak=False, dispatch_uid=f"boom-{name}")
+        getattr(signals, name).connect(record, weak=False, dispatch_uid=f"record-{name}")
+    yield calls
+    for name in names:
+        getattr(signals, name).disconnect(dispatch_uid=f"boom-{name}")
+        getattr(signals, name).disconnect(dispatch_uid=f"record-{name}")
+
+
+def _logged_boom(caplog) -> int:
+    return sum(
+        1
+        for record in caplog.records
+        if record.name == "cortex_sessions" and record.exc_info and record.exc_info[0] is Boom
+    )
+
+
+def test_create_append_delete_answer_normally_when_a_receiver_raises(
+    api, raising_receivers, caplog
+):
+    caplog.set_level(logging.ERROR, logger="cortex_sessions")
+
+    created = api.post(BASE, {"agent_id": "a"}, format="json")
+    assert created.status_code == 201, created.content
+    session_id = created.json()["id"]
+
+    appended = api.post(
+        session_url(session_id, "messages/"),
+        {"role": "user", "content": "pay invoice 42"},
+        format="json",
+    )
+    assert appended.status_code == 201, appended.content
+    assert appended.json()["session"]["message_count"] == 1
+    assert Message.objects.filter(session_id=session_id).count() == 1
+
+    deleted = api.delete(session_url(session_id))
+    assert deleted.status_code == 204
+    assert not Session.objects.filter(pk=session_id).exists()
+
+    # Every signal reached the receiver after the failing one, and each failure was logged.
+    assert raising_receivers == [
+        signals.session_created,
+        signals.messages_appended,
+        signals.session_deleted,
+    ]
+    assert _logged_boom(caplog) == 3
+
+
+def test_import_goes_on_past_a_raising_receiver(tmp_path, raising_receivers, caplog):
+    caplog.set_level(logging.ERROR, logger="cortex_sessions")
+    path = tmp_path / "three.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"id": f"c{n}", "messages": [{"role": "user", "content": f"hi {n}"}]}) + "\n"
+            for n in range(3)
+        )
+    )
+
+    call_command(
+        "cortex_sessions_import", str(path), "--agent-id", "a", "--scope", "org=acme/user=1"
+    )
+
+    assert Session.objects.count() == 3
+    assert Message.objects.count() == 3
+    assert _logged_boom(caplog) >= 3
