@@ -173,6 +173,24 @@ def fork_session(
     return fork
 
 
+def record_fork_provenance(
+    session: Session, *, forked_from: uuid.UUID, forked_at_seq: int
+) -> Session:
+    """Record where an imported session was forked from (docs/design.md §11.1).
+
+    For :mod:`cortex_sessions.transfer` only, inside its import transaction: a fork made here
+    gets its provenance from :func:`fork_session`. The values are stored as given.
+
+    Returns:
+        ``session`` with the two fields set.
+    """
+    Session.objects.filter(pk=session.pk).update(
+        forked_from=forked_from, forked_at_seq=forked_at_seq
+    )
+    session.forked_from, session.forked_at_seq = forked_from, forked_at_seq
+    return session
+
+
 def archive_session(
     *, scope: Scope | str, session_id: uuid.UUID | str, at: datetime | None = None
 ) -> Session:
