@@ -9,7 +9,7 @@ router picks for the model (docs/design.md §10).
 Public import path: ``cortex_sessions.services``. The package keeps one concern per module
 (``sessions``, ``messages``, ``maintenance``, ``lifecycle``, ``undo``); everything public is
 re-exported here, and every service that does I/O has an ``a``-prefixed async twin from ``aio``
-(§13.1).
+(docs/design.md §13.1).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Async twins of the services, for agent runtimes that live on an event loop (DESIGN §13.1).
+"""Async twins of the services, for agent runtimes that live on an event loop (docs/design.md §13.1).
 
 Each twin is named like Django's own async APIs (``aget``, ``acreate``): the service's name with an
 ``a`` prefix — ``aappend_messages``, ``alist_messages``, ``aresolve_session``, … It takes exactly the
@@ -67,7 +67,7 @@ R = TypeVar("R")
 
 
 def async_twin(service: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]:
-    """Build the ``a``-prefixed twin of a synchronous service (DESIGN §13.1).
+    """Build the ``a``-prefixed twin of a synchronous service (docs/design.md §13.1).
 
     Args:
         service: a function of :mod:`cortex_sessions.services`.
@@ -86,7 +86,7 @@ def async_twin(service: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]:
 
     twin.__name__ = twin.__qualname__ = f"a{service.__name__}"
     twin.__doc__ = (
-        f"Async twin of :func:`cortex_sessions.services.{service.__name__}` (DESIGN §13.1): same "
+        f"Async twin of :func:`cortex_sessions.services.{service.__name__}` (docs/design.md §13.1): same "
         "arguments, return value, errors and transaction, run with "
         "``sync_to_async(thread_sensitive=True)``.\n\n" + inspect.cleandoc(service.__doc__ or "")
     )
