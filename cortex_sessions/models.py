@@ -105,7 +105,19 @@ class Session(models.Model):
             ),
         ]
         indexes = [
-            models.Index(fields=["scope", "-updated_at", "-id"], name="cortex_session_scope_idx"),
+            # Lists and counts hide archived sessions by default (docs/design.md §11.2): the scope
+            # index holds live sessions only, so a default count is still an index-only scan;
+            # archived ones have their own, and ``archived=any`` reads both.
+            models.Index(
+                fields=["scope", "-updated_at", "-id"],
+                condition=Q(archived_at__isnull=True),
+                name="cortex_session_scope_idx",
+            ),
+            models.Index(
+                fields=["scope", "-updated_at", "-id"],
+                condition=Q(archived_at__isnull=False),
+                name="cortex_session_archived_idx",
+            ),
             models.Index(
                 fields=["agent_id", "scope", "-updated_at", "-id"],
                 name="cortex_session_agent_idx",

@@ -157,3 +157,28 @@ def test_no_append_lands_after_a_concurrent_archive_commits():
     archived_at = stored.archived_at
     assert archived_at is not None
     assert not Message.objects.filter(session=session, created_at__gt=archived_at).exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("archived", [False, True, None])
+def test_lists_and_counts_by_archive_state_use_an_index(archived):
+    from django.utils import timezone
+
+    Session.objects.bulk_create(
+        Session(
+            agent_id="a",
+            scope=f"org=o{n % 7}/user={n}",
+            archived_at=timezone.now() if n % 3 == 0 else None,
+        )
+        for n in range(300)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE cortex_sessions_session")
+        cursor.execute("SET LOCAL enable_seqscan = off")
+    queryset = services.session_queryset(scope="org=o3", archived=archived)
+    for plan in (queryset[:50].explain(), queryset.order_by().explain()):
+        assert "Seq Scan" not in plan, plan
+        assert "cortex_session_" in plan, plan
+    expected = {False: "cortex_session_scope_idx", True: "cortex_session_archived_idx"}
+    if archived is not None:
+        assert expected[archived] in queryset.order_by().explain()
