@@ -21,6 +21,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "cortex_sessions",
     "example_project.tenancy",
     "example_project.demo",
@@ -95,6 +96,10 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "cortex_sessions example API",
     "DESCRIPTION": "Scoped AI-agent conversation sessions.",
     "VERSION": "0.1.0",
+    # Swagger UI and ReDoc from the installed drf-spectacular-sidecar: the docs work offline.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 CORTEX_SESSIONS: dict = {

@@ -122,6 +122,12 @@ def status_for(exc: BaseException) -> int | None:
 _SAME_AS_APP_CODE = {"null_characters_not_allowed": core.NulCharacter.code}
 
 
+#: DRF's shape codes, which stay field-level: the body's code is then ``invalid``.
+_GENERIC_CODES = frozenset(
+    {"invalid", "null", "required", "blank", "empty", "not_a_list", "not_a_dict", "invalid_choice"}
+)
+
+
 def _code_of(item: Any) -> str:
     code = getattr(item, "code", None) or "invalid"
     return _SAME_AS_APP_CODE.get(code, code)
@@ -185,7 +191,18 @@ def _api_response(exc: drf_exceptions.APIException) -> Response:
         codes = {item["code"] for items in errors.values() for item in items}
         # A body refused only for NUL characters carries the app's code, as when the service
         # layer refuses them (a client branches on one code, not on which layer caught it).
-        code = core.NulCharacter.code if codes == {core.NulCharacter.code} else exc.default_code
+        # A body refused under a single rule carries that rule's code at the top too (an
+        # agent id refused for any reason is `invalid_agent_id`, docs/design.md §12.4).
+        if codes == {core.NulCharacter.code}:
+            code = core.NulCharacter.code
+        elif (
+            len(codes) == 1
+            and type(exc) is drf_exceptions.ValidationError
+            and not codes & _GENERIC_CODES
+        ):
+            code = next(iter(codes))
+        else:
+            code = exc.default_code
         detail = str(exc.default_detail)
     else:
         detail = (

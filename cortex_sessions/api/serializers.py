@@ -6,20 +6,27 @@ the business rules (agent id characters, metadata being an object, content block
 characters) are enforced by :mod:`cortex_sessions.services`, whose errors the exception handler
 maps. Input serializers declare only writable fields, so a client sending ``id``, ``scope``,
 ``message_count``, ``last_message``, ``backfilled_by``, ``is_default``, ``created_at`` or
-``updated_at`` changes nothing: those keys are ignored.
+``updated_at`` changes nothing: those keys are ignored. Any other key the serializer does not
+define is 400 ``unknown_field`` naming it, and no field converts a value of another JSON type
+(docs/design.md §12.4): use the ``Strict*`` fields and :class:`StrictSerializerMixin` for new
+input serializers.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.exceptions import ErrorDetail
+from rest_framework.fields import empty
 
 from cortex_sessions.models import Message, Session
 
 __all__ = [
+    "AgentIdField",
     "ContentField",
     "CountSerializer",
     "ErrorSerializer",
@@ -43,7 +50,175 @@ __all__ = [
     "SessionMergePatchSerializer",
     "SessionSerializer",
     "SessionUpdateSerializer",
+    "StrictBooleanField",
+    "StrictCharField",
+    "StrictChoiceField",
+    "StrictFieldMixin",
+    "StrictIntegerField",
+    "StrictSerializerMixin",
+    "StrictUUIDField",
 ]
+
+# -- strict input (docs/design.md §12.4) ----------------------------------------------------------
+
+#: Codes a field keeps whatever its rule code: a missing field (one rule for every field) and a
+#: NUL character in text (one rule for every string of a body).
+_KEPT_CODES = frozenset({"required", "nul_character", "null_characters_not_allowed"})
+
+
+class StrictFieldMixin:
+    """One code per rule (docs/design.md §12.4): a field's errors are recoded after DRF ran it.
+
+    Attributes:
+        rule_code: when set, the code of every failure of the field (except ``required`` and
+            NUL), e.g. ``invalid_agent_id`` whether the agent id is blank, too long, not a
+            string or holds a control character.
+        code_map: otherwise, DRF code → the app's code (e.g. ``max_length`` → ``too_long``).
+            Codes not named stay as DRF gives them.
+    """
+
+    rule_code: str | None = None
+    code_map: Mapping[str, str] = {"max_length": "too_long", "null": "invalid", "blank": "invalid"}
+
+    def __init__(self, *args: Any, rule_code: str | None = None, **kwargs: Any) -> None:
+        if rule_code is not None:
+            self.rule_code = rule_code
+        super().__init__(*args, **kwargs)
+
+    def _recode(self, code: str | None) -> str:
+        code = code or "invalid"
+        if code in _KEPT_CODES:
+            return code
+        return self.rule_code or self.code_map.get(code, code)
+
+    def run_validation(self, data: Any = empty) -> Any:
+        """DRF's validation, with each error's code replaced as the class says."""
+        try:
+            return super().run_validation(data)  # type: ignore[misc]
+        except serializers.ValidationError as exc:
+            details = exc.detail if isinstance(exc.detail, list) else [exc.detail]
+            raise serializers.ValidationError(
+                [
+                    ErrorDetail(str(item), code=self._recode(getattr(item, "code", None)))
+                    for item in details
+                ]
+            ) from None
+
+
+class StrictCharField(StrictFieldMixin, serializers.CharField):
+    """A string field that takes only a JSON string: no number-to-string coercion (DRF's
+    ``CharField`` turns ``5`` into ``"5"``); over ``max_length`` is ``too_long``."""
+
+    def to_internal_value(self, data: Any) -> str:
+        """``data`` unchanged if it is a ``str``; else 400 ``invalid``."""
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class AgentIdField(StrictCharField):
+    """``agent_id``: every way of breaking it is ``invalid_agent_id`` (docs/design.md §12.4)."""
+
+    rule_code = "invalid_agent_id"
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", 255)
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+
+
+class StrictBooleanField(StrictFieldMixin, serializers.BooleanField):
+    """A boolean that takes only JSON ``true`` or ``false`` (DRF's also takes ``"yes"``, ``1``…)."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        """``data`` if it is ``True`` or ``False``; else 400 ``invalid``."""
+        if data is True or data is False:
+            return data
+        self.fail("invalid", input=data)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+class StrictIntegerField(StrictFieldMixin, serializers.IntegerField):
+    """An integer that takes only a JSON integer (DRF's also takes ``"5"`` and ``5.0``)."""
+
+    def to_internal_value(self, data: Any) -> int:
+        """``data`` if it is an ``int`` (not a ``bool``) within the bounds; else 400."""
+        if not isinstance(data, int) or isinstance(data, bool):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictUUIDField(StrictFieldMixin, serializers.UUIDField):
+    """A UUID given as a JSON string only (DRF's also takes an integer)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        """The UUID of a ``str``; anything else is 400 ``invalid``."""
+        if not isinstance(data, str):
+            self.fail("invalid", value=data)
+        return super().to_internal_value(data)
+
+
+class StrictChoiceField(StrictFieldMixin, serializers.ChoiceField):
+    """A choice given as a JSON string only; pass ``rule_code`` (``invalid_role``, …)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        """``data`` if it is one of the choices; else 400 with the field's rule code."""
+        if not isinstance(data, str):
+            self.fail("invalid_choice", input=data)
+        return super().to_internal_value(data)
+
+
+class StrictSerializerMixin:
+    """A body field the serializer does not define is a 400 naming it (docs/design.md §12.4).
+
+    Each unknown key gets an error ``{"code": "unknown_field"}`` under its own name, together
+    with the other field errors. Keys in ``ignored_fields`` (the read-only fields of
+    docs/design.md §7.3, which a client may send back as it read them) are accepted and ignored.
+    """
+
+    #: Keys accepted and ignored.
+    ignored_fields: frozenset[str] = frozenset()
+
+    def to_internal_value(self, data: Any) -> Any:
+        """DRF's validation plus the unknown-key check; all errors are reported together."""
+        unknown: dict[str, list[ErrorDetail]] = {}
+        if isinstance(data, Mapping):
+            known = set(self.fields) | self.ignored_fields  # type: ignore[attr-defined]
+            unknown = {
+                str(key): [ErrorDetail("Unknown field.", code="unknown_field")]
+                for key in data
+                if key not in known
+            }
+        try:
+            value = super().to_internal_value(data)  # type: ignore[misc]
+        except serializers.ValidationError as exc:
+            if unknown and isinstance(exc.detail, dict):
+                raise serializers.ValidationError({**exc.detail, **unknown}) from None
+            raise
+        if unknown:
+            raise serializers.ValidationError(unknown)
+        return value
+
+
+#: Fields of a session that only the app writes (docs/design.md §7.3); a body may carry them.
+SESSION_READ_ONLY_FIELDS = frozenset(
+    {
+        "id",
+        "scope",
+        "agent_id",
+        "is_default",
+        "message_count",
+        "last_message",
+        "backfilled_by",
+        "created_at",
+        "updated_at",
+        "archived_at",
+        "forked_from",
+        "forked_at_seq",
+    }
+)
+#: Fields of a stored message that only the app writes; a message sent back may carry them.
+MESSAGE_READ_ONLY_FIELDS = frozenset({"id", "session", "seq", "created_at"})
 
 _BLOCK_SCHEMA = {
     "type": "object",
@@ -140,21 +315,24 @@ class SessionSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class SessionCreateSerializer(serializers.Serializer):
+class SessionCreateSerializer(StrictSerializerMixin, serializers.Serializer):
     """Body of ``POST /sessions/``: the host-owned fields, the agent and an optional scope."""
 
-    agent_id = serializers.CharField(max_length=255, trim_whitespace=False)
-    title = serializers.CharField(
+    ignored_fields = SESSION_READ_ONLY_FIELDS - {"agent_id", "scope"}
+
+    agent_id = AgentIdField()
+    title = StrictCharField(
         max_length=500, allow_blank=True, required=False, default="", trim_whitespace=False
     )
     metadata = MetadataField(required=False, default=dict)
-    cwd = serializers.CharField(
+    cwd = StrictCharField(
         allow_null=True, allow_blank=True, required=False, default=None, trim_whitespace=False
     )
-    scope = serializers.CharField(
+    scope = StrictCharField(
         required=False,
         max_length=1024,
         trim_whitespace=False,
+        rule_code="invalid_scope",
         help_text=(
             "Canonical scope to create the session at; at or beneath the request's scope. "
             "Default: the request's scope."
@@ -162,19 +340,19 @@ class SessionCreateSerializer(serializers.Serializer):
     )
 
 
-class SessionUpdateSerializer(serializers.Serializer):
+class SessionUpdateSerializer(StrictSerializerMixin, serializers.Serializer):
     """Body of ``PUT``/``PATCH /sessions/{id}/``: only ``title``, ``metadata`` and ``cwd``.
 
-    Fields left out are not changed, with ``PUT`` as with ``PATCH``.
+    Fields left out are not changed, with ``PUT`` as with ``PATCH``. The other fields of a
+    session as read (``id``, ``agent_id``, ``scope``, counters, …) are accepted and ignored, so
+    a client may send back what it read; any other key is 400 ``unknown_field``.
     """
 
-    title = serializers.CharField(
-        max_length=500, allow_blank=True, required=False, trim_whitespace=False
-    )
+    ignored_fields = SESSION_READ_ONLY_FIELDS
+
+    title = StrictCharField(max_length=500, allow_blank=True, required=False, trim_whitespace=False)
     metadata = MetadataField(required=False)
-    cwd = serializers.CharField(
-        allow_null=True, allow_blank=True, required=False, trim_whitespace=False
-    )
+    cwd = StrictCharField(allow_null=True, allow_blank=True, required=False, trim_whitespace=False)
 
 
 @extend_schema_field({"type": "object", "additionalProperties": True, "nullable": True})
@@ -182,20 +360,19 @@ class MetadataPatchField(serializers.JSONField):
     """The ``metadata`` member of a merge patch: an object merged by RFC 7386, or ``null``."""
 
 
-class SessionMergePatchSerializer(serializers.Serializer):
+class SessionMergePatchSerializer(StrictSerializerMixin, serializers.Serializer):
     """Body of ``PATCH /sessions/{id}/`` sent as ``application/merge-patch+json`` (§11.3).
 
     ``title`` and ``cwd`` are replaced when present; ``metadata`` is merged into the stored
     object by RFC 7386 (a ``null`` member deletes that key; ``"metadata": null`` empties it).
+    Read-only fields are accepted and ignored; any other key is 400 ``unknown_field``.
     """
 
-    title = serializers.CharField(
-        max_length=500, allow_blank=True, required=False, trim_whitespace=False
-    )
+    ignored_fields = SESSION_READ_ONLY_FIELDS
+
+    title = StrictCharField(max_length=500, allow_blank=True, required=False, trim_whitespace=False)
     metadata = MetadataPatchField(required=False, allow_null=True)
-    cwd = serializers.CharField(
-        allow_null=True, allow_blank=True, required=False, trim_whitespace=False
-    )
+    cwd = StrictCharField(allow_null=True, allow_blank=True, required=False, trim_whitespace=False)
 
 
 @extend_schema_field({"type": "integer", "minimum": 0, "maximum": 2**63 - 1})
@@ -204,15 +381,16 @@ class UpToSeqField(serializers.JSONField):
     (400 ``invalid_up_to_seq`` for every bad value)."""
 
 
-class ForkSerializer(serializers.Serializer):
-    """Body of ``POST /sessions/{id}/fork/`` (docs/design.md §11.1); every field optional."""
+class ForkSerializer(StrictSerializerMixin, serializers.Serializer):
+    """Body of ``POST /sessions/{id}/fork/`` (docs/design.md §11.1); every field optional, any
+    other key is 400 ``unknown_field``."""
 
     up_to_seq = UpToSeqField(
         required=False,
         allow_null=True,
         help_text="Copy the messages with seq up to this value (0 to the last seq); default all.",
     )
-    title = serializers.CharField(
+    title = StrictCharField(
         max_length=500,
         allow_blank=True,
         required=False,
@@ -225,11 +403,11 @@ class ForkSerializer(serializers.Serializer):
     )
 
 
-class ResolveSerializer(serializers.Serializer):
+class ResolveSerializer(StrictSerializerMixin, serializers.Serializer):
     """Body of ``POST /sessions/resolve/`` (docs/design.md §6.1)."""
 
-    agent_id = serializers.CharField(max_length=255, trim_whitespace=False)
-    session_id = serializers.UUIDField(
+    agent_id = AgentIdField()
+    session_id = StrictUUIDField(
         required=False,
         allow_null=True,
         help_text="Use this session (it must be the agent's and in scope) instead of the default.",
@@ -255,13 +433,16 @@ class MessageSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class MessageInputSerializer(serializers.Serializer):
+class MessageInputSerializer(StrictSerializerMixin, serializers.Serializer):
     """One message in ``POST /sessions/{id}/messages/`` (docs/design.md §7.3)."""
 
-    role = serializers.ChoiceField(choices=Message.Role.choices)
+    ignored_fields = MESSAGE_READ_ONLY_FIELDS
+
+    role = StrictChoiceField(choices=Message.Role.choices, rule_code="invalid_role")
     content = ContentField()
-    source = serializers.ChoiceField(
+    source = StrictChoiceField(
         choices=Message.Source.choices,
+        rule_code="invalid_source",
         required=False,
         help_text=(
             "Default: 'user' for the user role, 'host' for the others. 'session-reference' "
@@ -289,7 +470,7 @@ class MessageWithReferencesInputSerializer(MessageInputSerializer):
     context message are stored in one transaction.
     """
 
-    resolve_references = serializers.BooleanField(
+    resolve_references = StrictBooleanField(
         required=False,
         default=False,
         help_text=(
@@ -304,7 +485,7 @@ class MessageWithReferencesInputSerializer(MessageInputSerializer):
     )
 
 
-class ReferencePrepareSerializer(serializers.Serializer):
+class ReferencePrepareSerializer(StrictSerializerMixin, serializers.Serializer):
     """Body of ``POST /sessions/{id}/references/prepare/`` (docs/design.md §8.8)."""
 
     content = ContentField(

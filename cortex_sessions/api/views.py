@@ -190,10 +190,52 @@ MESSAGE_PAGE_PARAMETERS = [
 
 class CortexAPIMixin:
     """Policies every cortex_sessions view sets for itself, independent of the host's defaults:
-    the scope permission, the strict JSON parser and the app's exception handler."""
+    the scope permission, the strict JSON parser, the app's exception handler, and strict query
+    parameters (docs/design.md §12.4).
+
+    A query parameter the action does not define is 400 ``invalid_filter`` naming it (code
+    ``unknown_parameter`` under its name), so a misspelled filter never answers as if no filter
+    had been given. Every action takes ``scope`` and DRF's ``format``; the others are listed in
+    :attr:`query_parameters` under ``"<action>.<method>"`` (e.g. ``"messages.get"``) or, for
+    every method, ``"<action>"``. To give an action a parameter, add its name there — one line.
+    """
 
     permission_classes = [HasCortexScope]
     parser_classes = [JSONObjectParser]
+    #: Query parameters by action (``"<action>"`` or ``"<action>.<method>"``), besides
+    #: :attr:`common_query_parameters`.
+    query_parameters: Mapping[str, frozenset[str]] = {}
+    #: Query parameters every action takes.
+    common_query_parameters = frozenset({SCOPE_QUERY_PARAM, "format"})
+
+    def allowed_query_parameters(self) -> frozenset[str]:
+        """The query parameters the current action and method take."""
+        action = getattr(self, "action", None) or ""
+        method = self.request.method.lower()  # type: ignore[attr-defined]
+        extra = self.query_parameters.get(f"{action}.{method}", self.query_parameters.get(action))
+        return self.common_query_parameters | (extra or frozenset())
+
+    def check_query_parameters(self, request: Request) -> None:
+        """Refuse the query parameters the action does not define.
+
+        Raises:
+            InvalidQuery: 400 ``invalid_filter``, one ``unknown_parameter`` error per name.
+        """
+        if request.method == "OPTIONS":
+            return
+        unknown = sorted(set(request.query_params) - self.allowed_query_parameters())
+        if unknown:
+            raise InvalidQuery(
+                {
+                    name: [ErrorDetail("Unknown query parameter.", code="unknown_parameter")]
+                    for name in unknown
+                }
+            )
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        """DRF's checks (authentication, permissions, throttles), then the query parameters."""
+        super().initial(request, *args, **kwargs)  # type: ignore[misc]
+        self.check_query_parameters(request)
 
     def get_exception_handler(self) -> Any:
         """The app's handler (``{"code", "detail"}`` bodies), never the host's global one."""
@@ -220,6 +262,13 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
     #: means no limit. Past it the request fails with 503 ``SESSION_REFERENCE_CANCELLED``
     #: (docs/design.md §8.9). Set it on a subclass mounted by the host.
     reference_timeout: float | None = None
+    query_parameters = {
+        "list": frozenset({*SessionFilter.base_filters, "limit", "offset"}),
+        "count": frozenset(SessionFilter.base_filters),
+        "messages.get": frozenset({"limit", "after_seq", "before_seq"}),
+        "messages.delete": frozenset({"after_seq"}),
+        "reference_candidates": frozenset({"q", "limit"}),
+    }
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         """DRF's checks, plus: a merge-patch body is only for ``PATCH /sessions/{id}/``.
@@ -581,14 +630,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
         return self._list_messages(request, pk)
 
     def _delete_messages_after(self, request: Request, pk: str) -> Response:
-        unknown = set(request.query_params) - {"after_seq", "format", SCOPE_QUERY_PARAM}
-        if unknown:
-            raise InvalidQuery(
-                {
-                    name: [ErrorDetail("Unknown query parameter.", code="invalid_filter")]
-                    for name in sorted(unknown)
-                }
-            )
+        # Any other query parameter was refused by ``check_query_parameters``.
         after = parse_int_param(request, "after_seq", default=0, minimum=0, maximum=MAX_SEQ)
         result = services.delete_messages_after(scope=self.scope, session_id=pk, after_seq=after)
         return Response(

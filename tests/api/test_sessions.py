@@ -101,10 +101,10 @@ def test_create_session_ignores_read_only_fields(api, alice_scope):
     ("payload", "code", "field"),
     [
         ({}, "invalid", "agent_id"),
-        ({"agent_id": ""}, "invalid", "agent_id"),
+        ({"agent_id": ""}, "invalid_agent_id", "agent_id"),
         ({"agent_id": "a\x01b"}, "invalid_agent_id", "agent_id"),
-        ({"agent_id": "a" * 256}, "invalid", "agent_id"),
-        ({"agent_id": "a", "title": "t" * 501}, "invalid", "title"),
+        ({"agent_id": "a" * 256}, "invalid_agent_id", "agent_id"),
+        ({"agent_id": "a", "title": "t" * 501}, "too_long", "title"),
         ({"agent_id": "a", "metadata": [1, 2]}, "invalid_metadata", "metadata"),
         ({"agent_id": "a", "metadata": "text"}, "invalid_metadata", "metadata"),
         ({"agent_id": "a", "title": "nul\x00"}, "nul_character", "title"),
@@ -246,12 +246,17 @@ def test_resolve_with_another_agents_session_is_not_found(api, alice_scope):
 
 
 @pytest.mark.parametrize(
-    "payload", [{}, {"agent_id": ""}, {"agent_id": "a", "session_id": "not-a-uuid"}]
+    ("payload", "code"),
+    [
+        ({}, "invalid"),
+        ({"agent_id": ""}, "invalid_agent_id"),
+        ({"agent_id": "a", "session_id": "not-a-uuid"}, "invalid"),
+    ],
 )
-def test_resolve_with_bad_input_is_a_400(api, payload):
+def test_resolve_with_bad_input_is_a_400(api, payload, code):
     response = api.post(f"{BASE}resolve/", payload, format="json")
     assert response.status_code == 400
-    assert response.json()["code"] == "invalid"
+    assert response.json()["code"] == code
 
 
 def test_make_default_swaps_the_default(api, alice_scope):

@@ -1,0 +1,9 @@
+"""Adapters that make cortex_sessions the session store of agent runtimes (docs/design.md §13).
+
+- :mod:`cortex_sessions.integrations.openai_agents` — the OpenAI Agents SDK's ``Session``
+  protocol (extra ``[openai-agents]``).
+- :mod:`cortex_sessions.integrations.adk` — Google ADK's ``BaseSessionService``, a small Django
+  app of its own (extra ``[adk]``).
+
+Each module imports its SDK at import time; the core app never imports them.
+"""

@@ -1,0 +1,519 @@
+"""Conformance of ``CortexSession`` with the OpenAI Agents SDK's ``Session`` protocol (§13.2).
+
+Covers what the SDK's own tests ask of its bundled stores (SQLiteSession, SQLAlchemySession):
+direct operations, exact round trips of every item kind, ``limit`` and ``session_settings``,
+pop on empty, concurrent pops, isolation, unicode and SQL-looking text, empty adds, failed adds
+writing nothing, and ``Runner.run`` across turns (with ``session_settings`` overrides) — plus
+what only a scoped store has: tenant safety, the default session, and visibility in the
+admin and the REST API.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+pytest.importorskip("agents")
+
+from agents import Agent, RunConfig, Runner
+from agents.memory import Session as SDKSession
+from agents.memory import SessionSettings
+from asgiref.sync import async_to_sync
+from django.db import connections
+from django.test import override_settings
+from rest_framework.test import APIClient
+
+from cortex_sessions import services
+from cortex_sessions.exceptions import (
+    InvalidInput,
+    InvalidScope,
+    MessageTooLarge,
+    SessionNotFound,
+)
+from cortex_sessions.integrations.openai_agents import (
+    ITEM_BLOCK_TYPE,
+    CortexSession,
+)
+from cortex_sessions.models import Message, Session
+from example_project.runtimes.openai_agents_example import ScriptedModel, main
+from tests.asyncio_support import async_test
+
+pytestmark = pytest.mark.django_db
+
+ALICE = "org=acme/user=alice"
+BOB = "org=acme/user=bob"
+AGENT = "assistant-1"
+
+USER_TEXT = {"role": "user", "content": "Hello"}
+USER_PARTS = {
+    "role": "user",
+    "type": "message",
+    "content": [
+        {"type": "input_text", "text": "Look at this"},
+        {"type": "input_image", "image_url": "https://example.com/a.png", "detail": "auto"},
+    ],
+}
+ASSISTANT_OUTPUT = {
+    "id": "msg_1",
+    "type": "message",
+    "role": "assistant",
+    "status": "completed",
+    "content": [{"type": "output_text", "text": "Hi there!", "annotations": [], "logprobs": []}],
+}
+SYSTEM = {"role": "system", "content": "Be brief."}
+DEVELOPER = {"role": "developer", "content": "Use metric units."}
+FUNCTION_CALL = {
+    "type": "function_call",
+    "call_id": "call_1",
+    "name": "get_weather",
+    "arguments": '{"city": "Paris"}',
+    "id": "fc_1",
+    "status": "completed",
+}
+FUNCTION_OUTPUT = {"type": "function_call_output", "call_id": "call_1", "output": "22°C, sunny"}
+REASONING = {
+    "id": "rs_1",
+    "type": "reasoning",
+    "summary": [{"type": "summary_text", "text": "Thinking about the weather"}],
+}
+ODD = {
+    "role": "user",
+    "content": '\'; DROP TABLE cortex_sessions_message; -- "quotes" \\ back 🎉 café 中文 \u200d',
+    "extra": {"nested": [1, 2.5, None, True, {"deep": []}], "big": 2**53 + 1},
+}
+ALL_ITEMS = [
+    USER_TEXT,
+    USER_PARTS,
+    ASSISTANT_OUTPUT,
+    SYSTEM,
+    DEVELOPER,
+    FUNCTION_CALL,
+    FUNCTION_OUTPUT,
+    REASONING,
+    ODD,
+]
+
+
+def session_at(scope=ALICE, agent_id=AGENT, **kwargs) -> CortexSession:
+    return CortexSession(scope=scope, agent_id=agent_id, **kwargs)
+
+
+def run(coroutine_function, *args, **kwargs):
+    return async_to_sync(coroutine_function)(*args, **kwargs)
+
+
+def texts(items):
+    return [item.get("content") for item in items]
+
+
+def numbered(count, start=1):
+    return [
+        {"role": "user" if n % 2 else "assistant", "content": str(n)}
+        for n in range(start, start + count)
+    ]
+
+
+# -- protocol and direct operations ---------------------------------------------------------------
+
+
+def test_cortex_session_implements_the_sdk_session_protocol():
+    session = session_at(session_id=services.create_session(scope=ALICE, agent_id=AGENT).pk)
+    assert isinstance(session, SDKSession)
+    assert isinstance(session.session_settings, SessionSettings)
+
+
+@async_test
+async def test_direct_operations_add_get_pop_clear():
+    session = session_at()
+    await session.add_items([USER_TEXT, {"role": "assistant", "content": "Hi there!"}])
+    assert texts(await session.get_items()) == ["Hello", "Hi there!"]
+
+    popped = await session.pop_item()
+    assert popped == {"role": "assistant", "content": "Hi there!"}
+    assert await session.get_items() == [USER_TEXT]
+
+    await session.clear_session()
+    assert await session.get_items() == []
+    assert await session.pop_item() is None
+
+
+@async_test
+async def test_every_item_kind_round_trips_exactly_in_order():
+    session = session_at()
+    original = copy.deepcopy(ALL_ITEMS)
+    await session.add_items(ALL_ITEMS[:4])
+    await session.add_items(ALL_ITEMS[4:])
+    assert await session.get_items() == original
+    assert original == ALL_ITEMS  # the caller's items are not mutated
+    # and a fresh object on the same session reads the same
+    assert await session_at(session_id=session.session_id).get_items() == original
+
+
+@async_test
+async def test_items_postgresql_cannot_store_as_json_still_round_trip():
+    session = session_at()
+    items = [
+        {"role": "user", "content": "nul \x00 inside"},
+        {"type": "function_call_output", "call_id": "c", "output": "lone \ud800 surrogate"},
+    ]
+    await session.add_items(items)
+    assert await session.get_items() == items
+
+
+@async_test
+async def test_each_item_is_one_message_with_its_role_and_the_item_kept_verbatim():
+    session = session_at()
+    await session.add_items(ALL_ITEMS)
+    rows = [m async for m in Message.objects.filter(session_id=session.session_id).order_by("seq")]
+    assert [m.role for m in rows] == [
+        "user",
+        "user",
+        "assistant",
+        "system",
+        "system",
+        "tool",
+        "tool",
+        "tool",
+        "user",
+    ]
+    assert [m.seq for m in rows] == list(range(1, 10))
+    for row, item in zip(rows, ALL_ITEMS, strict=True):
+        assert {"type": ITEM_BLOCK_TYPE, "item": item} in row.content
+    # readable text for people: message text and tool output, none for a bare function call
+    assert rows[2].content[0] == {"type": "text", "text": "Hi there!"}
+    assert rows[6].content[0] == {"type": "text", "text": "22°C, sunny"}
+    assert rows[5].content == [{"type": ITEM_BLOCK_TYPE, "item": FUNCTION_CALL}]
+
+
+@async_test
+async def test_last_message_and_counters_are_readable_and_exact():
+    session = session_at()
+    await session.add_items([USER_TEXT, ASSISTANT_OUTPUT, FUNCTION_CALL])
+    stored = await Session.objects.aget(pk=session.session_id)
+    assert (stored.message_count, stored.last_message) == (3, "Hi there!")
+    await session.pop_item()
+    await session.pop_item()
+    stored = await Session.objects.aget(pk=session.session_id)
+    assert (stored.message_count, stored.last_message) == (1, "Hello")
+
+
+# -- limit and session settings -------------------------------------------------------------------
+
+
+@async_test
+async def test_get_items_with_limit_returns_the_newest_in_chronological_order():
+    session = session_at()
+    await session.add_items(numbered(4))
+    assert texts(await session.get_items(limit=2)) == ["3", "4"]
+    assert texts(await session.get_items(limit=1)) == ["4"]
+    assert len(await session.get_items()) == 4
+    assert texts(await session.get_items(limit=10)) == ["1", "2", "3", "4"]
+    assert await session.get_items(limit=0) == []
+
+
+@async_test
+async def test_get_items_reads_long_histories_past_one_page():
+    session = session_at()
+    await session.add_items(numbered(2100))
+    items = await session.get_items()
+    assert texts(items) == [str(n) for n in range(1, 2101)]
+    assert texts(await session.get_items(limit=1500))[0] == "601"
+
+
+@async_test
+async def test_session_settings_limit_is_the_default_and_an_explicit_limit_wins():
+    session = session_at(session_settings=SessionSettings(limit=3))
+    await session.add_items(numbered(5))
+    assert texts(await session.get_items()) == ["3", "4", "5"]
+    assert texts(await session.get_items(limit=2)) == ["4", "5"]
+    as_dict = session_at(session_id=session.session_id, session_settings={"limit": 1})
+    assert texts(await as_dict.get_items()) == ["5"]
+    assert session_at().session_settings.limit is None
+
+
+# -- pop ------------------------------------------------------------------------------------------
+
+
+@async_test
+async def test_pop_returns_items_newest_first_until_empty():
+    session = session_at()
+    await session.add_items(numbered(3))
+    assert [(await session.pop_item())["content"] for _ in range(3)] == ["3", "2", "1"]
+    assert await session.pop_item() is None
+    stored = await Session.objects.aget(pk=session.session_id)
+    assert (stored.message_count, stored.last_message) == (0, "")
+
+
+@async_test
+async def test_pop_from_a_new_default_session_is_none():
+    assert await session_at().pop_item() is None
+
+
+@async_test
+async def test_seq_is_never_reused_after_pop_or_clear():
+    session = session_at()
+    await session.add_items(numbered(2))
+    await session.pop_item()
+    await session.add_items(numbered(1, start=9))
+    await session.clear_session()
+    await session.add_items(numbered(1, start=10))
+    seqs = [m.seq async for m in Message.objects.filter(session_id=session.session_id)]
+    assert seqs == [4]
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_pops_on_postgresql_never_return_one_item_twice():
+    session = session_at()
+    run(session.add_items, numbered(40))
+    threads = 8
+    barrier = threading.Barrier(threads)
+
+    def popper(_index):
+        mine = []
+        try:
+            barrier.wait(timeout=30)
+            worker = session_at(session_id=session.session_id)
+            while (item := run(worker.pop_item)) is not None:
+                mine.append(item["content"])
+        finally:
+            connections.close_all()
+        return mine
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        results = list(pool.map(popper, range(threads)))
+    popped = [content for result in results for content in result]
+    assert sorted(popped, key=int) == [str(n) for n in range(1, 41)]
+    assert len(set(popped)) == 40
+    stored = Session.objects.get(pk=session.session_id)
+    assert (stored.message_count, stored.last_message) == (0, "")
+
+
+# -- writes are atomic and validated --------------------------------------------------------------
+
+
+@async_test
+async def test_add_empty_list_writes_nothing_and_creates_nothing_extra():
+    session = session_at()
+    await session.add_items([])
+    assert await session.get_items() == []
+    assert await Message.objects.acount() == 0
+
+
+@async_test
+async def test_a_batch_with_a_bad_item_writes_nothing():
+    session = session_at()
+    await session.add_items([USER_TEXT])
+    with pytest.raises(InvalidInput):
+        await session.add_items([{"role": "user", "content": "fine"}, "not an item"])
+    with pytest.raises(InvalidInput):
+        await session.add_items([{"role": "user", "content": "fine"}, {"n": float("nan")}])
+    with (
+        override_settings(CORTEX_SESSIONS={"MAX_MESSAGE_BYTES": 2000}),
+        pytest.raises(MessageTooLarge),
+    ):
+        await session.add_items([USER_TEXT, {"role": "user", "content": "x" * 5000}])
+    assert await session.get_items() == [USER_TEXT]
+
+
+# -- the default session and explicit ids ---------------------------------------------------------
+
+
+@async_test
+async def test_no_session_id_means_the_agents_default_session_at_exactly_the_scope():
+    first = session_at()
+    await first.add_items([USER_TEXT])
+    second = session_at()
+    assert await second.get_items() == [USER_TEXT]
+    assert second.session_id == first.session_id
+    stored = await Session.objects.aget(pk=first.session_id)
+    assert (stored.is_default, stored.scope, stored.agent_id) == (True, ALICE, AGENT)
+    other_agent = session_at(agent_id="assistant-2")
+    assert await other_agent.get_items() == []
+    assert (await other_agent.resolve()).pk != stored.pk
+
+
+@async_test
+async def test_session_id_is_the_cortex_id_as_a_string():
+    created = await services.acreate_session(scope=ALICE, agent_id=AGENT)
+    assert session_at(session_id=created.pk).session_id == str(created.pk)
+    lazy = session_at()
+    with pytest.raises(RuntimeError):
+        lazy.session_id  # noqa: B018 - not resolved yet, and no sync query on the event loop
+    resolved = await lazy.resolve()
+    assert lazy.session_id == str(resolved.pk)
+
+
+def test_session_id_of_the_default_resolves_on_the_spot_in_sync_code():
+    session = session_at()
+    assert session.session_id == str(Session.objects.get(is_default=True).pk)
+
+
+@async_test
+async def test_a_deleted_default_session_is_replaced_by_a_new_default():
+    session = session_at()
+    await session.add_items([USER_TEXT])
+    old = session.session_id
+    await services.adelete_session(scope=ALICE, session_id=old)
+    await session.add_items([SYSTEM])
+    assert session.session_id != old
+    assert await session.get_items() == [SYSTEM]
+
+
+@async_test
+async def test_a_deleted_explicit_session_is_not_found():
+    created = await services.acreate_session(scope=ALICE, agent_id=AGENT)
+    session = session_at(session_id=created.pk)
+    await services.adelete_session(scope=ALICE, session_id=created.pk)
+    with pytest.raises(SessionNotFound):
+        await session.add_items([USER_TEXT])
+
+
+# -- tenant safety --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("scope", "agent_id"),
+    [(BOB, AGENT), ("org=other", AGENT), ("org=acme/user=alice2", AGENT), (ALICE, "other-agent")],
+)
+@async_test
+async def test_another_scope_or_agent_can_neither_read_nor_write_the_session(scope, agent_id):
+    owner = session_at()
+    await owner.add_items([USER_TEXT, ASSISTANT_OUTPUT])
+    intruder = session_at(scope=scope, agent_id=agent_id, session_id=owner.session_id)
+    for operation in (
+        intruder.get_items(),
+        intruder.get_items(limit=1),
+        intruder.add_items([SYSTEM]),
+        intruder.pop_item(),
+        intruder.clear_session(),
+        intruder.resolve(),
+    ):
+        with pytest.raises(SessionNotFound):
+            await operation
+    assert await owner.get_items() == [USER_TEXT, ASSISTANT_OUTPUT]
+
+
+@async_test
+async def test_a_parent_scope_may_use_a_session_beneath_it():
+    owner = session_at()
+    await owner.add_items([USER_TEXT])
+    parent = session_at(scope="org=acme", session_id=owner.session_id)
+    assert await parent.get_items() == [USER_TEXT]
+
+
+@async_test
+async def test_defaults_of_two_scopes_are_isolated():
+    alice, bob = session_at(scope=ALICE), session_at(scope=BOB)
+    await alice.add_items([{"role": "user", "content": "I like cats."}])
+    await bob.add_items([{"role": "user", "content": "I like dogs."}])
+    assert texts(await alice.get_items()) == ["I like cats."]
+    assert texts(await bob.get_items()) == ["I like dogs."]
+    assert alice.session_id != bob.session_id
+
+
+def test_bad_scope_or_session_id_is_refused():
+    with pytest.raises(InvalidScope):
+        session_at(scope="Not A Scope")
+    with pytest.raises(SessionNotFound):
+        run(session_at(session_id="not-a-uuid").get_items)
+
+
+# -- history written by others --------------------------------------------------------------------
+
+
+@async_test
+async def test_messages_added_through_the_services_read_as_items():
+    session = session_at()
+    await session.add_items([USER_TEXT])
+    await services.aappend_messages(
+        scope=ALICE,
+        session_id=session.session_id,
+        messages=[
+            {"role": "assistant", "content": "typed by an operator"},
+            {"role": "tool", "content": "no item: skipped"},
+        ],
+    )
+    assert await session.get_items() == [
+        USER_TEXT,
+        {"role": "assistant", "content": "typed by an operator"},
+    ]
+    assert texts(await session.get_items(limit=1)) == ["typed by an operator"]
+    assert (await session.pop_item()) == {"role": "assistant", "content": "typed by an operator"}
+
+
+# -- the SDK's Runner -----------------------------------------------------------------------------
+
+
+@async_test
+async def test_runner_keeps_history_across_two_turns():
+    model = ScriptedModel(["San Francisco", "California"])
+    agent = Agent(name="test", model=model)
+    session = session_at()
+    first = await Runner.run(agent, "What city is the Golden Gate Bridge in?", session=session)
+    second = await Runner.run(agent, "What state is it in?", session=session)
+    assert (first.final_output, second.final_output) == ("San Francisco", "California")
+    second_input = model.inputs[-1]
+    assert len(second_input) == 3
+    assert "Golden Gate Bridge" in str(second_input[0]) and "San Francisco" in str(second_input[1])
+    items = await session.get_items()
+    assert [item.get("role") for item in items] == ["user", "assistant", "user", "assistant"]
+
+
+@async_test
+async def test_runner_session_settings_override_limits_the_history_sent():
+    model = ScriptedModel(["one", "two", "three"])
+    agent = Agent(name="test", model=model)
+    session = session_at()
+    await Runner.run(agent, "Message 1", session=session)
+    await Runner.run(agent, "Message 2", session=session)
+    await Runner.run(
+        agent,
+        "Message 3",
+        session=session,
+        run_config=RunConfig(session_settings=SessionSettings(limit=0)),
+    )
+    assert [item.get("content") for item in model.inputs[-1]] == ["Message 3"]
+    assert len(await session.get_items()) == 6
+
+
+@async_test
+async def test_two_sessions_keep_separate_histories_through_the_runner():
+    model = ScriptedModel(["cats noted", "dogs noted", "You said cats"])
+    agent = Agent(name="test", model=model)
+    cats, dogs = session_at(scope=ALICE), session_at(scope=BOB)
+    await Runner.run(agent, "I like cats.", session=cats)
+    await Runner.run(agent, "I like dogs.", session=dogs)
+    await Runner.run(agent, "What animal did I say I like?", session=cats)
+    sent = str(model.inputs[-1])
+    assert "cats" in sent and "dogs" not in sent
+
+
+def test_runner_session_is_visible_through_the_api_and_the_admin(django_user_model, admin_client):
+    user = django_user_model.objects.create_user(username="alice", password="pw")
+    scope = f"user={user.pk}"
+    outcome = run(main, scope=scope, agent_id="city-guide")
+    assert outcome["answers"] == ["San Francisco.", "California."]
+    assert outcome["message_count"] == 4 and outcome["last_message"] == "California."
+
+    api = APIClient()
+    api.force_authenticate(user)
+    listed = api.get("/api/cortex/sessions/").json()["results"]
+    assert [(s["id"], s["agent_id"], s["last_message"]) for s in listed] == [
+        (outcome["session_id"], "city-guide", "California.")
+    ]
+    messages = api.get(f"/api/cortex/sessions/{outcome['session_id']}/messages/").json()
+    assert [m["role"] for m in messages["results"]] == ["user", "assistant", "user", "assistant"]
+    assert messages["results"][0]["content"][0] == {
+        "type": "text",
+        "text": "Which city is the Golden Gate Bridge in?",
+    }
+
+    page = admin_client.get("/admin/cortex_sessions/session/")
+    assert page.status_code == 200
+    assert "California." in page.content.decode()
+    detail = admin_client.get(f"/admin/cortex_sessions/session/{outcome['session_id']}/change/")
+    assert "Which city is the Golden Gate Bridge in?" in detail.content.decode()
