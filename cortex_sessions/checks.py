@@ -9,6 +9,7 @@ IDs:
 - ``cortex_sessions.E005``: ``PAGE_SIZE`` is larger than ``MAX_PAGE_SIZE``.
 - ``cortex_sessions.E006``: ``MAX_REFERENCES`` is not an integer from 1 to 3; the session
   reference feature would raise ``SESSION_REFERENCE_INVALID_CONFIG`` (docs/design.md §8.9).
+- ``cortex_sessions.E012``: ``IDEMPOTENCY_TTL`` is not a positive integer (seconds).
 """
 
 from __future__ import annotations
@@ -110,6 +111,17 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 "fail with SESSION_REFERENCE_INVALID_CONFIG.",
                 hint=f"Use an integer from 1 to {HARD_MAX_REFERENCES}.",
                 id="cortex_sessions.E006",
+            )
+        )
+
+    ttl = app_settings.IDEMPOTENCY_TTL
+    if not _is_int(ttl) or ttl < 1:
+        errors.append(
+            Error(
+                f"CORTEX_SESSIONS['IDEMPOTENCY_TTL'] is {ttl!r}; Idempotency-Key replays and "
+                "cortex_sessions_prune need a lifetime in seconds.",
+                hint="Use a positive integer number of seconds, e.g. 86400 (24 hours).",
+                id="cortex_sessions.E012",
             )
         )
     return errors

@@ -30,6 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "MAX_REFERENCE_BYTES": 65_536,
     "PAGE_SIZE": 50,
     "MAX_PAGE_SIZE": 1000,
+    "IDEMPOTENCY_TTL": 86_400,
 }
 
 
@@ -92,6 +93,11 @@ class AppSettings:
     def MAX_PAGE_SIZE(self) -> int:
         """Largest page a client may ask for (docs/design.md §7.3)."""
         return self._get("MAX_PAGE_SIZE")
+
+    @property
+    def IDEMPOTENCY_TTL(self) -> int:
+        """Seconds an ``Idempotency-Key`` is remembered (default 24 h; docs/design.md §12.1)."""
+        return self._get("IDEMPOTENCY_TTL")
 
 
 app_settings = AppSettings()

@@ -12,10 +12,12 @@ __all__ = [
     "CortexSessionsError",
     "DefaultConflict",
     "EmptyContent",
+    "IdempotencyKeyReused",
     "InvalidAgentId",
     "InvalidContent",
     "InvalidConversation",
     "InvalidFilter",
+    "InvalidIdempotencyKey",
     "InvalidInput",
     "InvalidMetadata",
     "InvalidRole",
@@ -205,3 +207,23 @@ class InvalidUpToSeq(InvalidInput):
 
     code = "invalid_up_to_seq"
     default_message = "up_to_seq must be an integer from 0 to the session's last seq."
+
+
+# -- idempotency (docs/design.md §12.1) ------------------------------------------------------------
+
+
+class InvalidIdempotencyKey(InvalidInput):
+    """An ``Idempotency-Key`` that is not 1–255 visible ASCII characters."""
+
+    code = "invalid_idempotency_key"
+    default_message = "Idempotency-Key must be 1 to 255 visible ASCII characters."
+
+
+class IdempotencyKeyReused(CortexSessionsError):
+    """The key was already used, within ``IDEMPOTENCY_TTL``, for a call with another input.
+
+    The API answers 422; nothing is written.
+    """
+
+    code = "idempotency_key_reused"
+    default_message = "This Idempotency-Key was already used with a different request."

@@ -24,6 +24,7 @@ from .scope import Scope, scope_q
 __all__ = [
     "EDITABLE_SESSION_FIELDS",
     "EXTERNAL_ID_MAX_BYTES",
+    "IdempotencyKey",
     "ImportedConversation",
     "Message",
     "Session",
@@ -247,3 +248,46 @@ class ImportedConversation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.external_id} -> {self.session_id}"
+
+
+class IdempotencyKey(models.Model):
+    """The first outcome of a creating call made with an ``Idempotency-Key`` (docs/design.md §12.1).
+
+    Written in the same transaction as the write it records, only when a key is given. A replay
+    with the same ``(scope, endpoint, key)`` within ``IDEMPOTENCY_TTL`` returns the recorded
+    outcome instead of writing again; the unique constraint makes concurrent duplicates wait for
+    the first and then replay it. ``manage.py cortex_sessions_prune`` deletes expired rows.
+
+    Attributes:
+        scope: the caller's canonical scope.
+        endpoint: what was called, e.g. ``api:POST /api/cortex/sessions/`` or
+            ``service:append_messages``.
+        key: the client's key, 1–255 visible ASCII characters.
+        fingerprint: SHA-256 (hex) of the call's input; another input under the same key is
+            refused with ``idempotency_key_reused``.
+        status_code: the HTTP status of the first answer (0 for a service call).
+        response: the first answer: the response body as sent (JSON text), or for a service
+            call the ids of what it wrote.
+        created_at: when the write committed; the row expires ``IDEMPOTENCY_TTL`` later.
+    """
+
+    scope = ScopeField(_("scope"), editable=False)
+    endpoint = models.CharField(_("endpoint"), max_length=300, editable=False)
+    key = models.CharField(_("idempotency key"), max_length=255, editable=False)
+    fingerprint = models.CharField(_("fingerprint"), max_length=64, editable=False)
+    status_code = models.PositiveSmallIntegerField(_("status code"), default=0, editable=False)
+    response = models.TextField(_("response"), editable=False)
+    created_at = models.DateTimeField(_("created at"), default=timezone.now, editable=False)
+
+    class Meta:
+        verbose_name = _("idempotency key")
+        verbose_name_plural = _("idempotency keys")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["scope", "endpoint", "key"], name="cortex_idempotency_key_once"
+            )
+        ]
+        indexes = [models.Index(fields=["created_at"], name="cortex_idempotency_created")]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.endpoint})"

@@ -38,6 +38,7 @@ from cortex_sessions.scope import Scope
 
 from .exceptions import InvalidQuery, ReferencesNotAllowed, exception_handler
 from .filters import SessionFilter, SessionFilterBackend
+from .idempotency import IDEMPOTENCY_PARAMETER, idempotent
 from .pagination import SessionPagination, parse_int_param
 from .parsers import MERGE_PATCH_MEDIA_TYPE, JSONObjectParser, MergePatchParser
 from .permissions import HasCortexScope
@@ -79,6 +80,9 @@ _ERROR_TEXT = {
     413: "`message_too_large` or `request_too_large`.",
     415: "`unsupported_media_type`: send application/json (PATCH also takes "
     "application/merge-patch+json).",
+    422: "`idempotency_key_reused`: the Idempotency-Key was used with another body.",
+    503: "`database_unavailable` (with Retry-After): a transient database fault rolled the "
+    "request back; nothing was written.",
 }
 
 #: Error descriptions of the session-reference endpoints (docs/design.md §8.8, §8.9).
@@ -93,7 +97,8 @@ _REFERENCE_ERROR_TEXT = {
     "`message_too_large` or `request_too_large`.",
     500: "`SESSION_REFERENCE_INVALID_CONFIG`: the server's reference settings are invalid "
     "(not caused by the request).",
-    503: "`SESSION_REFERENCE_CANCELLED`: preparing the references ran past the server's deadline.",
+    503: "`SESSION_REFERENCE_CANCELLED`: preparing the references ran past the server's deadline; "
+    "`database_unavailable` (with Retry-After): a transient database fault.",
 }
 
 
@@ -101,10 +106,10 @@ def errors(*codes: int, text: Mapping[int, str] | None = None) -> dict[int, Open
     """OpenAPI error responses for ``codes`` plus those every endpoint may give.
 
     Args:
-        codes: statuses the endpoint may answer besides 400, 401, 403 and 406.
+        codes: statuses the endpoint may answer besides 400, 401, 403, 406 and 503.
         text: descriptions replacing the default ones, by status.
     """
-    wanted = sorted({400, 401, 403, 406, *codes})
+    wanted = sorted({400, 401, 403, 406, 503, *codes})
     descriptions = {**_ERROR_TEXT, **(text or {})}
     return {
         code: OpenApiResponse(ErrorSerializer, description=descriptions[code]) for code in wanted
@@ -331,9 +336,11 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
 
     @extend_schema(
         summary="Create a session",
+        parameters=[IDEMPOTENCY_PARAMETER],
         request=SessionCreateSerializer,
-        responses={201: SessionSerializer, **errors(*_BODY_ERRORS)},
+        responses={201: SessionSerializer, **errors(422, *_BODY_ERRORS)},
     )
+    @idempotent
     def create(self, request: Request) -> Response:
         """Create a session at the request's scope, or at a narrower ``scope`` from the body.
 
@@ -492,12 +499,13 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
             "omitted), renumbered 1..n. `forked_from` and `forked_at_seq` record where it "
             "came from. Archived sources can be forked; the fork is live."
         ),
-        parameters=[ID_PARAMETER],
+        parameters=[ID_PARAMETER, IDEMPOTENCY_PARAMETER],
         request=ForkSerializer,
         responses={
             201: SessionSerializer,
             **errors(
                 404,
+                422,
                 *_BODY_ERRORS,
                 text={
                     400: "`invalid_up_to_seq` (not an integer from 0 to the source's last "
@@ -507,10 +515,13 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
         },
     )
     @action(detail=True, methods=["post"])
+    @idempotent
     def fork(self, request: Request, pk: str) -> Response:
-        """Fork the session (docs/design.md §11.1); 201 with the new session.
+        """Fork the session (docs/design.md §11.1); 201 with the new session. Honours
+        ``Idempotency-Key`` (docs/design.md §12.1): a replay returns the first fork.
 
-        Errors: 400 ``invalid_up_to_seq`` and validation; 404 ``session_not_found``.
+        Errors: 400 ``invalid_up_to_seq`` and validation; 404 ``session_not_found``; 422
+        ``idempotency_key_reused``.
         """
         serializer = ForkSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -573,7 +584,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
             "`session-reference` context message, in one transaction (docs/design.md §8.8). "
             "`resolve_references` or `references` elsewhere is 400 `references_not_allowed`."
         ),
-        parameters=[ID_PARAMETER],
+        parameters=[ID_PARAMETER, IDEMPOTENCY_PARAMETER],
         request=PolymorphicProxySerializer(
             component_name="MessageInputOrList",
             serializers=[MessageWithReferencesInputSerializer, MessageInputSerializer(many=True)],
@@ -584,6 +595,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
             201: MessageAppendResultSerializer,
             **errors(
                 404,
+                422,
                 500,
                 503,
                 *_BODY_ERRORS,
@@ -643,13 +655,14 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
             "For undo and regenerate: removes the newest message and answers it with the "
             "session's new counters. Concurrent pops never return the same message."
         ),
-        parameters=[ID_PARAMETER],
+        parameters=[ID_PARAMETER, IDEMPOTENCY_PARAMETER],
         request=None,
         responses={
             200: PoppedMessageSerializer,
             **errors(
                 404,
                 409,
+                422,
                 text={
                     404: "`session_not_found`: missing, out of scope or malformed id, all "
                     "alike. `message_not_found`: the session has no messages."
@@ -658,8 +671,11 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
         },
     )
     @action(detail=True, methods=["post"], url_path="messages/pop", url_name="messages-pop")
+    @idempotent
     def messages_pop(self, request: Request, pk: str) -> Response:
-        """Pop the newest message (docs/design.md §11.4).
+        """Pop the newest message (docs/design.md §11.4). Honours ``Idempotency-Key``
+        (docs/design.md §12.1): a retried pop returns the message the first one removed and
+        removes nothing more.
 
         Errors: 404 ``session_not_found`` / ``message_not_found`` (empty); 409
         ``session_archived``.
@@ -740,6 +756,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
         page = {"results": rows, "has_more": has_more, "next": next_url}
         return Response(MessagePageSerializer(page).data)
 
+    @idempotent
     def _append_messages(self, request: Request, pk: str) -> Response:
         if isinstance(request.data, list):
             for index, item in enumerate(request.data):

@@ -31,11 +31,13 @@ from .aio import (
     amake_default,
     apatch_session,
     apop_message,
+    aprune_idempotency_keys,
     arecount_sessions,
     aresolve_session,
     aunarchive_session,
     aupdate_session,
 )
+from .idempotency import prune_idempotency_keys
 from .lifecycle import (
     PATCHABLE_FIELDS,
     archive_session,
@@ -43,10 +45,7 @@ from .lifecycle import (
     patch_session,
     unarchive_session,
 )
-from .maintenance import (
-    CounterDrift,
-    recount_sessions,
-)
+from .maintenance import CounterDrift, recount_sessions
 from .messages import (
     AppendResult,
     MessageInput,
@@ -98,6 +97,7 @@ __all__ = [
     "apatch_session",
     "apop_message",
     "append_messages",
+    "aprune_idempotency_keys",
     "archive_session",
     "arecount_sessions",
     "aresolve_session",
@@ -117,6 +117,7 @@ __all__ = [
     "make_default",
     "patch_session",
     "pop_message",
+    "prune_idempotency_keys",
     "recount_sessions",
     "resolve_session",
     "session_queryset",

@@ -25,6 +25,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 
+from .idempotency import prune_idempotency_keys
 from .lifecycle import archive_session, fork_session, patch_session, unarchive_session
 from .maintenance import recount_sessions
 from .messages import append_messages, clear_messages, delete_message, list_messages
@@ -56,6 +57,7 @@ __all__ = [
     "amake_default",
     "apatch_session",
     "apop_message",
+    "aprune_idempotency_keys",
     "arecount_sessions",
     "aresolve_session",
     "aunarchive_session",
@@ -104,6 +106,7 @@ aget_session = async_twin(get_session)
 alist_messages = async_twin(list_messages)
 alist_sessions = async_twin(list_sessions)
 amake_default = async_twin(make_default)
+aprune_idempotency_keys = async_twin(prune_idempotency_keys)
 arecount_sessions = async_twin(recount_sessions)
 aresolve_session = async_twin(resolve_session)
 aupdate_session = async_twin(update_session)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +27,9 @@ from ._common import (
     _db_for_write,
     _locked_session,
     _send_on_commit,
+    _session_id,
 )
+from .idempotency import fingerprint, run_once
 from .sessions import get_session
 
 
@@ -109,6 +112,7 @@ def _build_message(item: MessageInput | Mapping[str, Any], index: int) -> dict[s
         "content": content,
         "metadata": metadata,
         "created_at": created_at or timezone.now(),
+        "explicit_time": created_at is not None,
     }
 
 
@@ -124,6 +128,7 @@ def append_messages(
     scope: Scope | str,
     session_id: uuid.UUID | str,
     messages: Sequence[MessageInput | Mapping[str, Any]],
+    idempotency_key: str | None = None,
 ) -> AppendResult:
     """Append one or many messages to a session, atomically (docs/design.md §5, §7.1).
 
@@ -135,6 +140,10 @@ def append_messages(
         scope: the caller's scope; the session must lie at or beneath it.
         session_id: the session to append to.
         messages: :class:`MessageInput` objects or mappings with the same keys.
+        idempotency_key: when given, the append happens at most once per key, scope and
+            session within ``IDEMPOTENCY_TTL``: a replay with the same messages writes nothing
+            and returns the rows the first call wrote, with the session as it is now
+            (docs/design.md §12.1). Without it, nothing changes on this path.
 
     Returns:
         :class:`AppendResult` with the refreshed session and the new rows in order.
@@ -144,12 +153,46 @@ def append_messages(
         SessionArchived: the session is archived (docs/design.md §11.2).
         InvalidInput (and its subclasses InvalidRole, InvalidSource, InvalidContent,
         EmptyContent, MessageTooLarge, NulCharacter, InvalidMetadata): bad input.
+        InvalidIdempotencyKey: a malformed key.
+        IdempotencyKeyReused: the key was used with other messages or another session.
     """
     if isinstance(messages, Mapping | MessageInput) or not isinstance(messages, Sequence):
         raise InvalidInput("messages must be a list of messages.", field="messages")
     if not messages:
         raise InvalidInput("At least one message is required.", field="messages")
     rows = [_build_message(item, index) for index, item in enumerate(messages)]
+    if idempotency_key is not None:
+        return _append_once(scope, session_id, rows, idempotency_key)
+    return _append_rows(scope, session_id, rows)
+
+
+def _append_once(
+    scope: Scope | str, session_id: uuid.UUID | str, rows: list[dict[str, Any]], key: str
+) -> AppendResult:
+    """:func:`append_messages` with an idempotency key (docs/design.md §12.1)."""
+    pk = _session_id(session_id)
+    inputs = [
+        {**row, "created_at": row["created_at"] if row["explicit_time"] else None} for row in rows
+    ]
+    outcome = run_once(
+        scope=scope,
+        endpoint=f"service:append_messages:{pk}",
+        key=key,
+        digest=fingerprint(inputs),
+        write=lambda: _append_rows(scope, pk, rows),
+        record=lambda result: (0, json.dumps([message.pk for message in result.messages])),
+    )
+    if not outcome.replayed:
+        return outcome.result
+    written = Message.objects.filter(pk__in=json.loads(outcome.response)).order_by("seq")
+    return AppendResult(session=get_session(scope=scope, session_id=pk), messages=list(written))
+
+
+def _append_rows(
+    scope: Scope | str, session_id: uuid.UUID | str, rows: list[dict[str, Any]]
+) -> AppendResult:
+    """Write validated rows at the end of the session, in one transaction (docs/design.md §5)."""
+    rows = [{k: v for k, v in row.items() if k != "explicit_time"} for row in rows]
     with transaction.atomic(using=_db_for_write()):
         session = _check_live(_locked_session(scope, session_id))
         created = Message.objects.bulk_create(

@@ -31,6 +31,7 @@ from ._common import (
     _send_on_commit,
     _session_id,
 )
+from .idempotency import fingerprint, run_once
 
 #: How many times :func:`resolve_session` reads-then-creates before giving up on a default
 #: that concurrent writers keep creating and deleting.
@@ -208,6 +209,7 @@ def create_session(
     metadata: Mapping[str, Any] | None = None,
     cwd: str | None = None,
     is_default: bool = False,
+    idempotency_key: str | None = None,
 ) -> Session:
     """Create a session of ``agent_id`` at exactly ``scope`` (docs/design.md §3.1).
 
@@ -218,14 +220,20 @@ def create_session(
         metadata: host-owned JSON object (default ``{}``).
         cwd: working directory the session is recorded in, or ``None``.
         is_default: create it as the agent's default at ``scope``.
+        idempotency_key: when given, the session is created at most once per key and scope
+            within ``IDEMPOTENCY_TTL``; a replay with the same fields creates nothing and
+            returns the first session as it is now (docs/design.md §12.1).
 
     Returns:
-        The new session.
+        The new session (or, on a replay, the one the first call created).
 
     Raises:
         NoScope, InvalidScope: bad scope.
         InvalidAgentId, ValueTooLong, InvalidMetadata, NulCharacter, InvalidInput: bad fields.
         DefaultConflict: ``is_default`` and the agent already has a default at ``scope``.
+        InvalidIdempotencyKey: a malformed key.
+        IdempotencyKeyReused: the key was used with other fields.
+        SessionNotFound: a replay whose session has been deleted since.
     """
     canonical = as_scope(scope).canonical
     values = {
@@ -235,6 +243,27 @@ def create_session(
         "cwd": _check_cwd(cwd),
         "is_default": bool(is_default),
     }
+    if idempotency_key is not None:
+        outcome = run_once(
+            scope=canonical,
+            endpoint="service:create_session",
+            key=idempotency_key,
+            digest=fingerprint(values),
+            write=lambda: _create(canonical, values),
+            record=lambda session: (0, str(session.pk)),
+        )
+        if not outcome.replayed:
+            return outcome.result
+        try:
+            return Session.objects.get(pk=outcome.response)
+        except Session.DoesNotExist:
+            raise SessionNotFound() from None
+    return _create(canonical, values)
+
+
+def _create(canonical: str, values: dict[str, Any]) -> Session:
+    """Insert the session row; a second default is :class:`DefaultConflict`."""
+    agent_id, is_default = values["agent_id"], values["is_default"]
     try:
         with transaction.atomic(using=_db_for_write()):
             session = Session.objects.create(scope=canonical, **values)

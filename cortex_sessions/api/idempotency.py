@@ -1,0 +1,116 @@
+"""``Idempotency-Key`` on the API's creating POSTs (docs/design.md §12.1).
+
+Decorate a view action with :func:`idempotent` and a request carrying the header runs it at
+most once per caller scope and endpoint (method + path) within ``IDEMPOTENCY_TTL``:
+
+- the first request runs the action; its status and body (as rendered JSON) are recorded in the
+  same transaction as the action's writes, and only a 2xx answer is recorded — an error leaves
+  the key free, so a retry after a 4xx/5xx/503 really runs again;
+- a replay with the same body returns the recorded status and the same body, byte for byte,
+  with ``Idempotent-Replayed: true``, and writes nothing;
+- the same key with another body (or query) is 422 ``idempotency_key_reused``;
+- a replay sent while the first is still running waits for it (the key's unique index) and then
+  replays it;
+- a malformed key (not 1–255 visible ASCII) is 400 ``invalid_idempotency_key``.
+
+Without the header nothing changes: the action runs as it always did, with no extra statement.
+Wiring another endpoint (``/fork/``, ``/messages/pop/``, …) is one line::
+
+    @idempotent
+    @action(detail=True, methods=["post"])
+    def fork(self, request, pk): ...
+
+``IDEMPOTENCY_PARAMETER`` documents the header in the OpenAPI schema
+(``@extend_schema(parameters=[IDEMPOTENCY_PARAMETER])``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.utils.encoders import JSONEncoder
+
+from cortex_sessions.services.idempotency import check_idempotency_key, fingerprint, run_once
+
+__all__ = ["IDEMPOTENCY_HEADER", "IDEMPOTENCY_PARAMETER", "REPLAYED_HEADER", "idempotent"]
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotent-Replayed"
+
+IDEMPOTENCY_PARAMETER = OpenApiParameter(
+    IDEMPOTENCY_HEADER,
+    {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]{1,255}$"},
+    OpenApiParameter.HEADER,
+    description=(
+        "Makes the request safe to retry: within IDEMPOTENCY_TTL (default 24 h) a replay with "
+        "the same body returns the first response and writes nothing (header "
+        "`Idempotent-Replayed: true`); another body under the same key is 422 "
+        "`idempotency_key_reused`."
+    ),
+)
+
+
+class _Rendered(Exception):
+    """Carries a non-2xx response out of the transaction so nothing is recorded or kept."""
+
+    def __init__(self, response: Response) -> None:
+        self.response = response
+
+
+def idempotent(action: Callable[..., Response]) -> Callable[..., Response]:
+    """Make a creating view action honour ``Idempotency-Key`` (docs/design.md §12.1).
+
+    Args:
+        action: a viewset method ``(self, request, *args, **kwargs) -> Response`` of a view
+            using :class:`cortex_sessions.api.views.CortexAPIMixin` (``self.scope``).
+
+    Returns:
+        The wrapped action. Errors it raises propagate unchanged (and roll its writes back);
+        besides them: 400 ``invalid_idempotency_key``, 422 ``idempotency_key_reused``.
+    """
+
+    @functools.wraps(action)
+    def wrapper(self: Any, request: Request, *args: Any, **kwargs: Any) -> Response:
+        key = request.headers.get(IDEMPOTENCY_HEADER)
+        if key is None:
+            return action(self, request, *args, **kwargs)
+        check_idempotency_key(key)
+        digest = fingerprint({"body": request.data, "query": sorted(request.query_params.lists())})
+
+        def write() -> Response:
+            response = action(self, request, *args, **kwargs)
+            if not 200 <= response.status_code < 300:
+                raise _Rendered(response)
+            return response
+
+        def record(response: Response) -> tuple[int, str]:
+            return response.status_code, json.dumps(
+                response.data, cls=JSONEncoder, ensure_ascii=False
+            )
+
+        try:
+            outcome = run_once(
+                scope=self.scope,
+                endpoint=f"api:{request.method} {request.path}",
+                key=key,
+                digest=digest,
+                write=write,
+                record=record,
+            )
+        except _Rendered as rendered:
+            return rendered.response
+        if not outcome.replayed:
+            return outcome.result
+        return Response(
+            json.loads(outcome.response),
+            status=outcome.status_code,
+            headers={REPLAYED_HEADER: "true"},
+        )
+
+    return wrapper
