@@ -302,3 +302,29 @@ def test_undo_on_a_foreign_id_is_404_and_deletes_nothing(api, foreign, method, s
     response = getattr(api, method)(session_url(foreign.pk, suffix))
     assert (response.status_code, response.json()["code"]) == (404, "session_not_found")
     assert _state() == before
+
+
+# -- Idempotency-Key (docs/design.md §12.1) -------------------------------------------------------
+
+
+def test_a_retried_fork_with_the_same_key_forks_once(api, chat):
+    url = session_url(chat.pk, "fork/")
+    first = api.post(url, {"up_to_seq": 2}, "json", HTTP_IDEMPOTENCY_KEY="fork-1")
+    again = api.post(url, {"up_to_seq": 2}, "json", HTTP_IDEMPOTENCY_KEY="fork-1")
+    assert (first.status_code, again.status_code) == (201, 201)
+    assert again.json() == first.json()
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert Session.objects.filter(forked_from=chat.pk).count() == 1
+    other = api.post(url, {"up_to_seq": 1}, "json", HTTP_IDEMPOTENCY_KEY="fork-1")
+    assert (other.status_code, other.json()["code"]) == (422, "idempotency_key_reused")
+    assert Session.objects.filter(forked_from=chat.pk).count() == 1
+
+
+def test_a_retried_pop_with_the_same_key_removes_one_message(api, chat):
+    url = session_url(chat.pk, "messages/pop/")
+    first = api.post(url, HTTP_IDEMPOTENCY_KEY="pop-1")
+    again = api.post(url, HTTP_IDEMPOTENCY_KEY="pop-1")
+    assert again.json() == first.json()
+    assert first.json()["message"]["seq"] == 4
+    assert Message.objects.filter(session=chat).count() == 3
+    assert api.post(url, HTTP_IDEMPOTENCY_KEY="pop-2").json()["message"]["seq"] == 3
