@@ -37,6 +37,7 @@ from django.db.models import Count, QuerySet
 from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
+from django.utils import formats, timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.text import capfirst
@@ -66,8 +67,8 @@ __all__ = [
 
 #: How many of a session's newest messages its admin page shows inline.
 INLINE_MESSAGES = 50
-#: Characters of ``last_message`` shown in the session list.
-LIST_PREVIEW_CHARS = 60
+#: Characters of ``last_message`` shown in the session list (the stylesheet may cut it sooner).
+LIST_PREVIEW_CHARS = 120
 #: Characters of a message's text shown in lists and in the inline.
 TEXT_PREVIEW_CHARS = 200
 #: Most repaired sessions named one by one in the "Recount messages" report.
@@ -327,13 +328,10 @@ class SessionAdmin(CheckedInputAdminMixin, admin.ModelAdmin):
     add_form = SessionAddForm
     list_display = (
         "display_title",
-        "agent_id",
-        "scope",
+        "scope_and_agent",
         "is_default",
         "message_count",
-        "short_last_message",
-        "updated_at",
-        "is_backfilled",
+        "updated",
         "is_archived",
     )
     list_filter = ("is_default", ArchivedListFilter, BackfilledListFilter, "agent_id")
@@ -343,6 +341,9 @@ class SessionAdmin(CheckedInputAdminMixin, admin.ModelAdmin):
     date_hierarchy = "created_at"
     inlines = (MessageInline,)
     actions = ("make_default", "recount_messages", "archive_sessions", "unarchive_sessions")
+
+    class Media:
+        css = {"all": ("cortex_sessions/admin.css",)}
 
     add_fieldsets = (
         (None, {"fields": ("agent_id", "scope", "is_default")}),
@@ -527,20 +528,47 @@ class SessionAdmin(CheckedInputAdminMixin, admin.ModelAdmin):
 
     # -- columns and read-only fields -------------------------------------------------------------
 
-    @admin.display(description=_("title"), ordering="title")
+    @admin.display(description=_("title and last message"), ordering="title")
     def display_title(self, obj: Session) -> str:
-        """The title, or a placeholder so an untitled session still has a link."""
-        return obj.title or str(_("(untitled)"))
+        """The title over the start of ``last_message``, each one line (``admin.css``).
 
-    @admin.display(description=_("last message"))
-    def short_last_message(self, obj: Session) -> str:
-        """``last_message`` cut to ``LIST_PREVIEW_CHARS`` characters."""
-        return preview(obj.last_message, LIST_PREVIEW_CHARS)
+        An untitled session shows a placeholder so it still has a link; a session the
+        default-session backfill created is marked *backfilled* (docs/design.md §4). Both lines
+        carry their whole text as a tooltip; the stylesheet cuts them with an ellipsis so long
+        titles never make tall rows.
+        """
+        title = obj.title or str(_("(untitled)"))
+        marker = (
+            format_html('<span class="cortex-badge">{}</span> ', _("backfilled"))
+            if obj.backfilled_by
+            else ""
+        )
+        return format_html(
+            '<span class="cortex-line" title="{}">{}{}</span>'
+            '<span class="cortex-line cortex-preview" title="{}">{}</span>',
+            obj.title,
+            marker,
+            title,
+            obj.last_message,
+            preview(obj.last_message, LIST_PREVIEW_CHARS) or "\u00a0",
+        )
 
-    @admin.display(description=_("backfilled"), boolean=True, ordering="backfilled_by")
-    def is_backfilled(self, obj: Session) -> bool:
-        """Whether the default-session backfill created this session (docs/design.md §4)."""
-        return bool(obj.backfilled_by)
+    @admin.display(description=_("scope and agent"), ordering="scope")
+    def scope_and_agent(self, obj: Session) -> str:
+        """The scope over the agent id, each one line with its whole text as a tooltip."""
+        return format_html(
+            '<span class="cortex-line" title="{}">{}</span>'
+            '<span class="cortex-line cortex-preview" title="{}">{}</span>',
+            obj.scope,
+            obj.scope,
+            obj.agent_id,
+            obj.agent_id,
+        )
+
+    @admin.display(description=_("updated"), ordering="updated_at")
+    def updated(self, obj: Session) -> str:
+        """``updated_at`` in the current time zone as ``YYYY-MM-DD HH:MM``, compact for the list."""
+        return formats.date_format(timezone.localtime(obj.updated_at), "Y-m-d H:i")
 
     @admin.display(description=_("archived"), boolean=True, ordering="archived_at")
     def is_archived(self, obj: Session) -> bool:
@@ -692,10 +720,14 @@ class MessageAdmin(CheckedInputAdminMixin, admin.ModelAdmin):
     session's counters follow; legacy messages without a session (docs/design.md §4) cannot be deleted.
     """
 
-    list_display = ("id", "session_link", "seq", "role", "source", "text_preview", "created_at")
+    list_display = ("id", "session_link", "seq", "role", "source", "text_preview", "created")
     list_filter = (MessageSessionListFilter, "role", "source")
     list_select_related = ("session",)
     ordering = ("-id",)
+
+    class Media:
+        css = {"all": ("cortex_sessions/admin.css",)}
+
     fields = (
         "session",
         "seq",
@@ -705,7 +737,7 @@ class MessageAdmin(CheckedInputAdminMixin, admin.ModelAdmin):
         "scope",
         "message_text",
         "pretty_content",
-        "metadata",
+        "pretty_metadata",
         "created_at",
     )
     readonly_fields = fields
@@ -755,6 +787,11 @@ class MessageAdmin(CheckedInputAdminMixin, admin.ModelAdmin):
         """The message's text, cut to ``TEXT_PREVIEW_CHARS`` characters."""
         return preview(obj.text, TEXT_PREVIEW_CHARS)
 
+    @admin.display(description=_("created"), ordering="created_at")
+    def created(self, obj: Message) -> str:
+        """``created_at`` in the current time zone as ``YYYY-MM-DD HH:MM``, compact for the list."""
+        return formats.date_format(timezone.localtime(obj.created_at), "Y-m-d H:i")
+
     @admin.display(description=_("text"))
     def message_text(self, obj: Message) -> str:
         """The message's whole text (its text blocks joined by newlines, docs/design.md §3.2)."""
@@ -762,8 +799,19 @@ class MessageAdmin(CheckedInputAdminMixin, admin.ModelAdmin):
 
     @admin.display(description=_("content"))
     def pretty_content(self, obj: Message) -> str:
-        """The content blocks as indented JSON."""
-        return format_html("<pre>{}</pre>", json.dumps(obj.content, indent=2, ensure_ascii=False))
+        """The content blocks as indented JSON, long strings wrapped, never clipped (``admin.css``)."""
+        return format_html(
+            '<pre class="cortex-json">{}</pre>',
+            json.dumps(obj.content, indent=2, ensure_ascii=False),
+        )
+
+    @admin.display(description=_("metadata"))
+    def pretty_metadata(self, obj: Message) -> str:
+        """The host's metadata as indented JSON, like the content."""
+        return format_html(
+            '<pre class="cortex-json">{}</pre>',
+            json.dumps(obj.metadata, indent=2, ensure_ascii=False),
+        )
 
 
 @admin.register(ImportedConversation)

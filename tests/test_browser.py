@@ -1,7 +1,10 @@
 """What a newcomer sees in a real browser: headless Chromium through Selenium.
 
 - Swagger UI lists the endpoints, loading nothing but the server's own files (drf-spectacular-sidecar),
-  both in a fresh host built from README.md and in the demo.
+  both in a fresh host built from README.md and in the demo; a demo member logs in and uses it.
+- The admin reads well at 1366 px: the session and message lists need no horizontal scrolling and
+  long titles do not make tall rows; a message's JSON is wrapped, not clipped. Screenshots go to
+  ``$BROWSER_SCREENSHOTS`` (or a pytest temporary folder) for a person to look at.
 
 The browser is Debian's ``chromium`` with ``chromium-driver``; ``.ci/run`` installs them. Without
 them these tests are skipped, unless ``CI_REQUIRE_BROWSER=1`` (set by ``.ci/run``), which turns the
@@ -18,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import ROOT, Server, build_host_project, clean_env, run
+from tests.servers import ROOT, Browser, Server, build_host_project, clean_env, run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -36,11 +39,15 @@ def _require_browser() -> None:
     missing = [
         name for name, path in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER)) if not path
     ]
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        missing.append("selenium")
     if not missing:
         return
     reason = (
-        f"needs {' and '.join(missing)} (Debian packages chromium and chromium-driver; "
-        ".ci/run installs them)"
+        f"needs {' and '.join(missing)} (Debian packages chromium and chromium-driver, and "
+        'selenium from the test extra: pip install -e ".[dev]"; .ci/run installs them)'
     )
     if os.environ.get("CI_REQUIRE_BROWSER") == "1":
         pytest.fail(f"CI_REQUIRE_BROWSER=1 but this run {reason}", pytrace=False)
@@ -145,3 +152,168 @@ def test_swagger_lists_the_endpoints_in_the_demo(driver, demo_server, tmp_path_f
     assert paths >= ENDPOINTS
     assert resources_not_from(driver, demo_server.base) == []
     driver.save_screenshot(str(screenshot_dir(tmp_path_factory) / "swagger.png"))
+
+
+def test_a_demo_member_logs_in_and_tries_the_api_in_swagger(driver, demo_server):
+    """bob is not staff; the banner's API log-in gives Swagger UI his session cookie."""
+    from selenium.webdriver.common.by import By
+
+    driver.delete_all_cookies()
+    driver.get(demo_server.base + "/api/auth/login/?next=/api/docs/")
+    driver.find_element(By.NAME, "username").send_keys("bob")
+    driver.find_element(By.NAME, "password").send_keys("demo")
+    driver.find_element(By.CSS_SELECTOR, "form [type=submit]").click()
+    wait_for(driver, ".opblock-summary-path")
+    assert driver.current_url == demo_server.base + "/api/docs/"
+
+    # What "Try it out" sends: a same-origin request carrying the session cookie.
+    answer = driver.execute_async_script(
+        """
+        const done = arguments[arguments.length - 1];
+        fetch('/api/cortex/sessions/?limit=1', {headers: {Accept: 'application/json'}})
+          .then(r => r.json().then(body => done({status: r.status, body: body})));
+        """
+    )
+
+    assert answer["status"] == 200
+    assert answer["body"]["count"] == 6  # 24 conversations over 4 members
+    assert answer["body"]["results"][0]["scope"].startswith("org=acme/user=")
+
+
+LONG_TITLE = "A session title that goes on and on about the login bug and the cookie " * 7
+LONG_LINE = "A very long line of tool output without any break " * 12
+
+
+@pytest.fixture(scope="module")
+def long_content(demo_server) -> dict:
+    """A session with a 500-character title and a tool message with wide JSON, made by bob."""
+    client = Browser(demo_server.base)
+    bob = ("bob", "demo")
+    status, session = client.json(
+        "/api/cortex/sessions/", {"agent_id": "coder", "title": LONG_TITLE[:500]}, basic=bob
+    )
+    assert status == 201, session
+    message = {
+        "role": "tool",
+        "content": [
+            {"type": "text", "text": LONG_LINE},
+            {"type": "tool_result", "content": [{"type": "text", "text": LONG_LINE}]},
+        ],
+        "metadata": {"path": "/a/very/long/path/without/spaces" * 12},
+    }
+    status, appended = client.json(
+        f"/api/cortex/sessions/{session['id']}/messages/", message, basic=bob
+    )
+    assert status == 201, appended
+    return {"session": session["id"], "message": appended["messages"][0]["id"]}
+
+
+@pytest.fixture(scope="module")
+def admin_driver(driver, demo_server):
+    """The browser, logged in to the demo's admin as the superuser."""
+    from selenium.webdriver.common.by import By
+
+    driver.delete_all_cookies()
+    driver.get(demo_server.base + "/admin/login/")
+    driver.find_element(By.NAME, "username").send_keys("admin")
+    driver.find_element(By.NAME, "password").send_keys("demo")
+    driver.find_element(By.CSS_SELECTOR, "[type=submit]").click()
+    wait_for(driver, "#site-name")
+    return driver
+
+
+def layout(driver) -> dict:
+    """Widths that reveal horizontal scrolling, and the heights of the list's rows."""
+    return driver.execute_script(
+        """
+        const results = document.querySelector('.results');
+        return {
+          page: document.documentElement.scrollWidth,
+          window: window.innerWidth,
+          results: results ? [results.scrollWidth, results.clientWidth] : null,
+          rows: Array.from(document.querySelectorAll('#result_list tbody tr'))
+                     .map(r => r.getBoundingClientRect().height),
+        };
+        """
+    )
+
+
+def full_page_screenshot(driver, path: Path) -> None:
+    """A screenshot of the whole page at the 1366 px width, then back to 1366 × 768."""
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(WIDTH, min(height, 4000))
+    try:
+        driver.save_screenshot(str(path))
+    finally:
+        driver.set_window_size(WIDTH, HEIGHT)
+
+
+@pytest.mark.parametrize("model", ["session", "message"])
+def test_admin_lists_fit_1366_pixels_without_tall_rows(
+    admin_driver, demo_server, long_content, model, tmp_path_factory
+):
+    admin_driver.get(f"{demo_server.base}/admin/cortex_sessions/{model}/")
+    wait_for(admin_driver, "#result_list")
+    admin_driver.save_screenshot(str(screenshot_dir(tmp_path_factory) / f"{model}-list.png"))
+
+    found = layout(admin_driver)
+
+    assert found["window"] == WIDTH
+    assert found["page"] <= WIDTH
+    assert found["results"][0] <= found["results"][1]  # the table scrolls not sideways either
+    assert len(found["rows"]) > 20
+    assert max(found["rows"]) <= 60  # two short lines at most, whatever the title or text
+
+
+def test_the_long_title_is_cut_and_whole_in_its_tooltip(admin_driver, demo_server, long_content):
+    from selenium.webdriver.common.by import By
+
+    admin_driver.get(f"{demo_server.base}/admin/cortex_sessions/session/?agent_id__exact=coder")
+    cell = wait_for(admin_driver, "#result_list tbody .field-display_title")[0]
+    line = cell.find_element(By.CSS_SELECTOR, ".cortex-line")
+
+    assert line.get_attribute("title") == LONG_TITLE[:500]
+    assert admin_driver.execute_script(
+        "return arguments[0].scrollWidth > arguments[0].clientWidth", line
+    )  # cut with an ellipsis, on one line
+    assert cell.size["height"] <= 60
+
+
+def test_message_json_is_wrapped_not_clipped(
+    admin_driver, demo_server, long_content, tmp_path_factory
+):
+    admin_driver.get(
+        f"{demo_server.base}/admin/cortex_sessions/message/{long_content['message']}/change/"
+    )
+    wait_for(admin_driver, "pre.cortex-json")
+    full_page_screenshot(admin_driver, screenshot_dir(tmp_path_factory) / "message.png")
+
+    blocks = admin_driver.execute_script(
+        """
+        return Array.from(document.querySelectorAll('pre.cortex-json')).map(p => {
+          const box = p.getBoundingClientRect();
+          return {scroll: p.scrollWidth, client: p.clientWidth, right: box.right,
+                  text: p.textContent};
+        });
+        """
+    )
+
+    assert len(blocks) == 2  # content and metadata
+    assert LONG_LINE.strip() in blocks[0]["text"]
+    for block in blocks:
+        assert block["scroll"] <= block["client"]
+        assert block["right"] <= WIDTH
+    assert layout(admin_driver)["page"] <= WIDTH
+
+
+def test_a_long_titled_session_page_keeps_its_heading_on_one_line(
+    admin_driver, demo_server, long_content, tmp_path_factory
+):
+    admin_driver.get(
+        f"{demo_server.base}/admin/cortex_sessions/session/{long_content['session']}/change/"
+    )
+    heading = wait_for(admin_driver, "#content > h2")[0]
+    full_page_screenshot(admin_driver, screenshot_dir(tmp_path_factory) / "session.png")
+
+    assert heading.size["height"] <= 40
+    assert layout(admin_driver)["page"] <= WIDTH

@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from rest_framework.test import APIClient
 
+from cortex_sessions import services
 from cortex_sessions.content import preview
 from cortex_sessions.models import ImportedConversation, Message, Session
 from cortex_sessions.transfer import dump_conversation, parse_conversation
@@ -193,6 +194,59 @@ def test_demo_log_ins_work_for_admin_and_members(client):
     assert client.get("/admin/cortex_sessions/session/").status_code == 200
     for username in ["alice", "bob", "carol", "dave", "erin", "frank"]:
         assert logged_in(username).get(SESSIONS).status_code == 200
+
+
+DEMO_NAMES = ["alice", "bob", "carol", "dave", "erin", "frank"]
+
+
+def banner_counts(output: str) -> dict[str, int]:
+    """``{username: sessions}`` from the log-in lines of demo_setup's banner."""
+    counts = {}
+    for line in output.splitlines():
+        words = line.split()
+        if len(words) > 2 and words[-1] == "sessions" and words[0] in DEMO_NAMES:
+            counts[words[0]] = int(words[-2].replace(",", ""))
+    return counts
+
+
+@pytest.mark.django_db
+def test_the_banner_counts_only_imported_conversations():
+    setup_demo(8)
+    bob = get_user_model().objects.get(username="bob")
+    # A session bob made himself (say, following the API tour) with the demo's own agent id.
+    services.create_session(scope=f"org=acme/user={bob.pk}", agent_id="chitchat", title="mine")
+
+    counts = banner_counts(setup_demo(8))
+
+    assert counts == {"alice": 4, "bob": 2, "carol": 2, "dave": 2, "erin": 4, "frank": 2}
+
+
+@pytest.mark.django_db
+def test_the_banner_names_the_api_log_in_for_members(settings):
+    settings.ROOT_URLCONF = "example_project.urls"
+    output = setup_demo(1)
+
+    assert "http://127.0.0.1:8000/api/auth/login/?next=/api/docs/" in output
+    assert "/admin/" in output
+
+
+@pytest.mark.django_db
+def test_members_log_in_through_the_api_log_in_and_use_the_api(settings, client):
+    """A member is not staff, so /admin/ refuses them; DRF's log-in page gives the cookie."""
+    settings.ROOT_URLCONF = "example_project.urls"
+    setup_demo(4)
+    assert client.get("/api/auth/login/").status_code == 200
+
+    response = client.post(
+        "/api/auth/login/?next=/api/docs/", {"username": "bob", "password": "demo"}
+    )
+
+    assert response.status_code == 302
+    assert response["Location"] == "/api/docs/"
+    listing = client.get(SESSIONS)
+    assert listing.status_code == 200
+    assert listing.json()["count"] == 1
+    assert client.get("/admin/").status_code == 302  # not staff: the admin sends bob to log in
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "many"])

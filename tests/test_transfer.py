@@ -9,8 +9,8 @@ import threading
 from datetime import UTC, datetime
 
 import pytest
-from django.core.management import CommandError, call_command
-from django.db import connection
+from django.core.management import CommandError, ManagementUtility, call_command
+from django.db import connection, connections
 
 from cortex_sessions import services, transfer
 from cortex_sessions.models import ImportedConversation, Message, Session
@@ -198,8 +198,9 @@ def test_export_warns_when_it_mixes_agents_or_scopes():
         call_command("cortex_sessions_export", "--scope", *args, stdout=io.StringIO(), stderr=err)
         return err.getvalue()
 
-    assert "2 agents and 2 scopes" in warning(ACME)
-    assert "1 agents and 2 scopes" in warning(ACME, "--agent-id", AGENT)
+    assert "belong to 2 agents and 2 scopes." in warning(ACME)
+    assert "belong to 1 agent and 2 scopes." in warning(ACME, "--agent-id", AGENT)
+    assert "belong to 2 agents and 1 scope." in warning(ALICE, "--exact")
     assert warning(ALICE, "--agent-id", AGENT) == ""
     assert warning(ACME, "--exact") == ""
 
@@ -285,6 +286,29 @@ def test_a_deleted_session_can_be_imported_again():
 
 
 # -- bad lines ------------------------------------------------------------------------------------
+
+
+def test_a_partial_import_from_manage_py_prints_its_summary_and_exits_1_without_commanderror(
+    tmp_path, capsys, monkeypatch
+):
+    # manage.py closes every connection when the command ends; keep the test's open.
+    monkeypatch.setattr(connections, "close_all", lambda: None)
+    path = tmp_path / "c.jsonl"
+    path.write_text(conversation("c1", "one") + "\n{not json}\n", encoding="utf-8")
+    argv = ["manage.py", "cortex_sessions_import", str(path), "--agent-id", AGENT]
+
+    with pytest.raises(SystemExit) as exited:
+        ManagementUtility([*argv, "--scope", ALICE]).execute()
+
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("line 2: The line is not valid JSON")
+    assert err.endswith(
+        "2 line(s): 1 imported (1 messages), 0 skipped as already imported, 1 failed. The failed "
+        "line(s) are listed above; the other lines were imported.\n"
+    )
+    assert "CommandError" not in err
+    assert Session.objects.count() == 1
 
 
 def test_a_bad_line_in_the_middle_is_reported_and_the_good_lines_around_it_are_imported(tmp_path):

@@ -26,7 +26,15 @@ _INT_RE = re.compile(r"-?[0-9]{1,19}")
 MAX_OFFSET = 2**63 - 1
 
 
-def parse_int_param(request: Any, name: str, *, default: Any, minimum: int, maximum: int) -> Any:
+def parse_int_param(
+    request: Any,
+    name: str,
+    *,
+    default: Any,
+    minimum: int,
+    maximum: int,
+    message: str | None = None,
+) -> Any:
     """Read an integer query parameter strictly.
 
     Args:
@@ -34,6 +42,8 @@ def parse_int_param(request: Any, name: str, *, default: Any, minimum: int, maxi
         name: the parameter.
         default: returned when the parameter is absent or empty.
         minimum, maximum: inclusive bounds.
+        message: the error's ``detail``; default "<name> must be an integer from <minimum> to
+            <maximum>." (pass one when ``maximum`` is only a storage limit, not the real one).
 
     Returns:
         The integer, or ``default``.
@@ -46,8 +56,8 @@ def parse_int_param(request: Any, name: str, *, default: Any, minimum: int, maxi
         return default
     value = int(raw) if _INT_RE.fullmatch(raw) else None
     if value is None or not minimum <= value <= maximum:
-        message = f"{name} must be an integer from {minimum} to {maximum}."
-        raise InvalidQuery({name: [ErrorDetail(message, code="invalid")]})
+        detail = message or f"{name} must be an integer from {minimum} to {maximum}."
+        raise InvalidQuery({name: [ErrorDetail(detail, code="invalid")]})
     return value
 
 

@@ -846,7 +846,18 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
 
         Errors: 400 ``invalid_filter`` (bad ``limit`` or ``q``); 404 ``session_not_found``.
         """
-        limit = parse_int_param(request, "limit", default=None, minimum=1, maximum=MAX_SEQ)
+        ceiling = app_settings.CANDIDATE_LIMIT
+        limit = parse_int_param(
+            request,
+            "limit",
+            default=None,
+            minimum=1,
+            maximum=MAX_SEQ,
+            message=(
+                f"limit must be an integer of at least 1; at most CANDIDATE_LIMIT ({ceiling}) "
+                "candidates are returned, and a larger limit is lowered to it."
+            ),
+        )
         query = request.query_params.get("q", "")
         if "\x00" in query or len(query) > MAX_CANDIDATE_QUERY:
             raise InvalidQuery(

@@ -9,7 +9,7 @@ from django.db import IntegrityError, connection
 from django.test.utils import CaptureQueriesContext
 
 from cortex_sessions import services
-from cortex_sessions.admin import INLINE_MESSAGES
+from cortex_sessions.admin import INLINE_MESSAGES, LIST_PREVIEW_CHARS
 from cortex_sessions.models import Message, Session
 from tests.admin.helpers import (
     add_url,
@@ -50,8 +50,9 @@ def test_changelist_shows_title_agent_scope_counters_and_markers(
     assert "second question" in content
     row = next(s for s in listed(response) if s.pk == session.pk)
     assert row.message_count == 3
-    # default and backfilled columns render as boolean icons
-    assert content.count('alt="True"') >= 2
+    # the default column renders a boolean icon; a backfilled session carries a badge
+    assert content.count('alt="True"') >= 1
+    assert '<span class="cortex-badge">backfilled</span> Imported' in content
 
 
 def test_changelist_cuts_long_last_message(admin_client, session_with_messages):
@@ -64,8 +65,10 @@ def test_changelist_cuts_long_last_message(admin_client, session_with_messages):
 
     content = admin_client.get(changelist_url()).content.decode()
 
-    assert "x" * 59 + "…" in content
-    assert "x" * 61 not in content
+    # Shown: LIST_PREVIEW_CHARS characters on one line; the tooltip holds the stored preview.
+    stored = "x" * 280 + "…"  # LAST_MESSAGE_PREVIEW_CHARS
+    shown = "x" * LIST_PREVIEW_CHARS + "…"
+    assert f'title="{stored}">{shown}</span>' in content
 
 
 def test_changelist_is_ordered_by_last_update(admin_client, session_with_messages):

@@ -182,6 +182,22 @@ def test_bad_candidate_parameters_are_400_invalid_filter(api, current, params):
     assert set(body["errors"]) == set(params)
 
 
+@pytest.mark.parametrize("limit", ["0", "9" * 25])
+def test_a_bad_candidate_limit_names_the_real_maximum(api, current, settings, limit):
+    settings.CORTEX_SESSIONS = {**settings.CORTEX_SESSIONS, "CANDIDATE_LIMIT": 7}
+
+    response = api.get(session_url(current.pk, CANDIDATES), {"limit": limit})
+
+    assert response.status_code == 400
+    assert response.json()["errors"]["limit"] == [
+        {
+            "code": "invalid",
+            "detail": "limit must be an integer of at least 1; at most CANDIDATE_LIMIT (7) "
+            "candidates are returned, and a larger limit is lowered to it.",
+        }
+    ]
+
+
 def test_candidates_of_a_missing_foreign_or_malformed_session_are_the_same_404(
     api, bob_session, carol_session, missing_id
 ):

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count
+from django.utils.translation import ngettext
 
 from cortex_sessions.exceptions import InvalidAgentId, ScopeError
 from cortex_sessions.models import Session
@@ -80,11 +81,16 @@ class Command(BaseCommand):
             agents=Count("agent_id", distinct=True), scopes=Count("scope", distinct=True)
         )
         if spread["agents"] > 1 or spread["scopes"] > 1:
+            agents = ngettext("%(n)d agent", "%(n)d agents", spread["agents"]) % {
+                "n": spread["agents"]
+            }
+            scopes = ngettext("%(n)d scope", "%(n)d scopes", spread["scopes"]) % {
+                "n": spread["scopes"]
+            }
             self.stderr.write(
-                f"Warning: these sessions belong to {spread['agents']} agents and "
-                f"{spread['scopes']} scopes. The file records neither, and an import puts every "
-                "conversation under one --agent-id and --scope; export with --agent-id and "
-                "--exact to keep them apart."
+                f"Warning: these sessions belong to {agents} and {scopes}. The file records "
+                "neither, and an import puts every conversation under one --agent-id and "
+                "--scope; export with --agent-id and --exact to keep them apart."
             )
 
     @staticmethod

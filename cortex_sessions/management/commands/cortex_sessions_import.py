@@ -15,7 +15,19 @@ from cortex_sessions.exceptions import InvalidAgentId, ScopeError
 from cortex_sessions.transfer import ImportReport, LineError, import_conversations
 
 
+class PartlyImported(CommandError):
+    """Some lines failed; the others were imported and the summary has been printed.
+
+    ``manage.py`` exits with status 1 without repeating the summary as a "CommandError:" line;
+    a caller of ``call_command`` catches it as the :class:`CommandError` it is, its message the
+    summary.
+    """
+
+
 class Command(BaseCommand):
+    #: Set by :meth:`run_from_argv`: the command runs as ``manage.py``, not ``call_command``.
+    from_command_line = False
+
     help = (
         "Import conversations from a JSON Lines file (one conversation per line; '-' reads "
         "stdin) as sessions of one agent at one scope. Each conversation is imported whole or "
@@ -36,6 +48,21 @@ class Command(BaseCommand):
             default=500,
             help="Print progress every N lines (default 500; 0 disables).",
         )
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        """Run as ``manage.py cortex_sessions_import``; a partial import exits with status 1."""
+        self.from_command_line = True
+        super().run_from_argv(argv)
+
+    def execute(self, *args: Any, **options: Any) -> str | None:
+        """Django's ``execute``; from the command line a :class:`PartlyImported` is only the
+        exit status, since its summary is already printed."""
+        try:
+            return super().execute(*args, **options)
+        except PartlyImported as exc:
+            if not self.from_command_line or options.get("traceback"):
+                raise
+            sys.exit(exc.returncode)
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["progress_every"] < 0:
@@ -68,10 +95,12 @@ class Command(BaseCommand):
             if path != "-":
                 stream.close()
         if report.failed:
-            raise CommandError(
-                f"{self._summary(report)}. {report.failed} line(s) failed (listed above); the "
-                "other lines were imported."
+            summary = (
+                f"{self._summary(report)}. The failed line(s) are listed above; the other "
+                "lines were imported."
             )
+            self.stderr.write(summary, self.style.ERROR)
+            raise PartlyImported(summary)
         if verbosity >= 1:
             self.stdout.write(self.style.SUCCESS(f"{self._summary(report)}."))
 

@@ -11,7 +11,7 @@
    member's scope ``org=<org>/user=<pk>``; conversations imported before are skipped, so
    running it again adds only what is new;
 4. makes each member's oldest demo session their default, if they have none;
-5. prints the URLs and log-ins.
+5. prints the URLs, the log-ins and how many imported conversations each log-in sees.
 
 It serves nothing, so tests can run it.
 """
@@ -29,6 +29,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from cortex_sessions import services
+from cortex_sessions.models import ImportedConversation
+from cortex_sessions.scope import scope_q
 from cortex_sessions.transfer import dump_conversation
 from example_project.demo.chitchat import AGENT_ID, read_conversations
 from example_project.tenancy.management.commands.seed_demo import DEMO_USERS
@@ -149,10 +151,13 @@ class Command(BaseCommand):
             self.style.SUCCESS("The demo is ready."),
             f"  Admin        {base}/admin/          (log in as admin / {password})",
             f"  API          {base}/api/cortex/sessions/",
-            f"  Swagger UI   {base}/api/docs/       (log in through /admin/ or Authorize)",
+            f"  Swagger UI   {base}/api/docs/       (log in first, below)",
             f"  Schema       {base}/api/schema/",
+            f"  API log-in   {base}/api/auth/login/?next=/api/docs/",
             "",
-            f"Log-ins (password {password!r}; the API takes HTTP Basic or the admin log-in):",
+            f"Log-ins (password {password!r}). The API takes HTTP Basic, or the cookie of the API",
+            "log-in above (members and org admins) or of /admin/ (admin only); sessions are",
+            "the imported Chit-Chat conversations each log-in sees:",
             "  admin    superuser for /admin/ (no org, so the API answers 403 no_scope)",
         ]
         memberships = {
@@ -164,7 +169,11 @@ class Command(BaseCommand):
         for name, org, is_admin in DEMO_USERS:
             member = memberships[name]
             scope = f"org={org}" if is_admin else self._scope(member)
-            count = services.count_sessions(scope=scope, agent_id=AGENT_ID)
+            count = (
+                ImportedConversation.objects.filter(scope_q(scope), agent_id=AGENT_ID)
+                .order_by()
+                .count()
+            )
             role = "admin " if is_admin else "member"
             lines.append(f"  {name:<8} {role} of {org:<7} scope {scope:<22} {count:>5,} sessions")
         lines += [
