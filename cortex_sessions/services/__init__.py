@@ -28,6 +28,7 @@ from .aio import (
     aget_session,
     alist_messages,
     alist_sessions,
+    alist_sessions_page,
     amake_default,
     apatch_session,
     apop_message,
@@ -38,6 +39,7 @@ from .aio import (
     aupdate_session,
 )
 from .idempotency import prune_idempotency_keys
+from .keyset import SessionPage, list_sessions_page
 from .lifecycle import (
     PATCHABLE_FIELDS,
     archive_session,
@@ -81,6 +83,7 @@ __all__ = [
     "MessageInput",
     "MessagesDeleted",
     "PoppedMessage",
+    "SessionPage",
     "aappend_messages",
     "aarchive_session",
     "aclear_messages",
@@ -93,6 +96,7 @@ __all__ = [
     "aget_session",
     "alist_messages",
     "alist_sessions",
+    "alist_sessions_page",
     "amake_default",
     "apatch_session",
     "apop_message",
@@ -114,6 +118,7 @@ __all__ = [
     "get_session",
     "list_messages",
     "list_sessions",
+    "list_sessions_page",
     "make_default",
     "patch_session",
     "pop_message",
