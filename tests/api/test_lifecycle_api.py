@@ -328,3 +328,16 @@ def test_a_retried_pop_with_the_same_key_removes_one_message(api, chat):
     assert first.json()["message"]["seq"] == 4
     assert Message.objects.filter(session=chat).count() == 3
     assert api.post(url, HTTP_IDEMPOTENCY_KEY="pop-2").json()["message"]["seq"] == 3
+
+
+def test_keyset_pages_honour_the_archived_and_metadata_filters(api, chat, alice_scope):
+    services.create_session(scope=alice_scope, agent_id="a", metadata={"team": "x"})
+    api.post(session_url(chat.pk, "archive/"))
+    live = api.get(BASE, {"cursor": ""}).json()["results"]
+    archived = api.get(BASE, {"cursor": "", "archived": "true"}).json()["results"]
+    tagged = api.get(BASE, {"cursor": "", "archived": "any", "metadata": '{"n": 1}'}).json()
+    assert str(chat.pk) not in {row["id"] for row in live}
+    assert [row["id"] for row in archived] == [str(chat.pk)]
+    assert [row["id"] for row in tagged["results"]] == [str(chat.pk)]
+    page = services.list_sessions_page(scope=alice_scope, archived=True, metadata={"n": 1})
+    assert [session.pk for session in page.results] == [chat.pk]
