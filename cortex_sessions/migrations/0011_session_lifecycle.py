@@ -31,7 +31,7 @@ def drop_metadata_index(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('cortex_sessions', '0009_session_recent_index_with_scope'),
+        ('cortex_sessions', '0010_mysql_exact_columns_and_default_flag'),
     ]
 
     operations = [
