@@ -48,6 +48,12 @@ OPERATIONS = {
     ("/api/cortex/sessions/{id}/make-default/", "post"),
     ("/api/cortex/sessions/{id}/messages/", "get"),
     ("/api/cortex/sessions/{id}/messages/", "post"),
+    ("/api/cortex/sessions/{id}/messages/", "delete"),
+    ("/api/cortex/sessions/{id}/messages/pop/", "post"),
+    ("/api/cortex/sessions/{id}/messages/{seq}/", "delete"),
+    ("/api/cortex/sessions/{id}/fork/", "post"),
+    ("/api/cortex/sessions/{id}/archive/", "post"),
+    ("/api/cortex/sessions/{id}/unarchive/", "post"),
     ("/api/cortex/sessions/{id}/reference-candidates/", "get"),
     ("/api/cortex/sessions/{id}/references/prepare/", "post"),
 }
@@ -85,7 +91,16 @@ def test_schema_documents_every_filter_and_error(schema_document):
         "X-Cortex-Scope",
     } <= list_params
     count_params = {p["name"] for p in paths["/api/cortex/sessions/count/"]["get"]["parameters"]}
-    assert {"agent_id", "exact", "default_only", "search"} <= count_params
+    assert {"agent_id", "exact", "default_only", "search", "archived", "metadata"} <= count_params
+    assert {"archived", "metadata"} <= list_params
+    patch = paths["/api/cortex/sessions/{id}/"]["patch"]["requestBody"]["content"]
+    assert {"application/json", "application/merge-patch+json"} <= set(patch)
+    for path, method in [
+        ("/api/cortex/sessions/{id}/messages/", "delete"),
+        ("/api/cortex/sessions/{id}/messages/pop/", "post"),
+        ("/api/cortex/sessions/{id}/messages/{seq}/", "delete"),
+    ]:
+        assert "session_archived" in paths[path][method]["responses"]["409"]["description"]
     for path, method in OPERATIONS:
         responses = paths[path][method]["responses"]
         assert {"400", "401", "403"} <= set(responses), (path, method)
@@ -214,7 +229,10 @@ def test_api_conforms_to_its_schema(wsgi_app, path, method):
     )
     def check(case):
         if "{id}" in path:  # aim at a real session; random ids are 404s tested elsewhere
-            case.path_parameters = {"id": str(live_session(wsgi_app.scope).pk)}
+            case.path_parameters = {
+                **(case.path_parameters or {}),
+                "id": str(live_session(wsgi_app.scope).pk),
+            }
         case.call_and_validate(headers={"Authorization": AUTH}, checks=CHECKS)
 
     check()
@@ -335,7 +353,10 @@ def test_schema_and_server_agree_under_every_check(wsgi_app, path, method, mode)
     )
     def check(case):
         if "{id}" in path and mode is GenerationMode.POSITIVE:
-            case.path_parameters = {"id": str(live_session(wsgi_app.scope).pk)}
+            case.path_parameters = {
+                **(case.path_parameters or {}),
+                "id": str(live_session(wsgi_app.scope).pk),
+            }
         if case.headers and "X-Cortex-Scope" in case.headers and "scope" in (case.query or {}):
             # Both may be sent only when they agree, which a schema cannot state.
             del case.headers["X-Cortex-Scope"]
@@ -343,6 +364,11 @@ def test_schema_and_server_agree_under_every_check(wsgi_app, path, method, mode)
             # A cursor is an opaque token taken from a page's `next` link, never made up, and
             # it excludes `offset`: neither can a schema state.
             del case.query["cursor"]
+        if case.query and "metadata" in case.query and mode is GenerationMode.POSITIVE:
+            # `metadata` is a JSON object inside a query string: an OpenAPI 3.0 parameter
+            # schema can say "string" but not "a JSON object's text" (its rules are tested in
+            # tests/api/test_lifecycle_api.py). A valid one is sent instead of the drawn text.
+            case.query["metadata"] = '{"k": "v"}'
         if case.headers and "Idempotency-Key" in case.headers and mode is GenerationMode.POSITIVE:
             # A key reused with another body is 422 by design; each example is a new request.
             case.headers["Idempotency-Key"] = uuid.uuid4().hex

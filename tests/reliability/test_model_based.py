@@ -1,5 +1,5 @@
-"""A model-based test of the API (docs/design.md §2.3, §5, §6, §12): random create, resolve,
-update, delete, append, make-default, get and list calls over HTTP by several tenants, in nested
+"""A model-based test of the API (docs/design.md §2.3, §5, §6, §11, §12): random create,
+resolve, update, delete, append, pop, fork, make-default, get and list calls over HTTP by several tenants, in nested
 scopes whose values need escaping, with other tenants' ids mixed in.
 
 Invariants checked after every step:
@@ -27,6 +27,7 @@ from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     invariant,
+    multiple,
     rule,
     run_state_machine_as_test,
 )
@@ -199,6 +200,34 @@ class APIModel(RuleBasedStateMachine):
             return
         assert self.call(tenant, "delete", session_url(session)).status_code == 204
         del self.rows[session]
+
+    @rule(tenant=tenant, session=sessions)
+    def pop(self, tenant, session):
+        if not self.visible(tenant, session):
+            self.same_as_missing(tenant, "post", session, "messages/pop/", None)
+            return
+        response = self.call(tenant, "post", session_url(session, "messages/pop/"))
+        row = self.rows[session]
+        if row.message_count == 0:
+            assert response.status_code == 404
+            assert response.json()["code"] == "message_not_found"
+            return
+        assert response.status_code == 200, response.content
+        row.message_count -= 1
+        assert response.json()["session"]["message_count"] == row.message_count
+
+    @rule(target=sessions, tenant=tenant, session=sessions)
+    def fork(self, tenant, session):
+        if not self.visible(tenant, session):
+            self.same_as_missing(tenant, "post", session, "fork/", {})
+            return multiple()
+        response = self.call(tenant, "post", session_url(session, "fork/"), {})
+        assert response.status_code == 201, response.content
+        body = response.json()
+        source = self.rows[session]
+        assert (body["message_count"], body["is_default"]) == (source.message_count, False)
+        self.rows[body["id"]] = Row(source.scope, source.agent_id, source.message_count, False)
+        return body["id"]
 
     @rule(tenant=tenant, project=project)
     def list_and_count(self, tenant, project):
