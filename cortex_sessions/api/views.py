@@ -66,6 +66,7 @@ from .serializers import (
     SessionUpdateSerializer,
     StrictSerializerMixin,
     message_list_data,
+    refuse_body,
 )
 
 __all__ = ["CortexAPIMixin", "SessionViewSet"]
@@ -211,8 +212,7 @@ MESSAGE_PAGE_PARAMETERS = [
 class CortexAutoSchema(AutoSchema):
     """drf-spectacular's schema with the app's strictness stated (docs/design.md §12.4): a
     request body of a :class:`StrictSerializerMixin` serializer has
-    ``additionalProperties: false``, since the server refuses undefined fields; an empty list
-    filter means "not given" (``allowEmptyValue``); a body of
+    ``additionalProperties: false``, since the server refuses undefined fields; a body of
     several shapes (a :class:`PolymorphicProxySerializer`) is required, as each shape is; and
     ``application/merge-patch+json`` is offered only where an operation names it (``PATCH
     /sessions/{id}/``), since every other endpoint answers it with 415."""
@@ -222,15 +222,6 @@ class CortexAutoSchema(AutoSchema):
         if direction == "request" and isinstance(serializer, StrictSerializerMixin):
             schema["additionalProperties"] = False
         return schema
-
-    def _get_filter_parameters(self) -> list[dict[str, Any]]:
-        """The list filters, each marked ``allowEmptyValue``: an empty filter (as a filter form
-        sends) means "not given" (docs/design.md §7.2)."""
-        parameters = super()._get_filter_parameters()
-        for parameter in parameters:
-            if parameter.get("in") == "query" and not parameter.get("required"):
-                parameter["allowEmptyValue"] = True
-        return parameters
 
     def map_parsers(self) -> list[Any]:
         """The request media types of an operation that does not name its own: the view's
@@ -541,6 +532,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
         Errors: 404 ``session_not_found``; 409 ``default_conflict`` under a swap storm,
         ``session_archived`` for an archived session.
         """
+        refuse_body(request)
         return self._session_response(services.make_default(scope=self.scope, session_id=pk))
 
     # -- lifecycle (docs/design.md §11.1, §11.2) --------------------------------------------------
@@ -604,6 +596,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
     @action(detail=True, methods=["post"])
     def archive(self, request: Request, pk: str) -> Response:
         """Archive the session (docs/design.md §11.2). Errors: 404 ``session_not_found``."""
+        refuse_body(request)
         return self._session_response(services.archive_session(scope=self.scope, session_id=pk))
 
     @extend_schema(
@@ -617,6 +610,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
     @action(detail=True, methods=["post"])
     def unarchive(self, request: Request, pk: str) -> Response:
         """Unarchive the session (docs/design.md §11.2). Errors: 404 ``session_not_found``."""
+        refuse_body(request)
         return self._session_response(services.unarchive_session(scope=self.scope, session_id=pk))
 
     # -- messages ---------------------------------------------------------------------------------
@@ -734,6 +728,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
         Errors: 404 ``session_not_found`` / ``message_not_found`` (empty); 409
         ``session_archived``.
         """
+        refuse_body(request)
         result = services.pop_message(scope=self.scope, session_id=pk)
         return Response(
             PoppedMessageSerializer({"session": result.session, "message": result.message}).data
