@@ -118,7 +118,7 @@ def _attach_set_based(messages: Any, session: Any, batch_size: int) -> int:
         cursor.execute(
             sql, [session_value, session.last_seq, session.agent_id, session.scope, batch_size]
         )
-        return cursor.rowcount
+        return int(cursor.rowcount)
 
 
 def _attach_row_by_row(messages: Any, session: Any, batch_size: int) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import models
 
@@ -11,7 +11,13 @@ from .scope import MAX_CANONICAL_BYTES
 __all__ = ["ScopeField"]
 
 
-class ScopeField(models.CharField):
+if TYPE_CHECKING:
+    _CharField = models.CharField[str, str]
+else:  # Django's model fields are not subscriptable at run time
+    _CharField = models.CharField
+
+
+class ScopeField(_CharField):
     """A canonical scope string (docs/design.md §2.2), compared byte-wise.
 
     Prefix matching is a range on the canonical string (see ``scope.scope_q``); that range is

@@ -9,7 +9,7 @@ A bad value is a 400 ``invalid_filter`` listing the parameter, never silently ig
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import django_filters
 from django import forms
@@ -58,7 +58,7 @@ class StrictBooleanField(forms.Field):
 class StrictBooleanFilter(django_filters.BooleanFilter):
     """A ``BooleanFilter`` parsed by :class:`StrictBooleanField`."""
 
-    field_class = StrictBooleanField
+    field_class = StrictBooleanField  # type: ignore[assignment]  # not a NullBooleanField
 
 
 class TextField(forms.CharField):
@@ -71,6 +71,8 @@ class TextField(forms.CharField):
             ValidationError: the value contains ``\\x00`` (code ``nul_character``).
         """
         text = super().to_python(value)
+        if text is None:  # only with empty_value=None, which these filters never set
+            return ""
         if "\x00" in text:
             raise ValidationError("NUL characters are not allowed.", code="nul_character")
         return text
@@ -82,7 +84,7 @@ class TextFilter(django_filters.CharFilter):
     field_class = TextField
 
 
-def _noop(queryset, name, value):  # unannotated: the schema then types filters by class
+def _noop(queryset, name, value):  # type: ignore[no-untyped-def]  # unannotated: the schema then types filters by class
     """Filter method that does nothing: :meth:`SessionFilter.filter_queryset` builds the query."""
     return queryset
 
@@ -93,7 +95,8 @@ class SessionFilter(django_filters.FilterSet):
     The request's scope comes from ``request.cortex_scope`` (set by ``HasCortexScope``).
     """
 
-    agent_id = extend_schema_field({"type": "string", "minLength": 1, "maxLength": 255})(
+    # drf-spectacular's annotation of extend_schema_field takes fields and serializers, not filters
+    agent_id = extend_schema_field({"type": "string", "minLength": 1, "maxLength": 255})(  # type: ignore[type-var]
         TextFilter(
             method=_noop, max_length=255, strip=False, help_text="Only this agent's sessions."
         )
@@ -103,7 +106,7 @@ class SessionFilter(django_filters.FilterSet):
         help_text="Only sessions stored at the request's scope itself, not beneath it.",
     )
     default_only = StrictBooleanFilter(method=_noop, help_text="Only default sessions.")
-    search = extend_schema_field({"type": "string", "maxLength": 500})(
+    search = extend_schema_field({"type": "string", "maxLength": 500})(  # type: ignore[type-var]
         TextFilter(
             method=_noop,
             max_length=500,
@@ -140,7 +143,8 @@ class SessionFilter(django_filters.FilterSet):
         ``queryset`` (the view's scoped base queryset) is replaced, not refined: the service
         builds the whole query so its rules apply unchanged.
         """
-        return services.session_queryset(scope=self.request.cortex_scope, **self.service_kwargs())
+        scope = cast(Any, self.request).cortex_scope  # set by HasCortexScope
+        return services.session_queryset(scope=scope, **self.service_kwargs())
 
 
 class SessionFilterBackend(DjangoFilterBackend):
@@ -170,7 +174,7 @@ class SessionFilterBackend(DjangoFilterBackend):
                         for error in errors.as_data()
                         for message in error.messages
                     ]
-                    for name, errors in filterset.errors.items()
+                    for name, errors in cast(Any, filterset.errors).items()  # an ErrorDict
                 }
             )
         return filterset

@@ -32,7 +32,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 from asgiref.sync import sync_to_async
@@ -112,8 +112,8 @@ def message_to_item(message: Message) -> dict[str, Any] | None:
     for block in message.content or ():
         if isinstance(block, Mapping) and block.get("type") == ITEM_BLOCK_TYPE:
             if "item" in block:
-                return block["item"]
-            return json.loads(block["item_json"])
+                return cast(dict[str, Any], block["item"])
+            return cast(dict[str, Any], json.loads(block["item_json"]))
     if message.role in ("user", "assistant", "system"):
         text = content_text(message.content)
         if text:
@@ -243,7 +243,8 @@ class CortexSession:
         effective = resolve_session_limit(limit, self.session_settings)
         if effective is not None and effective <= 0:
             return []
-        return await self._retry_default(_read_items_async, self.scope, effective)
+        items = await self._retry_default(_read_items_async, self.scope, effective)
+        return cast(list[dict[str, Any]], items)
 
     async def add_items(self, items: list[Any]) -> None:
         """Append items, in order, in one transaction (the SDK's ``Session.add_items``).
@@ -276,7 +277,8 @@ class CortexSession:
         Raises:
             SessionNotFound: the session is out of scope, another agent's, or deleted.
         """
-        return await self._retry_default(_pop_async, self.scope)
+        item = await self._retry_default(_pop_async, self.scope)
+        return cast(dict[str, Any] | None, item)
 
     async def clear_session(self) -> None:
         """Delete every item (the SDK's ``Session.clear_session``).
@@ -317,7 +319,7 @@ def _read_items(pk: uuid.UUID, scope: Scope, limit: int | None) -> list[dict[str
             items.extend(item for m in page if (item := message_to_item(m)) is not None)
             if len(page) < _PAGE:
                 return items
-            after = page[-1].seq
+            after = cast(int, page[-1].seq)  # messages of a session always have one
     newest_first: list[dict[str, Any]] = []
     before: int | None = None
     while len(newest_first) < limit:
@@ -343,7 +345,7 @@ def _pop(pk: uuid.UUID, scope: Scope) -> dict[str, Any] | None:
                 return None
             # An SDK-shaped item is returned; a message that reads as none (a tool row some
             # other writer added) is dropped like the SDK's stores drop rows they cannot decode.
-            services.delete_message(scope=scope, session_id=session.pk, seq=message.seq)
+            services.delete_message(scope=scope, session_id=session.pk, seq=cast(int, message.seq))
             item = message_to_item(message)
             if item is not None:
                 return item

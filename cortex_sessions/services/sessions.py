@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -222,7 +222,7 @@ def create_session(
             record=lambda session: (0, str(session.pk)),
         )
         if not outcome.replayed:
-            return outcome.result
+            return cast(Session, outcome.result)
         try:
             return Session.objects.get(pk=outcome.response)
         except Session.DoesNotExist:
