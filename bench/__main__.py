@@ -32,6 +32,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, help="timed repetitions per operation")
     parser.add_argument("--no-backfill", action="store_true", help="skip the backfill runs")
     parser.add_argument("--no-peers", action="store_true", help="skip the peer stores")
+    parser.add_argument(
+        "--heavy-appends",
+        type=int,
+        default=None,
+        help="appends of the heavy run before the plans are shown again (default: the "
+        "scale's; 0 skips it)",
+    )
     args = parser.parse_args(argv)
     scale = SCALES[args.scale]
     setup_django(database_url(scale.database))
@@ -53,7 +60,14 @@ def main(argv: list[str] | None = None) -> None:
             f"Could not migrate {scale.database} ({exc}). It was built by an older checkout; "
             "run again with --regenerate."
         ) from exc
-    results = run_all(scale, reps=args.reps, backfill=not args.no_backfill, peers=not args.no_peers)
+    heavy = scale.heavy_appends if args.heavy_appends is None else args.heavy_appends
+    results = run_all(
+        scale,
+        reps=args.reps,
+        backfill=not args.no_backfill,
+        peers=not args.no_peers,
+        heavy=heavy,
+    )
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for path in (RESULTS / f"{scale.name}.json", RESULTS / f"{scale.name}-{stamp}.json"):

@@ -1,8 +1,12 @@
 """Run the default-session backfill once in a fresh process and print its figures as JSON.
 
-Usage: ``python -m bench.backfill_child DATABASE_URL [--tracemalloc]``. A fresh process makes
-``ru_maxrss`` (the peak resident set size) the backfill's own: the output's ``rss_growth_mb`` is
-the peak minus the RSS just before the backfill started.
+Usage: ``python -m bench.lean python -m bench.backfill_child DATABASE_URL [--tracemalloc]``
+(``bench.lean`` starts it from a lean parent, so the peak RSS it inherits is a few megabytes,
+not the runner's). The output's ``rss_before_mb`` is the resident set just before the backfill
+(Django set up, connected, one query run), ``rss_peak_mb`` the process's peak (``VmHWM``, the
+larger of it and ``ru_maxrss``), ``rss_growth_mb`` the difference; with ``--tracemalloc``,
+``heap_peak_mb`` is the peak of Python's traced heap during the backfill (a separate run:
+tracing slows the backfill and adds its own memory).
 """
 
 from __future__ import annotations
@@ -16,8 +20,25 @@ import tracemalloc
 from .setup import setup_django
 
 
+def _status_mb(field: str) -> float | None:
+    """A ``kB`` line of ``/proc/self/status`` (``VmRSS``, ``VmHWM``) in MiB, if there is one."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def _peak_mb() -> float:
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return max(maxrss, _status_mb("VmHWM") or 0.0)
+
+
 def _rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return _status_mb("VmRSS") or _peak_mb()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -45,6 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.tracemalloc:
         tracemalloc.start()
     before = _rss_mb()
+    peak_before = _peak_mb()
     started = time.perf_counter()
     with connection.execute_wrapper(count):
         report = backfill_default_sessions(session_model=Session, message_model=Message)
@@ -62,8 +84,9 @@ def main(argv: list[str] | None = None) -> None:
                 "legacy_left": left,
                 "queries": queries,
                 "rss_before_mb": round(before, 1),
-                "rss_peak_mb": round(_rss_mb(), 1),
-                "rss_growth_mb": round(_rss_mb() - before, 1),
+                "rss_peak_before_mb": round(peak_before, 1),
+                "rss_peak_mb": round(_peak_mb(), 1),
+                "rss_growth_mb": round(_peak_mb() - before, 1),
                 "heap_peak_mb": None if heap_peak is None else round(heap_peak, 2),
             }
         )

@@ -15,10 +15,12 @@ import psycopg
 
 __all__ = [
     "append_one",
+    "append_three_statements",
     "count_sessions",
     "get_session",
     "list_sessions",
     "recent_messages",
+    "recent_messages_two_statements",
     "resolve_existing",
 ]
 
@@ -31,11 +33,11 @@ MESSAGE_TABLE = "cortex_sessions_message"
 PREVIEW_CHARS = 280
 
 
-def _scope_where(scope: str, exact: bool) -> tuple[str, list[Any]]:
+def _scope_where(scope: str, exact: bool, column: str = "scope") -> tuple[str, list[Any]]:
     if exact:
-        return "scope = %s", [scope]
+        return f"{column} = %s", [scope]
     return (
-        "scope >= %s AND scope < %s AND (scope = %s OR scope >= %s)",
+        f"{column} >= %s AND {column} < %s AND ({column} = %s OR {column} >= %s)",
         [scope, scope + "0", scope, scope + "/"],
     )
 
@@ -60,13 +62,14 @@ def list_sessions(
     default_only: bool = False,
     search: str | None = None,
     limit: int = 50,
+    offset: int = 0,
 ) -> list[tuple]:
     """A page of sessions, newest ``updated_at`` first (as ``services.list_sessions``)."""
     where, params = _filters(scope, exact=exact, default_only=default_only, search=search)
     return conn.execute(
         f"SELECT {SESSION_COLUMNS} FROM {SESSION_TABLE} WHERE {where} "
-        "ORDER BY updated_at DESC, id DESC LIMIT %s",
-        [*params, limit],
+        "ORDER BY updated_at DESC, id DESC LIMIT %s OFFSET %s",
+        [*params, limit, offset],
     ).fetchall()
 
 
@@ -101,17 +104,41 @@ def resolve_existing(conn: psycopg.Connection, *, scope: str, agent_id: str) -> 
     ).fetchone()
 
 
+MESSAGE_COLUMNS = (
+    "id, session_id, agent_id, scope, seq, role, source, content, metadata, created_at"
+)
+
+
 def recent_messages(
     conn: psycopg.Connection, *, scope: str, session_id: Any, limit: int = 50
 ) -> list[tuple]:
-    """The newest ``limit`` messages in ``seq`` order (as ``services.list_messages``): the
-    in-scope check of the session, then the messages."""
+    """The newest ``limit`` messages in ``seq`` order (as ``services.list_messages``): one
+    statement joining the in-scope session to its newest messages."""
+    where, params = _scope_where(scope, False, "s.scope")
+    rows = conn.execute(
+        f"SELECT m.id, m.session_id, m.agent_id, m.scope, m.seq, m.role, m.source, m.content, "
+        f"m.metadata, m.created_at FROM {SESSION_TABLE} s JOIN {MESSAGE_TABLE} m "
+        f"ON m.session_id = s.id WHERE s.id = %s AND {where} "
+        "ORDER BY m.seq DESC LIMIT %s",
+        [session_id, *params, limit],
+    ).fetchall()
+    if not rows:
+        raise LookupError(session_id)
+    rows.reverse()
+    return rows
+
+
+def recent_messages_two_statements(
+    conn: psycopg.Connection, *, scope: str, session_id: Any, limit: int = 50
+) -> list[tuple]:
+    """The same page as the ORM path reads it: the in-scope check of the session, then the
+    messages (two statements)."""
     session = get_session(conn, scope=scope, session_id=session_id)
     if session is None:
         raise LookupError(session_id)
     rows = conn.execute(
-        "SELECT id, session_id, agent_id, scope, seq, role, source, content, metadata, "
-        f"created_at FROM {MESSAGE_TABLE} WHERE session_id = %s ORDER BY seq DESC LIMIT %s",
+        f"SELECT {MESSAGE_COLUMNS} FROM {MESSAGE_TABLE} WHERE session_id = %s "
+        "ORDER BY seq DESC LIMIT %s",
         [session[0], limit],
     ).fetchall()
     rows.reverse()
@@ -121,8 +148,30 @@ def recent_messages(
 def append_one(
     conn: psycopg.Connection, *, scope: str, session_id: Any, role: str, text: str
 ) -> tuple:
-    """Append one message (as ``services.append_messages``): lock the session, insert the row
-    with the next ``seq``, move the counters; one transaction."""
+    """Append one message in one statement: update the in-scope session row (taking its lock
+    and the next ``seq``), insert the message and move the counters (``services/_pg.py``
+    does the same for any number of messages)."""
+    where, params = _scope_where(scope, False)
+    content = json.dumps([{"type": "text", "text": text}])
+    row = conn.execute(
+        f"WITH s AS (UPDATE {SESSION_TABLE} SET last_seq = last_seq + 1, "
+        "message_count = message_count + 1, updated_at = now(), last_message = %s "
+        f"WHERE id = %s AND {where} RETURNING {SESSION_COLUMNS}), "
+        f"m AS (INSERT INTO {MESSAGE_TABLE} (session_id, agent_id, scope, seq, role, source, "
+        "content, metadata, created_at) SELECT s.id, s.agent_id, s.scope, s.last_seq, %s, "
+        "'user', %s, '{}', now() FROM s RETURNING id) SELECT s.*, m.id FROM s, m",
+        [text[:PREVIEW_CHARS], session_id, *params, role, content],
+    ).fetchone()
+    if row is None:
+        raise LookupError(session_id)
+    return row
+
+
+def append_three_statements(
+    conn: psycopg.Connection, *, scope: str, session_id: Any, role: str, text: str
+) -> tuple:
+    """Append one message as the ORM path does: lock the session, insert the row with the
+    next ``seq``, move the counters; one transaction."""
     where, params = _scope_where(scope, False)
     content = json.dumps([{"type": "text", "text": text}])
     with conn.transaction():

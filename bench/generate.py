@@ -67,6 +67,8 @@ class Scale:
     peer_messages: int
     backfill_sizes: tuple[int, ...]
     reps: int
+    #: Appends of the heavy run after which the prefix plans are shown again.
+    heavy_appends: int = 75_000
 
     @property
     def scopes(self) -> int:
@@ -106,7 +108,7 @@ SCALES = {
         messages=5_000_000,
         big_session_messages=100_000,
         peer_messages=10_000,
-        backfill_sizes=(100_000, 1_000_000),
+        backfill_sizes=(10_000, 100_000, 1_000_000),
         reps=15,
     ),
 }

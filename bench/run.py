@@ -35,8 +35,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 CONTROL = re.compile(r"^\s*(BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RELEASE)\b", re.IGNORECASE)
 WRITERS = 8
 
-#: Targets for app/floor, by operation family.
-TARGETS = {"append": 1.3, "get": 2.0, "list": 2.0}
+#: Targets for app/floor, by operation family (docs/performance.md).
+TARGETS = {"append": 1.3, "get": 2.5, "newest": 1.5, "list": 2.0}
 
 
 @dataclass
@@ -51,6 +51,11 @@ class Row:
     target: float | None = None
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The app with ``PREPARED_STATEMENTS`` on (hot paths only).
+    prepared_ms: float | None = None
+    #: A second floor: the statements the ORM path sends (three for an append, two for a
+    #: page of messages), for comparison with the one-statement floor.
+    floor2_ms: float | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -59,14 +64,58 @@ class Row:
             return None
         return self.app_ms / self.floor_ms
 
+    @property
+    def prepared_ratio(self) -> float | None:
+        """app with prepared statements / floor."""
+        if self.prepared_ms is None or not self.floor_ms:
+            return None
+        return self.prepared_ms / self.floor_ms
+
+    @property
+    def ratio2(self) -> float | None:
+        """app / second floor."""
+        if self.app_ms is None or not self.floor2_ms:
+            return None
+        return self.app_ms / self.floor2_ms
+
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready, with the ratio."""
+        """JSON-ready, with the ratios."""
         data = asdict(self)
-        data["ratio"] = None if self.ratio is None else round(self.ratio, 2)
+        for name in ("ratio", "prepared_ratio", "ratio2"):
+            value = getattr(self, name)
+            data[name] = None if value is None else round(value, 2)
         return data
 
 
 # -- measuring ------------------------------------------------------------------------------------
+
+
+def timed(
+    fns: Sequence[Callable[[Any], Any]], inputs: Sequence[Any], reps: int, warmup: int = 5
+) -> list[float]:
+    """Median milliseconds of each ``fn(x)``, the functions interleaved call by call over
+    ``inputs``.
+
+    The order in which they run rotates, so none always finds the pages another just read in
+    the buffer cache.
+    """
+
+    def clock(fn: Callable[[Any], Any], item: Any) -> float:
+        started = time.perf_counter()
+        fn(item)
+        return time.perf_counter() - started
+
+    for index in range(warmup):
+        for fn in fns:
+            fn(inputs[index % len(inputs)])
+    times: list[list[float]] = [[] for _ in fns]
+    for index in range(reps):
+        item = inputs[index % len(inputs)]
+        order = list(range(len(fns)))
+        shift = index % len(fns)
+        for number in order[shift:] + order[:shift]:
+            times[number].append(clock(fns[number], item))
+    return [statistics.median(series) * 1000 for series in times]
 
 
 def timed_pair(
@@ -76,30 +125,24 @@ def timed_pair(
     reps: int,
     warmup: int = 5,
 ) -> tuple[float, float]:
-    """Median milliseconds of ``app(x)`` and ``base(x)``, interleaved over ``inputs``.
+    """Median milliseconds of ``app(x)`` and ``base(x)``, interleaved over ``inputs``."""
+    app_ms, base_ms = timed([app, base], inputs, reps, warmup)
+    return app_ms, base_ms
 
-    Which of the two runs first alternates, so neither always finds the pages the other just
-    read in the buffer cache.
-    """
 
-    def clock(fn: Callable[[Any], Any], item: Any) -> float:
-        started = time.perf_counter()
-        fn(item)
-        return time.perf_counter() - started
+def prepared(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``fn`` run with ``CORTEX_SESSIONS["PREPARED_STATEMENTS"] = True`` (the settings dict
+    is changed in place around the call: ``override_settings`` would cost more than the call)."""
+    from django.conf import settings
 
-    for index in range(warmup):
-        app(inputs[index % len(inputs)])
-        base(inputs[index % len(inputs)])
-    app_times, base_times = [], []
-    for index in range(reps):
-        item = inputs[index % len(inputs)]
-        if index % 2:
-            base_times.append(clock(base, item))
-            app_times.append(clock(app, item))
-        else:
-            app_times.append(clock(app, item))
-            base_times.append(clock(base, item))
-    return statistics.median(app_times) * 1000, statistics.median(base_times) * 1000
+    def call(item: Any) -> Any:
+        settings.CORTEX_SESSIONS["PREPARED_STATEMENTS"] = True
+        try:
+            return fn(item)
+        finally:
+            settings.CORTEX_SESSIONS["PREPARED_STATEMENTS"] = False
+
+    return call
 
 
 def _plan_summary(text: str) -> str:
@@ -207,9 +250,11 @@ def run_all(
     reps: int | None = None,
     backfill: bool = True,
     peers: bool = True,
+    heavy: int = 0,
     say: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Run every benchmark of the scale (the database must be generated).
+    """Run every benchmark of the scale (the database must be generated); with ``heavy``, then
+    append that many messages and show the plans of prefix reads (:func:`after_heavy_appends`).
 
     Returns:
         ``{"scale", "machine", "rows": [...], "backfill": [...], "peers": {...}}``.
@@ -233,6 +278,16 @@ def run_all(
         rows.append(row)
         say(_format_row(row))
 
+    def hot_op(name: str, target: float, app, flo, inputs, note: str = "", flo2=None) -> None:
+        fns = [app, prepared(app), flo] + ([flo2] if flo2 else [])
+        medians = timed(fns, inputs, reps)
+        queries, plan = queries_and_plans(lambda: app(inputs[0]), plans / f"{name}.txt")
+        row = Row(name, medians[0], medians[2], queries, plan, target, note)
+        row.prepared_ms = medians[1]
+        row.floor2_ms = medians[3] if flo2 else None
+        rows.append(row)
+        say(_format_row(row))
+
     say(f"-- {scale.name}: {reps} reps per operation, medians")
     say(_header())
     lists = [
@@ -251,6 +306,28 @@ def run_all(
             scopes,
             "page of 50, -updated_at",
         )
+    # Page 21 of an org's sessions: by offset (the database skips 1,000 rows) and by cursor
+    # (keyset: starts after the 1,000th row), against page 1.
+    cursors = {}
+    for org in fx["orgs"]:
+        page = services.list_sessions_page(scope=org, limit=1000)
+        cursors[org] = page.next_cursor
+    read_op(
+        "list prefix (org), page 21 by offset",
+        TARGETS["list"],
+        lambda s: services.list_sessions(scope=s, limit=50, offset=1000),
+        lambda s: floor.list_sessions(base, scope=s, limit=50, offset=1000),
+        fx["orgs"],
+        "limit 50 offset 1000",
+    )
+    read_op(
+        "list prefix (org), page 21 by cursor",
+        TARGETS["list"],
+        lambda s: services.list_sessions_page(scope=s, limit=50, cursor=cursors[s]),
+        lambda s: floor.list_sessions(base, scope=s, limit=50, offset=1000),
+        fx["orgs"],
+        "keyset; floor: limit 50 offset 1000",
+    )
     counts = [
         ("count prefix (project)", fx["projects"], {}),
         ("count prefix (org)", fx["orgs"], {}),
@@ -264,7 +341,7 @@ def run_all(
             lambda s, kw=kwargs: floor.count_sessions(base, scope=s, **kw),
             scopes,
         )
-    read_op(
+    hot_op(
         "get by id",
         TARGETS["get"],
         lambda item: services.get_session(scope=_org(item[1]), session_id=item[0]),
@@ -272,34 +349,36 @@ def run_all(
         fx["sample"],
         "scope = the org",
     )
-    read_op(
+    hot_op(
         "resolve default (existing)",
         TARGETS["get"],
         lambda item: services.resolve_session(scope=item[1], agent_id=item[0]),
         lambda item: floor.resolve_existing(base, scope=item[1], agent_id=item[0]),
         fx["defaults"],
     )
-    big_id, big_scope = fx["big"]
-    read_op(
-        "newest 50 of 100k-msg session",
-        TARGETS["get"],
-        lambda _: services.list_messages(scope=_org(big_scope), session_id=big_id, limit=50),
-        lambda _: floor.recent_messages(base, scope=_org(big_scope), session_id=big_id),
-        [None],
-        "session check + messages",
-    )
-    peer_id, peer_scope = fx["peer"]
-    read_op(
-        f"newest 50 of {scale.peer_messages:,}-msg session",
-        TARGETS["get"],
-        lambda _: services.list_messages(scope=_org(peer_scope), session_id=peer_id, limit=50),
-        lambda _: floor.recent_messages(base, scope=_org(peer_scope), session_id=peer_id),
-        [None],
-        "peer-size session",
-    )
+    for key, label in (
+        ("big", "100k-msg session"),
+        ("peer", f"{scale.peer_messages:,}-msg session"),
+    ):
+        session_id, session_scope = fx[key]
+        hot_op(
+            f"newest 50 of {label}",
+            TARGETS["newest"],
+            lambda _, i=session_id, s=session_scope: services.list_messages(
+                scope=_org(s), session_id=i, limit=50
+            ),
+            lambda _, i=session_id, s=session_scope: floor.recent_messages(
+                base, scope=_org(s), session_id=i
+            ),
+            [None],
+            "floor: 1 statement; floor 2: session check + page",
+            flo2=lambda _, i=session_id, s=session_scope: floor.recent_messages_two_statements(
+                base, scope=_org(s), session_id=i
+            ),
+        )
     targets = fx["sample"][:20]
     text = "Please look at the failing test in the billing module and propose a fix."
-    read_op(
+    hot_op(
         "append one message",
         TARGETS["append"],
         lambda item: services.append_messages(
@@ -309,6 +388,10 @@ def run_all(
             base, scope=_org(item[1]), session_id=item[0], role="user", text=text
         ),
         targets,
+        "floor: 1 statement; floor 2: lock + insert + update",
+        flo2=lambda item: floor.append_three_statements(
+            base, scope=_org(item[1]), session_id=item[0], role="user", text=text
+        ),
     )
     rows.extend(_concurrent_appends(url, fx, reps, rows[-1].queries, say))
     base.close()
@@ -318,6 +401,8 @@ def run_all(
         "machine": machine_info(url),
         "rows": [row.as_dict() for row in rows],
     }
+    if heavy:
+        results["after_appends"] = after_heavy_appends(url, scale, fx, heavy, say=say)
     if backfill:
         results["backfill"] = run_backfill(scale, say=say)
     if peers:
@@ -383,12 +468,20 @@ def _concurrent_appends(
                     )
                     latencies.append(time.perf_counter() - started)
 
-        app_runs, floor_runs = [], []
+        from django.conf import settings
+
+        app_runs, prepared_runs, floor_runs = [], [], []
         for _ in range(3):
             app_runs.append(_concurrent(app_worker))
+            settings.CORTEX_SESSIONS["PREPARED_STATEMENTS"] = True
+            try:
+                prepared_runs.append(_concurrent(app_worker))
+            finally:
+                settings.CORTEX_SESSIONS["PREPARED_STATEMENTS"] = False
             floor_runs.append(_concurrent(floor_worker))
         total = WRITERS * per_thread
         app_wall = statistics.median(run[0] for run in app_runs)
+        prepared_wall = statistics.median(run[0] for run in prepared_runs)
         floor_wall = statistics.median(run[0] for run in floor_runs)
         row = Row(
             name,
@@ -397,16 +490,134 @@ def _concurrent_appends(
             queries,
             "-",
             TARGETS["append"],
-            f"{total / app_wall:,.0f}/s vs floor {total / floor_wall:,.0f}/s",
+            f"{total / app_wall:,.0f}/s (prepared {total / prepared_wall:,.0f}/s) vs floor "
+            f"{total / floor_wall:,.0f}/s: {floor_wall / app_wall:.2f}× "
+            f"({floor_wall / prepared_wall:.2f}×) the floor's throughput",
             {
                 "app_appends_per_s": round(total / app_wall),
+                "prepared_appends_per_s": round(total / prepared_wall),
                 "floor_appends_per_s": round(total / floor_wall),
+                "throughput_ratio": round(floor_wall / app_wall, 2),
+                "prepared_throughput_ratio": round(floor_wall / prepared_wall, 2),
                 "appends_per_run": total,
             },
         )
+        row.prepared_ms = statistics.median(run[1] for run in prepared_runs)
         rows.append(row)
         say(_format_row(row))
     return rows
+
+
+# -- plans after a heavy append run ---------------------------------------------------------------
+
+HEAVY_BATCH = 1000
+
+
+def _table_state(conn: psycopg.Connection) -> dict[str, Any]:
+    row = conn.execute(
+        "SELECT s.n_tup_upd, s.n_tup_hot_upd, s.n_dead_tup, c.relpages, c.relallvisible, "
+        "s.last_autovacuum, s.last_autoanalyze FROM pg_stat_user_tables s "
+        "JOIN pg_class c ON c.oid = s.relid WHERE s.relname = 'cortex_sessions_session'"
+    ).fetchone()
+    names = ("updates", "hot_updates", "dead_rows", "pages", "all_visible_pages")
+    state = dict(zip(names, row[:5], strict=True))
+    state["last_autovacuum"] = str(row[5]) if row[5] else None
+    state["last_autoanalyze"] = str(row[6]) if row[6] else None
+    return state
+
+
+def after_heavy_appends(
+    url: str, scale: Scale, fx: dict[str, Any], appends: int, *, say: Callable[[str], None] = print
+) -> dict[str, Any]:
+    """Append ``appends`` messages spread over many sessions, then plan and time the prefix
+    reads (count and list of a project and an org) three times: as the table is, after an
+    ``ANALYZE`` (what autoanalyze does, without a vacuum), and after a ``VACUUM``.
+
+    Every append moves the session's ``updated_at``, which three indexes hold, so no counter
+    update is HOT: each leaves a dead row version and clears the page's all-visible bit, and the
+    index-only scans of prefix counts then read the table. The appends are written set-based
+    (``HEAVY_BATCH`` sessions per statement, the same row changes as the app's one-statement
+    append) so a run of 75,000 takes seconds.
+
+    Returns:
+        ``{"appends", "autovacuum", "before": table state, "after": table state,
+        "states": {state: {op: {"ms", "plan"}}}}``.
+    """
+    from cortex_sessions import services
+
+    plans = RESULTS / scale.name / "plans"
+    with psycopg.connect(url, autocommit=True) as conn:
+        autovacuum = conn.execute("SHOW autovacuum").fetchone()[0]
+        before = _table_state(conn)
+        ids = [
+            row[0]
+            for row in conn.execute(
+                "SELECT id FROM cortex_sessions_session TABLESAMPLE SYSTEM (20) LIMIT 50000"
+            )
+        ]
+        started = time.perf_counter()
+        done = 0
+        while done < appends:
+            count = min(HEAVY_BATCH, appends - done)
+            batch = [ids[(done + n) % len(ids)] for n in range(count)]
+            conn.execute(
+                "WITH s AS (UPDATE cortex_sessions_session SET last_seq = last_seq + 1, "
+                "message_count = message_count + 1, updated_at = now(), "
+                "last_message = 'a heavy append' WHERE id = ANY(%s) "
+                "RETURNING id, agent_id, scope, last_seq) "
+                "INSERT INTO cortex_sessions_message (session_id, agent_id, scope, seq, role, "
+                "source, content, metadata, created_at) SELECT id, agent_id, scope, last_seq, "
+                '\'user\', \'user\', \'[{"type": "text", "text": "a heavy append"}]\', '
+                "'{}', now() FROM s",
+                [batch],
+            )
+            done += count
+        seconds = time.perf_counter() - started
+        after = _table_state(conn)
+        say(
+            f"-- {appends:,} appends over {len(ids):,} sessions in {seconds:.0f}s: "
+            f"{after['updates'] - before['updates']:,} updates, "
+            f"{after['hot_updates'] - before['hot_updates']:,} HOT; autovacuum {autovacuum}"
+        )
+        ops = {
+            "count prefix (project)": lambda: services.count_sessions(scope=fx["projects"][0]),
+            "count prefix (org)": lambda: services.count_sessions(scope=fx["orgs"][0]),
+            "list prefix (project)": lambda: services.list_sessions(
+                scope=fx["projects"][0], limit=50
+            ),
+            "list prefix (org)": lambda: services.list_sessions(scope=fx["orgs"][0], limit=50),
+        }
+        states: dict[str, dict[str, Any]] = {}
+        for state, command in (
+            ("as the table is", None),
+            ("after ANALYZE", "ANALYZE cortex_sessions_session"),
+            ("after VACUUM", "VACUUM (ANALYZE) cortex_sessions_session"),
+        ):
+            if command:
+                conn.execute(command)
+            states[state] = {}
+            for name, fn in ops.items():
+                slug = re.sub(r"[^a-z]+", "-", f"after appends {state} {name}".lower()).strip("-")
+                _, plan = queries_and_plans(fn, plans / f"{slug}.txt")
+                ms = statistics.median(_clock_ms(fn) for _ in range(5))
+                states[state][name] = {"ms": round(ms, 3), "plan": plan}
+                say(f"   {state:<16} {name:<24} {ms:9.3f} ms  {plan}")
+            states[state]["table"] = _table_state(conn)
+    return {
+        "appends": appends,
+        "sessions": len(ids),
+        "seconds": round(seconds, 1),
+        "autovacuum": autovacuum,
+        "before": before,
+        "after": after,
+        "states": states,
+    }
+
+
+def _clock_ms(fn: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    fn()
+    return (time.perf_counter() - started) * 1000
 
 
 # -- backfill ---------------------------------------------------------------------------------------
@@ -415,8 +626,10 @@ def _concurrent_appends(
 def run_backfill(scale: Scale, *, say: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Backfill ``scale.backfill_sizes`` legacy messages, each in a fresh child process.
 
-    The child's peak RSS (``ru_maxrss``) minus its RSS just before the backfill shows whether
-    memory grows with the row count.
+    Each child is started from a lean parent (``bench.lean``), so its peak RSS is its own and
+    not the runner's inherited high-water mark; the peak minus its RSS just before the backfill
+    shows whether memory grows with the row count. A second run of the same size, with the
+    rows reloaded, reports tracemalloc's peak of Python's heap.
     """
     name = f"{scale.database}_backfill"
     url = database_url(name)
@@ -435,20 +648,39 @@ def run_backfill(scale: Scale, *, say: Callable[[str], None] = print) -> list[di
         started = time.perf_counter()
         loaded = load_legacy(url, rows=rows)
         say(f"-- backfill: loaded {rows:,} legacy rows in {time.perf_counter() - started:.0f}s")
-        out = subprocess.run(
-            [sys.executable, "-m", "bench.backfill_child", url],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        result = {**loaded, **json.loads(out.stdout.strip().splitlines()[-1])}
+        result = {**loaded, **_backfill_child(url)}
+        # The same backfill again with tracemalloc on (rows reloaded), for Python's heap peak.
+        load_legacy(url, rows=rows)
+        result["heap_peak_mb"] = _backfill_child(url, "--tracemalloc")["heap_peak_mb"]
         results.append(result)
         say(
             f"   backfill {rows:>9,} rows: {result['seconds']:.1f}s, "
-            f"{result['rows_per_s']:,.0f} rows/s, {result['queries']:,} queries, peak RSS "
-            f"+{result['rss_growth_mb']:.1f} MB; {result['legacy_left']} legacy rows left"
+            f"{result['rows_per_s']:,.0f} rows/s, {result['queries']:,} queries, RSS "
+            f"{result['rss_before_mb']:.1f} MB before, peak {result['rss_peak_mb']:.1f} MB "
+            f"(+{result['rss_growth_mb']:.1f}); tracemalloc peak {result['heap_peak_mb']:.1f} MB; "
+            f"{result['legacy_left']} legacy rows left"
         )
     return results
+
+
+def _backfill_child(url: str, *flags: str) -> dict[str, Any]:
+    """Run ``bench.backfill_child`` from a lean parent (``bench.lean``); its JSON line."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.lean",
+            sys.executable,
+            "-m",
+            "bench.backfill_child",
+            url,
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 # -- output -----------------------------------------------------------------------------------------
@@ -478,13 +710,14 @@ def machine_info(url: str) -> dict[str, Any]:
         "postgresql": version,
         "shared_buffers": buffers,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load_average": [round(value, 1) for value in os.getloadavg()],
     }
 
 
 def _header() -> str:
     return (
-        f"{'operation':<38} {'app ms':>8} {'floor ms':>9} {'app/floor':>9} {'target':>6} "
-        f"{'queries':>7}  plan"
+        f"{'operation':<38} {'app ms':>8} {'prep ms':>8} {'floor ms':>9} {'app/floor':>9} "
+        f"{'prep/fl':>8} {'floor2 ms':>9} {'app/fl2':>8} {'target':>6} {'queries':>7}  plan"
     )
 
 
@@ -497,10 +730,13 @@ def _format_row(row: Row) -> str:
     target = f"≤{row.target}" if row.target else ""
     if row.target and row.ratio is not None and row.ratio > row.target:
         target += "!"
+    prep_ratio = _fmt(row.prepared_ratio, ".2f") + "×" if row.prepared_ratio is not None else "-"
+    ratio2 = _fmt(row.ratio2, ".2f") + "×" if row.ratio2 is not None else "-"
     return (
-        f"{row.op:<38} {_fmt(row.app_ms, '.3f'):>8} {_fmt(row.floor_ms, '.3f'):>9} "
-        f"{ratio:>9} {target:>6} {_fmt(row.queries, 'd'):>7}  {row.plan}"
-        + (f"  ({row.note})" if row.note else "")
+        f"{row.op:<38} {_fmt(row.app_ms, '.3f'):>8} {_fmt(row.prepared_ms, '.3f'):>8} "
+        f"{_fmt(row.floor_ms, '.3f'):>9} {ratio:>9} {prep_ratio:>8} "
+        f"{_fmt(row.floor2_ms, '.3f'):>9} {ratio2:>8} {target:>6} {_fmt(row.queries, 'd'):>7}  "
+        f"{row.plan}" + (f"  ({row.note})" if row.note else "")
     )
 
 
@@ -515,30 +751,66 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         f"Machine: {machine['nproc']} CPUs, {machine['memory']}, PostgreSQL {machine['postgresql']} "
         f"(shared_buffers {machine['shared_buffers']}), Python {machine['python']}, Django "
-        f"{machine['django']}, psycopg {machine['psycopg']}; {machine['date']}.",
+        f"{machine['django']}, psycopg {machine['psycopg']}; {machine['date']}; load average "
+        f"{', '.join(map(str, machine.get('load_average', [])))} at the end of the run.",
         "",
-        "| operation | app ms | floor ms | app/floor | target | queries | plan |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "| operation | app ms | app prepared ms | floor ms | app/floor | prepared/floor "
+        "| floor 2 ms | app/floor 2 | target | queries | plan |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
+
+    def times(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}×"
+
     for row in results["rows"]:
-        ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}×"
         target = f"≤ {row['target']}×" if row["target"] else ""
         note = f" — {row['note']}" if row["note"] else ""
         lines.append(
-            f"| {row['op']}{note} | {_fmt(row['app_ms'], '.3f')} | {_fmt(row['floor_ms'], '.3f')} "
-            f"| {ratio} | {target} | {_fmt(row['queries'], 'd')} | {row['plan']} |"
+            f"| {row['op']}{note} | {_fmt(row['app_ms'], '.3f')} "
+            f"| {_fmt(row.get('prepared_ms'), '.3f')} | {_fmt(row['floor_ms'], '.3f')} "
+            f"| {times(row['ratio'])} | {times(row.get('prepared_ratio'))} "
+            f"| {_fmt(row.get('floor2_ms'), '.3f')} | {times(row.get('ratio2'))} "
+            f"| {target} | {_fmt(row['queries'], 'd')} | {row['plan']} |"
         )
     if results.get("backfill"):
         lines += [
             "",
-            "| backfill rows | pairs | seconds | rows/s | queries | peak RSS growth |",
-            "|---:|---:|---:|---:|---:|---:|",
+            "| backfill rows | pairs | seconds | rows/s | queries | RSS before | peak RSS "
+            "| growth | tracemalloc peak |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for item in results["backfill"]:
             lines.append(
                 f"| {item['rows']:,} | {item['pairs']:,} | {item['seconds']:.1f} | "
-                f"{item['rows_per_s']:,.0f} | {item['queries']:,} | {item['rss_growth_mb']:.1f} MB |"
+                f"{item['rows_per_s']:,.0f} | {item['queries']:,} | {item['rss_before_mb']:.1f} MB "
+                f"| {item['rss_peak_mb']:.1f} MB | {item['rss_growth_mb']:.1f} MB "
+                f"| {item['heap_peak_mb']:.1f} MB |"
             )
+    heavy = results.get("after_appends")
+    if heavy:
+        before, after = heavy["before"], heavy["after"]
+        lines += [
+            "",
+            f"After {heavy['appends']:,} appends over {heavy['sessions']:,} sessions "
+            f"({after['updates'] - before['updates']:,} session updates, "
+            f"{after['hot_updates'] - before['hot_updates']:,} of them HOT; server autovacuum "
+            f"{heavy['autovacuum']}):",
+            "",
+            "| read | " + " | ".join(heavy["states"]) + " |",
+            "|---|" + "---|" * len(heavy["states"]),
+        ]
+        names = [name for name in next(iter(heavy["states"].values())) if name != "table"]
+        for name in names:
+            cells = [
+                f"{state[name]['ms']:.2f} ms, {state[name]['plan']}"
+                for state in heavy["states"].values()
+            ]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        cells = [
+            f"{state['table']['all_visible_pages']:,} of {state['table']['pages']:,} pages"
+            for state in heavy["states"].values()
+        ]
+        lines.append("| all-visible pages | " + " | ".join(cells) + " |")
     peers = results.get("peers")
     if peers:
         lines += [

@@ -28,6 +28,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.auth",
     "cortex_sessions",
+    "cortex_sessions.integrations.adk",
 ]
 
 CORTEX_SESSIONS: dict = {}

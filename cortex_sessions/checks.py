@@ -9,6 +9,7 @@ IDs:
 - ``cortex_sessions.E005``: ``PAGE_SIZE`` is larger than ``MAX_PAGE_SIZE``.
 - ``cortex_sessions.E006``: ``MAX_REFERENCES`` is not an integer from 1 to 3; the session
   reference feature would raise ``SESSION_REFERENCE_INVALID_CONFIG`` (docs/design.md §8.9).
+- ``cortex_sessions.E010``: ``PREPARED_STATEMENTS`` is not ``True`` or ``False``.
 - ``cortex_sessions.E012``: ``IDEMPOTENCY_TTL`` is not a positive integer (seconds).
 """
 
@@ -111,6 +112,16 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 "fail with SESSION_REFERENCE_INVALID_CONFIG.",
                 hint=f"Use an integer from 1 to {HARD_MAX_REFERENCES}.",
                 id="cortex_sessions.E006",
+            )
+        )
+
+    prepared = app_settings.PREPARED_STATEMENTS
+    if not isinstance(prepared, bool):
+        errors.append(
+            Error(
+                f"CORTEX_SESSIONS['PREPARED_STATEMENTS'] is {prepared!r}.",
+                hint="Use True or False (docs/performance.md: prepared statements and PgBouncer).",
+                id="cortex_sessions.E010",
             )
         )
 

@@ -30,6 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "MAX_REFERENCE_BYTES": 65_536,
     "PAGE_SIZE": 50,
     "MAX_PAGE_SIZE": 1000,
+    "PREPARED_STATEMENTS": False,
     "IDEMPOTENCY_TTL": 86_400,
 }
 
@@ -94,6 +95,15 @@ class AppSettings:
     def MAX_PAGE_SIZE(self) -> int:
         """Largest page a client may ask for (docs/design.md §7.3)."""
         return cast(int, self._get("MAX_PAGE_SIZE"))  # validated by the system checks
+
+    @property
+    def PREPARED_STATEMENTS(self) -> bool:
+        """On PostgreSQL with psycopg 3, send the hot-path statements (append, newest messages,
+        get, resolve) with server-side binding, prepared once per connection. Off by default:
+        prepared statements need each client to keep its server session, which PgBouncer in
+        transaction or statement pooling mode does not give before 1.21 (docs/design.md §14).
+        """
+        return bool(self._get("PREPARED_STATEMENTS"))
 
     @property
     def IDEMPOTENCY_TTL(self) -> int:

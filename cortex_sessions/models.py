@@ -97,9 +97,11 @@ class Session(models.Model):
                 fields=["agent_id", "scope", "-updated_at", "-id"],
                 name="cortex_session_agent_idx",
             ),
-            # The newest page of a broad prefix (an org of 100,000 sessions): walk newest
-            # first and stop at the page, instead of sorting the whole range.
-            models.Index(fields=["-updated_at", "-id"], name="cortex_session_recent_idx"),
+            # The newest page of a prefix (an org of 100,000 sessions, a project of 10,000):
+            # walk newest first and stop at the page, instead of sorting the whole range. The
+            # scope is a key column so the prefix range is checked in the index, and only the
+            # rows of the page are read from the table (docs/performance.md).
+            models.Index(fields=["-updated_at", "-id", "scope"], name="cortex_session_recent_idx"),
         ]
 
     def __str__(self) -> str:
@@ -142,8 +144,16 @@ class Message(models.Model):
         SESSION_REFERENCE = "session-reference"
         HOST = "host"
 
+    #: No index of its own: the unique ``(session, seq)`` index serves every lookup by
+    #: session, and a second one made the planner read a long session through it and sort
+    #: (docs/performance.md).
     session = models.ForeignKey(
-        Session, on_delete=models.CASCADE, null=True, blank=True, related_name="messages"
+        Session,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="messages",
+        db_index=False,
     )
     agent_id = models.CharField(max_length=255)
     scope = ScopeField()

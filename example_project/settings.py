@@ -23,6 +23,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "cortex_sessions",
+    "cortex_sessions.integrations.adk",
     "example_project.tenancy",
     "example_project.demo",
 ]

@@ -30,6 +30,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "cortex_sessions",
+    "cortex_sessions.integrations.adk",
     "example_project.tenancy",
     "example_project.demo",
 ]

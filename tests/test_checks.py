@@ -40,6 +40,8 @@ def test_default_settings_pass_every_check():
         ({"PAGE_SIZE": 2000}, "cortex_sessions.E005"),
         ({"MAX_REFERENCES": 4}, "cortex_sessions.E006"),
         ({"MAX_REFERENCES": 0}, "cortex_sessions.E006"),
+        ({"PREPARED_STATEMENTS": "yes"}, "cortex_sessions.E010"),
+        ({"PREPARED_STATEMENTS": 1}, "cortex_sessions.E010"),
         ({"UNKNOWN_KEY": 1}, "cortex_sessions.W001"),
     ],
 )

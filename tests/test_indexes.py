@@ -56,3 +56,62 @@ def test_count_at_a_prefix_is_answered_from_the_scope_index_alone():
     # the whole prefix is one range of the index, not a filter over all of it
     cond = next(line for line in plan.splitlines() if "Index Cond" in line)
     assert "'org=o3'" in cond and "'org=o30'" in cond, plan
+
+
+def test_messages_of_a_session_have_one_index_the_seq_index():
+    """No index on ``session_id`` alone: with one, the planner read a long session through it
+    and sorted every message for a page of the newest (migration 0008)."""
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, Message._meta.db_table)
+    assert not [
+        name
+        for name, info in constraints.items()
+        if info["index"] and not info["unique"] and info["columns"] == ["session_id"]
+    ]
+
+
+def test_newest_page_of_a_long_session_walks_the_seq_index():
+    session = services.create_session(scope="org=o1", agent_id="a")
+    services.append_messages(
+        scope="org=o1",
+        session_id=session.pk,
+        messages=[{"role": "user", "content": str(n)} for n in range(2000)],
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE cortex_sessions_message")
+    with CaptureQueriesContext(connection) as captured:
+        services.list_messages(scope="org=o1", session_id=session.pk, limit=50)
+    (sql,) = [q["sql"] for q in captured.captured_queries]
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + sql)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "cortex_message_session_seq" in plan
+    assert "Sort" not in plan
+
+
+def test_session_table_is_vacuumed_early_and_plans_prefixes_with_fine_statistics():
+    """Migration 0009: every append moves ``updated_at`` (in three indexes, so never a HOT
+    update); vacuuming after 1% of rows changed keeps prefix counts index-only, and the scope's
+    statistics target lets the planner see how many sessions a prefix holds."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT reloptions FROM pg_class WHERE relname = %s", [Session._meta.db_table]
+        )
+        options = set(cursor.fetchone()[0])
+        cursor.execute(
+            "SELECT attstattarget FROM pg_attribute WHERE attrelid = %s::regclass "
+            "AND attname = 'scope'",
+            [Session._meta.db_table],
+        )
+        target = cursor.fetchone()[0]
+    assert {
+        "autovacuum_vacuum_scale_factor=0.01",
+        "autovacuum_analyze_scale_factor=0.02",
+    } <= options
+    assert target == 1000
+
+
+def test_recent_index_holds_the_scope_so_a_prefix_page_is_checked_in_the_index():
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, Session._meta.db_table)
+    assert constraints["cortex_session_recent_idx"]["columns"] == ["updated_at", "id", "scope"]

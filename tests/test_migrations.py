@@ -100,6 +100,9 @@ def migrator():
         yield migrator
     finally:
         migrator.migrate(migrator.latest)
+        # Apps whose migrations depend on this one (the ADK integration) were unapplied with it.
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
 
 
 @dataclass

@@ -13,8 +13,11 @@ from typing import Any, cast
 
 from rest_framework.exceptions import ErrorDetail
 from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
 
 from cortex_sessions.conf import app_settings
+from cortex_sessions.services.keyset import paginate_keyset
 
 from .exceptions import InvalidQuery
 
@@ -62,11 +65,70 @@ def parse_int_param(
 
 
 class SessionPagination(LimitOffsetPagination):
-    """``LimitOffsetPagination`` with the app's settings and strict parameters.
+    """``LimitOffsetPagination`` with the app's settings and strict parameters, and keyset
+    pages when the request has a ``cursor``.
 
-    The response is ``{"count", "next", "previous", "results"}``; a page costs two queries (the
-    count and the rows) whatever its size.
+    Limit/offset: ``{"count", "next", "previous", "results"}``; a page costs two queries (the
+    count and the rows) whatever its size, and the rows query skips ``offset`` rows.
+    Keyset (``?cursor=``, empty for the first page; then follow ``next`` / ``previous``):
+    ``{"next", "previous", "results"}``, one query a page whatever its position; stable when
+    sort keys are equal (the id breaks ties). ``offset`` and ``cursor`` together are a 400.
     """
+
+    cursor_query_param = "cursor"
+    #: The keyset page of the current request (``None``: limit/offset).
+    keyset_page: Any = None
+
+    def paginate_queryset(self, queryset: Any, request: Any, view: Any = None) -> Any:
+        """The rows of the page; keyset when the request has ``cursor``.
+
+        Raises:
+            InvalidQuery: a bad ``limit`` or ``offset``, or ``offset`` with ``cursor``.
+            InvalidFilter: a bad ``cursor`` (400 ``invalid_filter``).
+        """
+        self.keyset_page = None
+        if self.cursor_query_param not in request.query_params:
+            return super().paginate_queryset(queryset, request, view)
+        self.request = request
+        self.limit = self.get_limit(request)
+        if self.offset_query_param in request.query_params:
+            message = "offset and cursor exclude each other; follow the next link of a page."
+            raise InvalidQuery({"offset": [ErrorDetail(message, code="invalid")]})
+        cursor = request.query_params[self.cursor_query_param] or None
+        self.keyset_page = paginate_keyset(queryset, cursor=cursor, limit=self.limit)
+        return self.keyset_page.results
+
+    def _cursor_link(self, cursor: str | None) -> str | None:
+        if cursor is None:
+            return None
+        assert self.request is not None  # set by paginate_queryset
+        url = self.request.build_absolute_uri()
+        return replace_query_param(url, self.cursor_query_param, cursor)
+
+    def get_paginated_response(self, data: Any) -> Response:
+        """``{"count", "next", "previous", "results"}``, or without ``count`` for a keyset page."""
+        if self.keyset_page is None:
+            return super().get_paginated_response(data)
+        return Response(
+            {
+                "next": self._cursor_link(self.keyset_page.next_cursor),
+                "previous": self._cursor_link(self.keyset_page.previous_cursor),
+                "results": data,
+            }
+        )
+
+    def get_paginated_response_schema(self, schema: Any) -> dict[str, Any]:
+        """The page object of either mode: ``count`` only with limit/offset."""
+        page = super().get_paginated_response_schema(schema)
+        page["required"] = ["results"]
+        page["properties"]["count"]["description"] = (
+            "Sessions matching the filters (limit/offset pages only; absent with cursor)."
+        )
+        for name in ("next", "previous"):
+            page["properties"][name]["description"] = (
+                f"The {name} page's URL (offset or cursor, as the request), or null."
+            )
+        return page
 
     @property
     def default_limit(self) -> int:  # type: ignore[override]
@@ -109,7 +171,7 @@ class SessionPagination(LimitOffsetPagination):
         )
 
     def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
-        """The ``limit`` and ``offset`` parameters with their bounds, for the OpenAPI schema."""
+        """The ``limit``, ``offset`` and ``cursor`` parameters, for the OpenAPI schema."""
         return [
             {
                 "name": self.limit_query_param,
@@ -127,5 +189,15 @@ class SessionPagination(LimitOffsetPagination):
                 "in": "query",
                 "description": "Number of sessions to skip.",
                 "schema": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET},
+            },
+            {
+                "name": self.cursor_query_param,
+                "required": False,
+                "in": "query",
+                "description": (
+                    "Keyset paging: empty for the first page, then the cursor of a next or "
+                    "previous link. The response has no count; not with offset."
+                ),
+                "schema": {"type": "string", "maxLength": 4096},
             },
         ]

@@ -269,7 +269,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
     #: (docs/design.md §8.9). Set it on a subclass mounted by the host.
     reference_timeout: float | None = None
     query_parameters = {
-        "list": frozenset({*SessionFilter.base_filters, "limit", "offset"}),
+        "list": frozenset({*SessionFilter.base_filters, "limit", "offset", "cursor"}),
         "count": frozenset(SessionFilter.base_filters),
         "messages.get": frozenset({"limit", "after_seq", "before_seq"}),
         "reference_candidates": frozenset({"q", "limit"}),

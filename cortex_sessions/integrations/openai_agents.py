@@ -36,13 +36,13 @@ from typing import Any, cast
 
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 from asgiref.sync import sync_to_async
-from django.db import router, transaction
+from django.db import connections, router, transaction
 
 from .. import services
 from ..content import content_text, ensure_storable_text
 from ..exceptions import InvalidInput, SessionNotFound
 from ..models import Message, Session
-from ..scope import Scope, as_scope
+from ..scope import Scope, as_scope, scope_q
 
 __all__ = ["ITEM_BLOCK_TYPE", "CortexSession", "item_to_message", "message_to_item"]
 
@@ -109,15 +109,19 @@ def item_to_message(item: Mapping[str, Any]) -> dict[str, Any]:
 
 def message_to_item(message: Message) -> dict[str, Any] | None:
     """The SDK item a message reads back as, or ``None`` when it has none (§13.2)."""
-    for block in message.content or ():
+    return _item_of(message.role, message.content)
+
+
+def _item_of(role: str, content: Any) -> dict[str, Any] | None:
+    for block in content or ():
         if isinstance(block, Mapping) and block.get("type") == ITEM_BLOCK_TYPE:
             if "item" in block:
                 return cast(dict[str, Any], block["item"])
             return cast(dict[str, Any], json.loads(block["item_json"]))
-    if message.role in ("user", "assistant", "system"):
-        text = content_text(message.content)
+    if role in ("user", "assistant", "system"):
+        text = content_text(content)
         if text:
-            return {"role": message.role, "content": text}
+            return {"role": role, "content": text}
     return None
 
 
@@ -305,32 +309,86 @@ class CortexSession:
 # -- database work, each run as one sync_to_async call ----------------------------------------------
 
 
+def _rows(pk: uuid.UUID, scope: Scope) -> Any:
+    """The session's messages as ``(seq, role, content)``, scope-checked in the same query.
+
+    ``Message.scope`` is the session's scope, copied and never rewritten (docs/design.md §2.6),
+    so the predicate on it is the scope check; an empty result is told apart from a missing or
+    out-of-scope session by :func:`_check_session`.
+    """
+    return Message.objects.filter(scope_q(scope), session_id=pk).values_list(
+        "seq", "role", "content"
+    )
+
+
+def _newest_rows_postgresql(pk: uuid.UUID, scope: Scope, limit: int) -> list[tuple[int, str, Any]]:
+    """The newest ``limit`` rows as ``(seq, role, content)``, newest first, in one
+    hand-written statement on the runtime's hottest read (SQLite keeps the ORM path).
+
+    The scope predicate is §2.3's rule written out: the row's scope is ``S`` or starts with
+    ``S/`` — as a range ``'S' <= scope < 'S0'`` (``'0'`` follows ``'/'``) for the index,
+    narrowed to ``scope = 'S' OR scope >= 'S/'`` to drop siblings such as ``S-x``.
+    """
+    canonical = scope.canonical
+    table = _connection_for_read().ops.quote_name(Message._meta.db_table)
+    sql = (
+        f"SELECT seq, role, content FROM {table} "
+        "WHERE session_id = %s AND scope >= %s AND scope < %s AND (scope = %s OR scope >= %s) "
+        "ORDER BY seq DESC LIMIT %s"
+    )
+    params = [pk, canonical, canonical + "0", canonical, canonical + "/", limit]
+    with _connection_for_read().cursor() as cursor:
+        cursor.execute(sql, params)
+        return [
+            (seq, role, json.loads(content) if isinstance(content, str) else content)
+            for seq, role, content in cursor.fetchall()
+        ]
+
+
+def _connection_for_read() -> Any:
+    return connections[router.db_for_read(Message)]
+
+
+def _check_session(pk: uuid.UUID, scope: Scope) -> None:
+    services.get_session(scope=scope, session_id=pk)  # raises SessionNotFound
+
+
 def _read_items(pk: uuid.UUID, scope: Scope, limit: int | None) -> list[dict[str, Any]]:
     """Items of the session, newest ``limit`` (or all) in chronological order.
 
-    Messages without an item are skipped; ``limit`` counts items, so a page with skipped
-    messages is followed by an older one until ``limit`` items are found or history ends.
+    One query per page (the newest page is usually all there is). Messages without an item
+    are skipped; ``limit`` counts items, so a page with skipped messages is followed by an
+    older one until ``limit`` items are found or history ends.
+
+    Raises:
+        SessionNotFound: the session is missing or outside ``scope``.
     """
     if limit is None:
         items: list[dict[str, Any]] = []
         after = 0
         while True:
-            page = services.list_messages(scope=scope, session_id=pk, after_seq=after, limit=_PAGE)
-            items.extend(item for m in page if (item := message_to_item(m)) is not None)
+            page = list(_rows(pk, scope).filter(seq__gt=after).order_by("seq")[:_PAGE])
+            if not page and after == 0:
+                _check_session(pk, scope)
+            items.extend(item for _, r, c in page if (item := _item_of(r, c)) is not None)
             if len(page) < _PAGE:
                 return items
-            after = cast(int, page[-1].seq)  # messages of a session always have one
+            after = page[-1][0]
     newest_first: list[dict[str, Any]] = []
+    rows = _rows(pk, scope).order_by("-seq")
     before: int | None = None
     while len(newest_first) < limit:
         want = limit - len(newest_first)
-        page = services.list_messages(scope=scope, session_id=pk, before_seq=before, limit=want)
-        newest_first.extend(
-            item for m in reversed(page) if (item := message_to_item(m)) is not None
-        )
+        if before is None and _connection_for_read().vendor == "postgresql":
+            page = _newest_rows_postgresql(pk, scope, want)
+        else:
+            page = list((rows if before is None else rows.filter(seq__lt=before))[:want])
+        if not page and before is None:
+            _check_session(pk, scope)
+        newest_first.extend(item for _, r, c in page if (item := _item_of(r, c)) is not None)
         if len(page) < want:
             break
-        before = page[0].seq
+        before = page[-1][0]
     return list(reversed(newest_first[:limit]))
 
 

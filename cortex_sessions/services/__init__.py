@@ -24,6 +24,7 @@ from .aio import (
     aget_session,
     alist_messages,
     alist_sessions,
+    alist_sessions_page,
     amake_default,
     aprune_idempotency_keys,
     arecount_sessions,
@@ -31,6 +32,7 @@ from .aio import (
     aupdate_session,
 )
 from .idempotency import prune_idempotency_keys
+from .keyset import SessionPage, list_sessions_page
 from .maintenance import CounterDrift, recount_sessions
 from .messages import (
     AppendResult,
@@ -58,6 +60,7 @@ __all__ = [
     "AppendResult",
     "CounterDrift",
     "MessageInput",
+    "SessionPage",
     "aappend_messages",
     "aclear_messages",
     "acount_sessions",
@@ -67,6 +70,7 @@ __all__ = [
     "aget_session",
     "alist_messages",
     "alist_sessions",
+    "alist_sessions_page",
     "amake_default",
     "append_messages",
     "aprune_idempotency_keys",
@@ -82,6 +86,7 @@ __all__ = [
     "get_session",
     "list_messages",
     "list_sessions",
+    "list_sessions_page",
     "make_default",
     "prune_idempotency_keys",
     "recount_sessions",

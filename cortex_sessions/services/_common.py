@@ -120,6 +120,10 @@ def _db_for_write() -> str:
     return router.db_for_write(Session)
 
 
+def _db_for_read() -> str:
+    return router.db_for_read(Session)
+
+
 def _locked_session(scope: Scope | str, session_id: uuid.UUID | str) -> Session:
     """The in-scope session row, locked for update until the transaction ends."""
     try:

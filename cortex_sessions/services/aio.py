@@ -26,6 +26,7 @@ from typing import Any, ParamSpec, TypeVar
 from asgiref.sync import sync_to_async
 
 from .idempotency import prune_idempotency_keys
+from .keyset import list_sessions_page
 from .maintenance import recount_sessions
 from .messages import append_messages, clear_messages, delete_message, list_messages
 from .sessions import (
@@ -49,6 +50,7 @@ __all__ = [
     "aget_session",
     "alist_messages",
     "alist_sessions",
+    "alist_sessions_page",
     "amake_default",
     "aprune_idempotency_keys",
     "arecount_sessions",
@@ -97,6 +99,7 @@ adelete_session = async_twin(delete_session)
 aget_session = async_twin(get_session)
 alist_messages = async_twin(list_messages)
 alist_sessions = async_twin(list_sessions)
+alist_sessions_page = async_twin(list_sessions_page)
 amake_default = async_twin(make_default)
 aprune_idempotency_keys = async_twin(prune_idempotency_keys)
 arecount_sessions = async_twin(recount_sessions)

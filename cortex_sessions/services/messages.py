@@ -17,12 +17,21 @@ from .. import signals
 from ..conf import app_settings
 from ..content import json_bytes, normalize_content
 from ..counters import last_message_of, newest_conversation_text
-from ..exceptions import InvalidInput, InvalidRole, InvalidSource, MessageNotFound, MessageTooLarge
+from ..exceptions import (
+    InvalidInput,
+    InvalidRole,
+    InvalidSource,
+    MessageNotFound,
+    MessageTooLarge,
+    SessionNotFound,
+)
 from ..models import Message, Session
-from ..scope import Scope
+from ..scope import Scope, as_scope
+from . import _pg
 from ._common import (
     _check_int,
     _check_metadata,
+    _db_for_read,
     _db_for_write,
     _locked_session,
     _send_on_commit,
@@ -191,7 +200,10 @@ def _append_rows(
 ) -> AppendResult:
     """Write validated rows at the end of the session, in one transaction (docs/design.md §5)."""
     rows = [{k: v for k, v in row.items() if k != "explicit_time"} for row in rows]
-    with transaction.atomic(using=_db_for_write()):
+    alias = _db_for_write()
+    if _pg.enabled(alias):  # one statement (docs/design.md §14)
+        return _append_pg(alias, scope, session_id, rows)
+    with transaction.atomic(using=alias):
         session = _locked_session(scope, session_id)
         created = Message.objects.bulk_create(
             Message(
@@ -222,6 +234,31 @@ def _append_rows(
     return AppendResult(session=session, messages=created)
 
 
+def _append_pg(
+    alias: str, scope: Scope | str, session_id: uuid.UUID | str, rows: list[dict[str, Any]]
+) -> AppendResult:
+    """:func:`append_messages` on PostgreSQL: the same checks, one statement (``_pg``)."""
+    canonical = as_scope(scope).canonical
+    last = None
+    for row in reversed(rows):
+        if text := last_message_of(row["role"], row["source"], row["content"]):
+            last = text
+            break
+    appended = _pg.append_rows(
+        alias,
+        canonical=canonical,
+        session_id=_session_id(session_id),
+        rows=rows,
+        last_message=last,
+        updated_at=timezone.now(),
+    )
+    if appended is None:
+        raise SessionNotFound()
+    session, created = appended
+    _send_on_commit(signals.messages_appended, session=session, messages=created)
+    return AppendResult(session=session, messages=created)
+
+
 def list_messages(
     *,
     scope: Scope | str,
@@ -247,6 +284,20 @@ def list_messages(
         _check_int(after_seq, field="after_seq", minimum=0)
     if before_seq is not None:
         _check_int(before_seq, field="before_seq", minimum=0)
+    alias = _db_for_read()
+    if _pg.enabled(alias):
+        canonical = as_scope(scope).canonical
+        page = _pg.newest_messages(
+            alias,
+            canonical=canonical,
+            session_id=_session_id(session_id),
+            limit=limit,
+            after_seq=after_seq,
+            before_seq=before_seq,
+        )
+        if page is None:
+            raise SessionNotFound()
+        return page
     session = get_session(scope=scope, session_id=session_id)
     queryset = Message.objects.filter(session=session)
     if after_seq is not None:

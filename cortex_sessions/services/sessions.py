@@ -14,6 +14,7 @@ from ..content import check_json_object
 from ..exceptions import DefaultConflict, InvalidFilter, SessionNotFound
 from ..models import Message, Session, SessionQuerySet
 from ..scope import Scope, as_scope
+from . import _pg
 from ._common import (
     _UNSET,
     DEFAULT_ORDERING,
@@ -24,6 +25,7 @@ from ._common import (
     _check_int,
     _check_metadata,
     _check_title,
+    _db_for_read,
     _db_for_write,
     _locked_session,
     _send_on_commit,
@@ -158,6 +160,16 @@ def get_session(
         NoScope, InvalidScope: the scope is missing or malformed.
         SessionNotFound: no such session, out of scope, or another agent's — all alike (§6.1).
     """
+    alias = _db_for_read()
+    if _pg.enabled(alias):
+        canonical = as_scope(scope).canonical
+        agent_id = _check_filter_text(agent_id, field="agent_id")
+        session = _pg.get_session(
+            alias, canonical=canonical, session_id=_session_id(session_id), agent_id=agent_id
+        )
+        if session is None:
+            raise SessionNotFound()
+        return session
     queryset = Session.objects.within(scope)
     if _check_filter_text(agent_id, field="agent_id") is not None:
         queryset = queryset.filter(agent_id=agent_id)
@@ -322,9 +334,14 @@ def resolve_session(
     if session_id is not None:
         return get_session(scope=scope, session_id=session_id, agent_id=agent_id), False
     canonical = as_scope(scope).canonical
-    defaults = Session.objects.filter(agent_id=agent_id, scope=canonical, is_default=True)
+    alias = _db_for_write()
     for _attempt in range(RESOLVE_ATTEMPTS):
-        session = defaults.first()
+        if _pg.enabled(alias):  # one statement, no queryset to build (docs/design.md §14)
+            session = _pg.resolve_default(alias, canonical=canonical, agent_id=agent_id)
+        else:
+            session = Session.objects.filter(
+                agent_id=agent_id, scope=canonical, is_default=True
+            ).first()
         if session is not None:
             return session, False
         try:

@@ -144,3 +144,57 @@ def test_ties_are_broken_by_id_so_pages_are_stable(api, alice_scope):
     pages = [api.get(BASE, {"limit": 2, "offset": offset}).json() for offset in (0, 2, 4)]
     seen = [row["id"] for page in pages for row in page["results"]]
     assert seen == sorted(ids, reverse=True)
+
+
+# -- keyset pages (docs/design.md §14) --------------------------------------------------------------
+
+
+def test_cursor_pages_follow_next_and_previous_links(api, listing):
+    first = api.get(BASE, {"cursor": "", "limit": 2, "agent_id": "coder"})
+    body = first.json()
+    assert set(body) == {"next", "previous", "results"}
+    assert titles(first) == ["delta", "beta_one"]
+    assert body["previous"] is None
+    query = parse_qs(urlsplit(body["next"]).query)
+    assert query["agent_id"] == ["coder"] and query["limit"] == ["2"] and query["cursor"][0]
+    second = api.get(body["next"])
+    assert titles(second) == ["Alpha 100%"]
+    assert second.json()["next"] is None
+    back = api.get(second.json()["previous"])
+    assert titles(back) == ["delta", "beta_one"]
+
+
+def test_cursor_pages_are_stable_under_equal_sort_keys(api, alice_scope):
+    stamp = timezone.now()
+    ids = []
+    for _ in range(7):
+        session = services.create_session(scope=alice_scope, agent_id="a", title="same")
+        Session.objects.filter(pk=session.pk).update(updated_at=stamp)
+        ids.append(str(session.pk))
+    seen, url, params = [], BASE, {"cursor": "", "limit": 3, "ordering": "title"}
+    while url:
+        body = api.get(url, params).json()
+        seen += [row["id"] for row in body["results"]]
+        url, params = body["next"], None
+    assert seen == sorted(ids)
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"cursor": "garbage"}, "cursor"),
+        ({"cursor": "", "offset": 2}, "offset"),
+        ({"cursor": "", "limit": 0}, "limit"),
+    ],
+)
+def test_bad_cursor_parameters_are_a_400(api, listing, params, field):
+    response = api.get(BASE, params)
+    assert response.status_code == 400
+    assert response.json()["code"] == "invalid_filter"
+    assert field in str(response.json())
+
+
+def test_a_cursor_of_another_ordering_is_a_400(api, listing):
+    cursor = parse_qs(urlsplit(api.get(BASE, {"cursor": "", "limit": 1}).json()["next"]).query)
+    response = api.get(BASE, {"cursor": cursor["cursor"][0], "ordering": "title"})
+    assert response.status_code == 400 and response.json()["code"] == "invalid_filter"

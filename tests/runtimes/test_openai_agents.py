@@ -517,3 +517,19 @@ def test_runner_session_is_visible_through_the_api_and_the_admin(django_user_mod
     assert "California." in page.content.decode()
     detail = admin_client.get(f"/admin/cortex_sessions/session/{outcome['session_id']}/change/")
     assert "Which city is the Golden Gate Bridge in?" in detail.content.decode()
+
+
+@pytest.mark.parametrize("scope", [BOB, "org=acme/user=alice-x", "org=acme/user=alic", "org=other"])
+def test_the_one_query_read_checks_the_scope_itself(scope):
+    # Defence in depth: the read path a resolved CortexSession uses (raw SQL on PostgreSQL,
+    # the ORM elsewhere) filters by scope too, siblings sharing a prefix included.
+    from cortex_sessions.integrations.openai_agents import _read_items
+    from cortex_sessions.scope import Scope
+
+    owner = session_at()
+    run(owner.add_items, [USER_TEXT])
+    assert _read_items(owner._session_pk, Scope.parse(ALICE), 50) == [USER_TEXT]
+    assert _read_items(owner._session_pk, Scope.parse("org=acme"), 50) == [USER_TEXT]
+    for limit in (50, None):
+        with pytest.raises(SessionNotFound):
+            _read_items(owner._session_pk, Scope.parse(scope), limit)

@@ -1,0 +1,476 @@
+"""``CortexSessionService``: Google ADK sessions stored as cortex sessions (docs/design.md §13.3).
+
+Mapping:
+
+- ``(app_name, user_id)`` → a scope, through ``settings.CORTEX_SESSIONS_ADK_SCOPE`` (a dotted path
+  or callable ``(app_name, user_id) -> Scope | str``; default ``app=<app_name>/user=<user_id>``).
+  The cortex session lives at exactly that scope, with ``agent_id = app_name``.
+- An ADK session → one cortex :class:`~cortex_sessions.models.Session` and one
+  :class:`~.models.AdkSession` row (ADK's id, any string, and the session state). A generated
+  id is the cortex session's UUID, so the ids in ADK, the admin and the API agree.
+- An event → one message: ``user`` when the user wrote it, ``tool`` when it carries function
+  calls or responses, else ``assistant``; a text block with the event's text (so
+  ``last_message`` reads naturally), then ``{"type": "adk_event", "event": {...}}`` with the
+  event's JSON (``model_dump(mode="json", exclude_none=True)``, as ADK's own database store
+  keeps it) verbatim. ``created_at`` is the event's timestamp.
+- State: keys without a prefix live on the ADK session; ``app:`` keys in
+  :class:`~.models.AdkAppState` and ``user:`` keys in :class:`~.models.AdkUserState` (stored
+  without the prefix, merged back with it); ``temp:`` keys are never stored.
+
+Every write is one transaction on the database the router picks. A service may be bound to a
+tenant with ``CortexSessionService(within=scope)``: then every ``(app_name, user_id)`` must map
+to a scope at or beneath it, or the call is refused with ``ScopeForbidden``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, cast
+
+from asgiref.sync import sync_to_async
+from django.db import IntegrityError, router, transaction
+from django.db.models import Value
+from google.adk.events.event import Event
+from google.adk.sessions import _session_util
+from google.adk.sessions.base_session_service import (
+    BaseSessionService,
+    GetSessionConfig,
+    ListSessionsResponse,
+)
+from google.adk.sessions.session import Session as AdkSessionModel
+from google.adk.sessions.state import State
+from google.genai import types
+
+from cortex_sessions import services
+from cortex_sessions.content import content_text
+from cortex_sessions.exceptions import ScopeForbidden, SessionNotFound
+from cortex_sessions.models import Message
+from cortex_sessions.models import Session as CortexSession
+from cortex_sessions.scope import Scope, as_scope, scope_q
+
+from .conf import default_scope, scope_mapper
+from .models import AdkAppState, AdkSession, AdkUserState
+
+try:  # ADK >= 1.x ships these; older versions fall back to ValueError like their own stores.
+    from google.adk.errors.already_exists_error import AlreadyExistsError
+except ImportError:  # pragma: no cover
+    AlreadyExistsError = ValueError  # type: ignore[misc,assignment]
+try:
+    from google.adk.errors.session_not_found_error import SessionNotFoundError
+except ImportError:  # pragma: no cover
+    SessionNotFoundError = ValueError  # type: ignore[misc,assignment]
+try:
+    from google.adk.errors._stale_session_error import StaleSessionError
+except ImportError:  # pragma: no cover
+    StaleSessionError = ValueError  # type: ignore[misc,assignment]
+
+__all__ = [
+    "EVENT_BLOCK_TYPE",
+    "CortexSessionService",
+    "default_scope",
+    "event_to_message",
+    "message_to_event",
+]
+
+#: The ``type`` of the content block that keeps an ADK event verbatim.
+EVENT_BLOCK_TYPE = "adk_event"
+
+
+def _timestamp(value: dt.datetime) -> float:
+    return value.timestamp()
+
+
+def _when(timestamp: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(timestamp, tz=dt.UTC)
+
+
+def _event_text(event: Event) -> str:
+    content = event.content
+    if content is None or not content.parts:
+        return ""
+    return "\n".join(
+        part.text for part in content.parts if part.text and not getattr(part, "thought", False)
+    )
+
+
+def _event_role(event: Event) -> str:
+    if event.author == "user":
+        return "user"
+    parts = (event.content.parts if event.content else None) or []
+    if any(part.function_call or part.function_response for part in parts):
+        return "tool"
+    return "assistant"
+
+
+def event_to_message(event: Event) -> dict[str, Any]:
+    """The message an ADK event is stored as (docs/design.md §13.3).
+
+    Returns:
+        A mapping for :func:`cortex_sessions.services.append_messages`.
+    """
+    content: list[dict[str, Any]] = []
+    text = _event_text(event)
+    if text.strip():
+        content.append({"type": "text", "text": text.replace("\x00", "")})
+    content.append(
+        {"type": EVENT_BLOCK_TYPE, "event": event.model_dump(mode="json", exclude_none=True)}
+    )
+    return {"role": _event_role(event), "content": content, "created_at": _when(event.timestamp)}
+
+
+def message_to_event(message: Message, app_name: str) -> Event | None:
+    """The event a message reads back as; ``None`` for a message that is no event (§13.3).
+
+    Messages other writers add (the REST API, the admin) read as plain text events: a ``user``
+    message as the user's, an ``assistant`` message as the app's; other roles are skipped.
+    """
+    return _event_of(
+        message.role,
+        message.content,
+        cast(int, message.seq),  # messages of a session always have one
+        message.created_at,
+        message.session_id,
+        app_name,
+    )
+
+
+def _event_of(
+    role: str, content: Any, seq: int, created_at: dt.datetime, session_pk: Any, app_name: str
+) -> Event | None:
+    for block in content or ():
+        if isinstance(block, dict) and block.get("type") == EVENT_BLOCK_TYPE:
+            return Event.model_validate(block["event"])
+    if role not in ("user", "assistant"):
+        return None
+    text = content_text(content)
+    if not text:
+        return None
+    return Event(
+        id=f"cortex-{session_pk}-{seq}",
+        invocation_id="",
+        author="user" if role == "user" else app_name,
+        content=types.Content(
+            role="user" if role == "user" else "model", parts=[types.Part(text=text)]
+        ),
+        timestamp=_timestamp(created_at),
+    )
+
+
+class CortexSessionService(BaseSessionService):
+    """ADK's ``BaseSessionService`` on cortex_sessions (docs/design.md §13.3).
+
+    Args:
+        within: optional tenant bound: every ``(app_name, user_id)`` must map to a scope at or
+            beneath it; a call for one outside raises ``ScopeForbidden``. ``None`` (the
+            default, and what ADK's no-argument construction gives): no bound beyond the
+            mapping.
+
+    Raises (from every method):
+        InvalidScope: the mapping gives no valid scope for ``(app_name, user_id)`` (with the
+            default mapping: an empty name, one over 255 characters or with control characters).
+        ScopeForbidden: the mapped scope lies outside ``within``.
+    """
+
+    def __init__(self, *, within: Scope | str | None = None) -> None:
+        self.within = as_scope(within) if within is not None else None
+
+    # -- mapping ----------------------------------------------------------------------------------
+
+    def scope_for(self, app_name: str, user_id: str) -> Scope:
+        """The scope of ``(app_name, user_id)`` by ``CORTEX_SESSIONS_ADK_SCOPE``.
+
+        Raises:
+            InvalidScope, NoScope: the mapping's result is no valid scope.
+            ScopeForbidden: it lies outside ``within``.
+        """
+        scope = as_scope(scope_mapper()(app_name, user_id))
+        if self.within is not None and not self.within.contains(scope):
+            raise ScopeForbidden()
+        return scope
+
+    # -- BaseSessionService -----------------------------------------------------------------------
+
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> AdkSessionModel:
+        """Create a session with the given or a generated id and initial ``state``.
+
+        ``app:`` and ``user:`` keys of ``state`` update the shared app and user state; ``temp:``
+        keys are dropped; the rest is the session's state. The returned session's state has the
+        app and user state merged in.
+
+        Raises:
+            AlreadyExistsError: ``session_id`` is taken for this app and user.
+        """
+        return await _create(self, app_name, user_id, state, session_id)
+
+    async def get_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        config: GetSessionConfig | None = None,
+    ) -> AdkSessionModel | None:
+        """The session with its events (oldest first) and merged state, or ``None``.
+
+        ``config.num_recent_events`` keeps only the newest N events (``0``: none);
+        ``config.after_timestamp`` only events with ``timestamp >=`` it; both may be combined.
+        """
+        return await _get(self, app_name, user_id, session_id, config)
+
+    async def list_sessions(
+        self, *, app_name: str, user_id: str | None = None
+    ) -> ListSessionsResponse:
+        """The app's sessions (of one user, or of every user when ``user_id`` is ``None``),
+        without events, with merged state, least recently updated first."""
+        return await _list(self, app_name, user_id)
+
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        """Delete the session and its messages; a missing session is not an error."""
+        await _delete(self, app_name, user_id, session_id)
+
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        """The user's shared state, keys without the ``user:`` prefix (``{}`` when none)."""
+        return await _user_state(self, app_name, user_id)
+
+    async def append_event(self, session: AdkSessionModel, event: Event) -> Event:
+        """Store an event and apply its state delta, in one transaction.
+
+        Partial events are returned unstored. ``temp:`` keys reach the in-memory ``session``
+        only; ``app:``/``user:`` keys update the shared state; the rest the session's state.
+
+        Raises:
+            SessionNotFoundError: the session does not exist (or is another tenant's).
+            StaleSessionError: the stored session moved on (another writer appended) since
+                ``session`` was read; read it again.
+        """
+        if event.partial:
+            return event
+        self._apply_temp_state(session, event)
+        event = self._trim_temp_delta_state(event)
+        await _append(self, session, event)
+        return self._commit_event_to_session(session, event)
+
+
+# -- database work, each one sync_to_async call -----------------------------------------------------
+
+
+def _db() -> str:
+    return router.db_for_write(AdkSession)
+
+
+def _shared_state(app_name: str, user_id: str) -> dict[str, Any]:
+    """The app's and the user's shared state, prefixed, in one query."""
+    app = (
+        AdkAppState.objects.filter(app_name=app_name)
+        .annotate(kind=Value(State.APP_PREFIX))
+        .values_list("kind", "state")
+    )
+    user = (
+        AdkUserState.objects.filter(app_name=app_name, user_id=user_id)
+        .annotate(kind=Value(State.USER_PREFIX))
+        .values_list("kind", "state")
+    )
+    merged: dict[str, Any] = {}
+    for prefix, state in sorted(app.union(user, all=True), key=lambda row: row[0]):
+        for key, value in (state or {}).items():
+            merged[prefix + key] = value
+    return merged
+
+
+def _update_shared_state(app_name: str, user_id: str, deltas: dict[str, dict[str, Any]]) -> None:
+    """Merge ``app``/``user`` deltas into their rows under row locks (same transaction)."""
+    if deltas["app"]:
+        app_row, _ = AdkAppState.objects.select_for_update().get_or_create(app_name=app_name)
+        app_row.state = {**app_row.state, **deltas["app"]}
+        app_row.save(update_fields=["state"])
+    if deltas["user"]:
+        user_row, _ = AdkUserState.objects.select_for_update().get_or_create(
+            app_name=app_name, user_id=user_id
+        )
+        user_row.state = {**user_row.state, **deltas["user"]}
+        user_row.save(update_fields=["state"])
+
+
+def _find(
+    service: CortexSessionService, app_name: str, user_id: str, session_id: str
+) -> tuple[Scope | str, AdkSession | None]:
+    """``(scope, row)``: the AdkSession row of the session if its cortex session lies at or
+    beneath the mapped scope (one query, the scope checked in the join), else ``(scope, None)``."""
+    scope = service.scope_for(app_name, user_id)
+    row = (
+        AdkSession.objects.select_related("session")
+        .filter(scope_q(scope, field="session__scope"))
+        .filter(app_name=app_name, user_id=user_id, adk_id=session_id)
+        .first()
+    )
+    return scope, row
+
+
+def _build(
+    row: AdkSession, events: list[Event], updated_at: dt.datetime, last_seq: int
+) -> AdkSessionModel:
+    session = AdkSessionModel(
+        id=row.adk_id,
+        app_name=row.app_name,
+        user_id=row.user_id,
+        state={**row.state, **_shared_state(row.app_name, row.user_id)},
+        events=events,
+        last_update_time=_timestamp(updated_at),
+    )
+    _set_marker(session, last_seq)
+    return session
+
+
+def _set_marker(session: AdkSessionModel, last_seq: int) -> None:
+    if "_storage_update_marker" in getattr(type(session), "__private_attributes__", {}):
+        session._storage_update_marker = str(last_seq)
+
+
+def _create_sync(
+    service: CortexSessionService,
+    app_name: str,
+    user_id: str,
+    state: dict[str, Any] | None,
+    session_id: str | None,
+) -> AdkSessionModel:
+    scope = service.scope_for(app_name, user_id)
+    session_id = session_id.strip() if session_id else None
+    deltas = _session_util.extract_state_delta(state or {})
+    try:
+        with transaction.atomic(using=_db()):
+            cortex = services.create_session(scope=scope, agent_id=app_name, title=session_id or "")
+            row = AdkSession.objects.create(
+                session=cortex,
+                app_name=app_name,
+                user_id=user_id,
+                adk_id=session_id or str(cortex.pk),
+                state=deltas["session"],
+            )
+            _update_shared_state(app_name, user_id, deltas)
+    except IntegrityError:
+        if AdkSession.objects.filter(
+            app_name=app_name, user_id=user_id, adk_id=session_id
+        ).exists():
+            raise AlreadyExistsError(f"Session with id {session_id} already exists.") from None
+        raise
+    return _build(row, [], cortex.updated_at, cortex.last_seq)
+
+
+def _get_sync(
+    service: CortexSessionService,
+    app_name: str,
+    user_id: str,
+    session_id: str,
+    config: GetSessionConfig | None,
+) -> AdkSessionModel | None:
+    _scope, row = _find(service, app_name, user_id, session_id)
+    if row is None:
+        return None
+    cortex = row.session
+    messages = Message.objects.filter(session_id=cortex.pk).values_list(
+        "seq", "role", "content", "created_at"
+    )
+    limit = None
+    if config is not None:
+        if config.after_timestamp is not None:
+            messages = messages.filter(created_at__gte=_when(config.after_timestamp))
+        limit = config.num_recent_events
+    if limit == 0:
+        rows: list[Any] = []
+    elif limit is not None:
+        rows = list(reversed(messages.order_by("-seq")[:limit]))
+    else:
+        rows = list(messages.order_by("seq"))
+    events = [
+        event
+        for seq, role, content, created_at in rows
+        if (event := _event_of(role, content, seq, created_at, cortex.pk, app_name)) is not None
+    ]
+    return _build(row, events, cortex.updated_at, cortex.last_seq)
+
+
+def _list_sync(
+    service: CortexSessionService, app_name: str, user_id: str | None
+) -> ListSessionsResponse:
+    rows = AdkSession.objects.select_related("session").filter(app_name=app_name)
+    if user_id is not None:
+        scope = service.scope_for(app_name, user_id)
+        rows = rows.filter(user_id=user_id).filter(
+            session__in=services.session_queryset(scope=scope, exact=True)
+        )
+    elif service.within is not None:
+        rows = rows.filter(session__in=services.session_queryset(scope=service.within))
+    sessions = [_build(row, [], row.session.updated_at, row.session.last_seq) for row in rows]
+    sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
+    return ListSessionsResponse(sessions=sessions)
+
+
+def _delete_sync(
+    service: CortexSessionService, app_name: str, user_id: str, session_id: str
+) -> None:
+    scope, row = _find(service, app_name, user_id, session_id)
+    if row is None:
+        return
+    try:
+        services.delete_session(scope=scope, session_id=row.session_id)
+    except SessionNotFound:
+        return
+
+
+def _user_state_sync(service: CortexSessionService, app_name: str, user_id: str) -> dict[str, Any]:
+    service.scope_for(app_name, user_id)
+    state = (
+        AdkUserState.objects.filter(app_name=app_name, user_id=user_id)
+        .values_list("state", flat=True)
+        .first()
+    )
+    return dict(state or {})
+
+
+def _append_sync(service: CortexSessionService, session: AdkSessionModel, event: Event) -> None:
+    app_name, user_id = session.app_name, session.user_id
+    scope, row = _find(service, app_name, user_id, session.id)
+    if row is None:
+        raise SessionNotFoundError(f"Session {session.id} not found.")
+    deltas = _session_util.extract_state_delta(
+        (event.actions.state_delta if event.actions else None) or {}
+    )
+    marker = getattr(session, "_storage_update_marker", None)
+    with transaction.atomic(using=_db()):
+        # Lock the cortex session first, as every append does, then the ADK row.
+        last_seq = (
+            CortexSession.objects.select_for_update()
+            .filter(pk=row.session_id)
+            .values_list("last_seq", flat=True)
+            .get()
+        )
+        if marker is not None and marker != str(last_seq):
+            raise StaleSessionError(
+                "The session was changed by another writer since it was read; read it again."
+            )
+        result = services.append_messages(
+            scope=scope, session_id=row.session_id, messages=[event_to_message(event)]
+        )
+        if deltas["session"]:
+            # Every ADK write of this state holds the cortex session's row lock (taken above),
+            # so reading the stored state here and writing it back loses no concurrent key.
+            stored = AdkSession.objects.filter(pk=row.pk).values_list("state", flat=True).get()
+            AdkSession.objects.filter(pk=row.pk).update(state={**stored, **deltas["session"]})
+        _update_shared_state(app_name, user_id, deltas)
+    session.last_update_time = _timestamp(result.session.updated_at)
+    _set_marker(session, result.session.last_seq)
+
+
+_create = sync_to_async(_create_sync, thread_sensitive=True)
+_get = sync_to_async(_get_sync, thread_sensitive=True)
+_list = sync_to_async(_list_sync, thread_sensitive=True)
+_delete = sync_to_async(_delete_sync, thread_sensitive=True)
+_user_state = sync_to_async(_user_state_sync, thread_sensitive=True)
+_append = sync_to_async(_append_sync, thread_sensitive=True)

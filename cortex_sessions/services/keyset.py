@@ -1,0 +1,191 @@
+"""Keyset (cursor) pagination of session lists: page N costs what page 1 costs (docs/design.md §14).
+
+A page is read with ``WHERE (sort key, id) < (last row's sort key, last row's id)`` (``>`` for an
+ascending order) and ``LIMIT``, so the database walks the index from where the previous page
+ended instead of skipping ``offset`` rows. The id breaks ties, so rows with equal sort keys are
+neither repeated nor skipped, and a row inserted or moved while a client pages shows up at most
+once (it is seen or not, according to its new position).
+
+A cursor is opaque to clients, as in DRF's ``CursorPagination``: URL-safe base64 of a small JSON
+object with the ordering it belongs to, the position (sort key and id of the row it follows) and
+the direction (``next`` or ``previous``). A cursor that does not decode, or that belongs to another
+ordering, is ``InvalidFilter`` (400 ``invalid_filter``), never silently page 1.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q
+
+from ..exceptions import InvalidFilter
+from ..models import Session, SessionQuerySet
+from ..scope import Scope
+from ._common import MAX_INT64, _check_int
+from .sessions import session_queryset
+
+__all__ = ["SessionPage", "list_sessions_page", "paginate_keyset"]
+
+#: Longest cursor accepted, in characters (a position is a sort key of at most 500 characters).
+MAX_CURSOR_CHARS = 4096
+
+
+@dataclass(frozen=True)
+class SessionPage:
+    """One keyset page of sessions.
+
+    Attributes:
+        results: the sessions of the page, in the list's order.
+        next_cursor: the cursor of the following page, or ``None`` on the last page.
+        previous_cursor: the cursor of the page before, or ``None`` on the first page.
+    """
+
+    results: list[Session] = field(default_factory=list)
+    next_cursor: str | None = None
+    previous_cursor: str | None = None
+
+
+def _invalid(detail: str = "cursor is not a cursor of this list.") -> InvalidFilter:
+    return InvalidFilter(detail, field="cursor")
+
+
+def _encode(ordering: str, row: Session, *, previous: bool) -> str:
+    key = getattr(row, ordering.lstrip("-"))
+    if isinstance(key, datetime):
+        key = key.isoformat()
+    data = {"o": ordering, "k": key, "i": str(row.pk), "d": "p" if previous else "n"}
+    raw = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode(cursor: Any, ordering: str) -> tuple[Any, uuid.UUID, bool]:
+    """``(sort key, id, previous)`` of a cursor of ``ordering``.
+
+    Raises:
+        InvalidFilter: not a cursor, or a cursor of another ordering.
+    """
+    if not isinstance(cursor, str) or len(cursor) > MAX_CURSOR_CHARS:
+        raise _invalid()
+    try:
+        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        key, pk, direction = data["k"], uuid.UUID(data["i"]), data["d"]
+        if data["o"] != ordering:
+            raise _invalid("cursor belongs to another ordering; start again without it.")
+    except (ValueError, TypeError, KeyError, binascii.Error, UnicodeDecodeError):
+        raise _invalid() from None
+    name = ordering.lstrip("-")
+    try:
+        if name in ("created_at", "updated_at"):
+            key = datetime.fromisoformat(key)
+            if key.tzinfo is None:
+                raise ValueError(key)
+        elif name == "message_count":
+            key = _check_int(key, field="cursor", minimum=0)
+        elif not isinstance(key, str) or "\x00" in key:
+            raise ValueError(key)
+    except (ValueError, TypeError, InvalidFilter):
+        raise _invalid() from None
+    if direction not in ("n", "p"):
+        raise _invalid()
+    return key, pk, direction == "p"
+
+
+def _ordering_of(queryset: SessionQuerySet) -> str:
+    """The sort key of a queryset from :func:`session_queryset` (ordered by key, then id)."""
+    order = [str(term) for term in queryset.query.order_by]
+    if len(order) != 2 or order[1].lstrip("-") != "id":
+        raise ValueError("paginate_keyset needs a queryset from session_queryset().")
+    return order[0]
+
+
+def paginate_keyset(queryset: SessionQuerySet, *, cursor: str | None, limit: int) -> SessionPage:
+    """The page of ``queryset`` that ``cursor`` points at (the first page without one).
+
+    Args:
+        queryset: sessions as :func:`session_queryset` returns them (filtered; ordered by one
+            of ``ORDERING_FIELDS`` with the id as tie-break in the same direction).
+        cursor: ``None`` or a cursor from a previous :class:`SessionPage` of the same list.
+        limit: the page size, ``>= 1``.
+
+    Returns:
+        The :class:`SessionPage` (one query: ``limit + 1`` rows tell whether more follow).
+
+    Raises:
+        InvalidFilter: a bad ``limit`` or ``cursor``.
+    """
+    _check_int(limit, field="limit", minimum=1)
+    if limit >= MAX_INT64:
+        raise InvalidFilter("limit is too large.", field="limit")
+    ordering = _ordering_of(queryset)
+    name = ordering.lstrip("-")
+    descending = ordering.startswith("-")
+    previous = False
+    if cursor is not None:
+        key, pk, previous = _decode(cursor, ordering)
+        # "After" in the list's own direction; "before" (a previous page) is the other way.
+        after_is_less = descending != previous
+        op = "lt" if after_is_less else "gt"
+        bound = "lte" if after_is_less else "gte"
+        # The redundant bound on the sort key alone gives the index a range to start from.
+        queryset = queryset.filter(
+            Q(**{f"{name}__{bound}": key})
+            & (Q(**{f"{name}__{op}": key}) | Q(**{name: key, f"pk__{op}": pk}))
+        )
+    if previous:
+        queryset = queryset.reverse()
+    rows = list(queryset[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    if previous:
+        rows.reverse()
+    if not rows:
+        return SessionPage([], None, None)
+    has_next = more if not previous else True
+    has_previous = (cursor is not None) if not previous else more
+    return SessionPage(
+        results=rows,
+        next_cursor=_encode(ordering, rows[-1], previous=False) if has_next else None,
+        previous_cursor=_encode(ordering, rows[0], previous=True) if has_previous else None,
+    )
+
+
+def list_sessions_page(
+    *,
+    scope: Scope | str,
+    agent_id: str | None = None,
+    exact: bool = False,
+    default_only: bool = False,
+    search: str | None = None,
+    ordering: str | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> SessionPage:
+    """A keyset page of the sessions at ``scope`` (filters as :func:`session_queryset`).
+
+    Start without ``cursor``; pass ``next_cursor`` (or ``previous_cursor``) of the page you have
+    to get the one after (or before) it, with the same filters and ordering. Each page is one
+    query whose cost does not grow with how far the client has paged (docs/design.md §14).
+
+    Returns:
+        :class:`SessionPage`.
+
+    Raises:
+        NoScope, InvalidScope.
+        InvalidFilter: a bad ordering, filter, ``limit`` or ``cursor`` (a cursor of another
+            ordering included).
+    """
+    queryset = session_queryset(
+        scope=scope,
+        agent_id=agent_id,
+        exact=exact,
+        default_only=default_only,
+        search=search,
+        ordering=ordering,
+    )
+    return paginate_keyset(queryset, cursor=cursor, limit=limit)

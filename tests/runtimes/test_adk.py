@@ -1,0 +1,499 @@
+"""Conformance of ``CortexSessionService`` with Google ADK's ``BaseSessionService`` (§13.3).
+
+Covers every case of ADK's own session-service tests (InMemory and Database stores): empty get,
+create/get/delete, ids and list order, ``app:``/``user:``/``temp:`` state rules, state merged
+into new sessions, events with bytes and with every field, ``GetSessionConfig`` filters — plus
+duplicate ids, partial events, stale writers, user state, the scope mapping, tenant safety,
+visibility in the admin and the API, and ADK's ``Runner`` across two turns.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+pytest.importorskip("google.adk")
+
+from asgiref.sync import async_to_sync
+from django.core.management import call_command
+from django.db import connections
+from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
+from google.adk.events import Event, EventActions
+from google.adk.sessions import BaseSessionService
+from google.adk.sessions.base_session_service import GetSessionConfig
+from google.genai import types
+from rest_framework.test import APIClient
+
+from cortex_sessions import services
+from cortex_sessions.exceptions import InvalidScope, ScopeForbidden
+from cortex_sessions.integrations.adk import CortexSessionService
+from cortex_sessions.integrations.adk.models import (
+    AdkAppState,
+    AdkSession,
+    AdkUserState,
+)
+from cortex_sessions.integrations.adk.service import EVENT_BLOCK_TYPE
+from cortex_sessions.models import Message, Session
+from example_project.runtimes.adk_example import main
+from tests.asyncio_support import async_test
+
+pytestmark = pytest.mark.django_db
+
+APP = "my_app"
+
+
+def text_event(text, author="user", **kwargs):
+    role = "user" if author == "user" else "model"
+    return Event(
+        invocation_id="invocation",
+        author=author,
+        content=types.Content(role=role, parts=[types.Part(text=text)]),
+        **kwargs,
+    )
+
+
+@pytest.fixture
+def service():
+    return CortexSessionService()
+
+
+def run(coroutine_function, *args, **kwargs):
+    return async_to_sync(coroutine_function)(*args, **kwargs)
+
+
+# -- ADK's own cases -------------------------------------------------------------------------------
+
+
+def test_constructed_without_arguments_it_is_an_adk_session_service():
+    assert isinstance(CortexSessionService(), BaseSessionService)
+
+
+@async_test
+async def test_get_empty_session(service):
+    assert await service.get_session(app_name=APP, user_id="test_user", session_id="123") is None
+
+
+@async_test
+async def test_create_get_and_delete_session(service):
+    session = await service.create_session(app_name=APP, user_id="u", state={"key": "value"})
+    assert (session.app_name, session.user_id, session.state) == (APP, "u", {"key": "value"})
+    assert session.id
+    got = await service.get_session(app_name=APP, user_id="u", session_id=session.id)
+    assert got == session
+    await service.delete_session(app_name=APP, user_id="u", session_id=session.id)
+    assert await service.get_session(app_name=APP, user_id="u", session_id=session.id) is None
+    assert not await Session.objects.filter(pk=session.id).aexists()
+
+
+@async_test
+async def test_generated_id_is_the_cortex_session_id(service):
+    session = await service.create_session(app_name=APP, user_id="u")
+    stored = await Session.objects.aget(pk=session.id)
+    assert (stored.scope, stored.agent_id) == (f"app={APP}/user=u", APP)
+
+
+@async_test
+async def test_create_with_given_ids_and_list_them_in_order(service):
+    ids = [f"session{i}" for i in range(5)]
+    for session_id in ids:
+        await service.create_session(app_name=APP, user_id="u", session_id=session_id)
+    listed = (await service.list_sessions(app_name=APP, user_id="u")).sessions
+    assert [s.id for s in listed] == ids
+    assert all(s.events == [] for s in listed)
+
+
+@async_test
+async def test_a_given_id_is_unique_per_app_and_user(service):
+    await service.create_session(app_name=APP, user_id="u", session_id="s")
+    with pytest.raises(AlreadyExistsError):
+        await service.create_session(app_name=APP, user_id="u", session_id="s")
+    other = await service.create_session(app_name=APP, user_id="v", session_id="s")
+    assert other.id == "s"
+    assert await Session.objects.acount() == 2
+
+
+@async_test
+async def test_session_state_follows_adks_prefix_rules(service):
+    s11 = await service.create_session(
+        app_name=APP, user_id="user1", state={"key11": "value11"}, session_id="session11"
+    )
+    await service.create_session(
+        app_name=APP, user_id="user1", state={"key12": "value12"}, session_id="session12"
+    )
+    await service.create_session(app_name=APP, user_id="user2", session_id="session2")
+    assert s11.state.get("key11") == "value11"
+
+    event = text_event(
+        "text",
+        actions=EventActions(
+            state_delta={
+                "app:key": "value",
+                "user:key1": "value1",
+                "temp:key": "temp",
+                "key11": "value11_new",
+            }
+        ),
+    )
+    await service.append_event(session=s11, event=event)
+    assert s11.state.get("app:key") == "value"
+    assert s11.state.get("key11") == "value11_new"
+    assert s11.state.get("user:key1") == "value1"
+    # temp state reaches the running session only, never storage
+    stored_event = (
+        await service.get_session(app_name=APP, user_id="user1", session_id="session11")
+    ).events[0]
+    assert "temp:key" not in stored_event.actions.state_delta
+
+    s12 = await service.get_session(app_name=APP, user_id="user1", session_id="session12")
+    assert s12.state.get("key12") == "value12"
+    assert s12.state.get("user:key1") == "value1"
+    assert not s12.state.get("temp:key")
+
+    s2 = await service.get_session(app_name=APP, user_id="user2", session_id="session2")
+    assert s2.state.get("app:key") == "value"
+    assert not s2.state.get("user:key1")
+
+    s11 = await service.get_session(app_name=APP, user_id="user1", session_id="session11")
+    assert s11.state.get("key11") == "value11_new"
+    assert s11.state.get("user:key1") == "value1"
+    assert not s11.state.get("temp:key")
+
+    assert (await AdkAppState.objects.aget(app_name=APP)).state == {"key": "value"}
+    assert (await AdkUserState.objects.aget(app_name=APP, user_id="user1")).state == {
+        "key1": "value1"
+    }
+    assert await service.get_user_state(app_name=APP, user_id="user1") == {"key1": "value1"}
+    assert await service.get_user_state(app_name=APP, user_id="user2") == {}
+
+
+@async_test
+async def test_a_new_session_gets_the_persisted_app_and_user_state(service):
+    s1 = await service.create_session(
+        app_name=APP, user_id="user", state={"key1": "value1"}, session_id="session1"
+    )
+    event = text_event(
+        "text",
+        actions=EventActions(
+            state_delta={"app:key": "value", "user:key1": "value1", "temp:key": "temp"}
+        ),
+    )
+    await service.append_event(session=s1, event=event)
+    assert s1.state.get("app:key") == "value" and s1.state.get("key1") == "value1"
+    # ADK applies temp: keys to the running session object only; storage never sees them.
+    stored = await service.get_session(app_name=APP, user_id="user", session_id="session1")
+    assert "temp:key" not in stored.state
+
+    s2 = await service.create_session(app_name=APP, user_id="user", state={}, session_id="s2")
+    assert s2.state.get("app:key") == "value"
+    assert s2.state.get("user:key1") == "value1"
+    assert not s2.state.get("key1")
+    assert not s2.state.get("temp:key")
+
+
+@async_test
+async def test_initial_state_with_prefixes_goes_to_app_and_user_state(service):
+    session = await service.create_session(
+        app_name=APP,
+        user_id="u",
+        state={"app:theme": "dark", "user:name": "Ada", "temp:x": 1, "plain": [1, {"a": None}]},
+    )
+    assert session.state == {"app:theme": "dark", "user:name": "Ada", "plain": [1, {"a": None}]}
+    assert (await AdkSession.objects.aget(adk_id=session.id)).state == {"plain": [1, {"a": None}]}
+
+
+@async_test
+async def test_append_event_with_bytes(service):
+    session = await service.create_session(app_name=APP, user_id="user")
+    content = types.Content(
+        role="user", parts=[types.Part.from_bytes(data=b"test_image_data", mime_type="image/png")]
+    )
+    grounding = types.GroundingMetadata(
+        search_entry_point=types.SearchEntryPoint(sdk_blob=b"test_sdk_blob")
+    )
+    event = Event(
+        invocation_id="invocation", author="user", content=content, grounding_metadata=grounding
+    )
+    await service.append_event(session=session, event=event)
+    assert session.events[0].content == content
+    got = await service.get_session(app_name=APP, user_id="user", session_id=session.id)
+    assert len(got.events) == 1
+    assert got.events[0].content == content
+    assert got.events[0].grounding_metadata == grounding
+
+
+@async_test
+async def test_append_a_complete_event_round_trips(service):
+    session = await service.create_session(app_name=APP, user_id="user")
+    event = Event(
+        invocation_id="invocation",
+        author="user",
+        content=types.Content(role="user", parts=[types.Part(text="test_text")]),
+        turn_complete=True,
+        partial=False,
+        actions=EventActions(artifact_delta={"file": 0}, transfer_to_agent="agent", escalate=True),
+        long_running_tool_ids={"tool1"},
+        error_code="error_code",
+        error_message="error_message",
+        interrupted=True,
+    )
+    await service.append_event(session=session, event=event)
+    assert await service.get_session(app_name=APP, user_id="user", session_id=session.id) == session
+
+
+@async_test
+async def test_get_session_with_config(service):
+    session = await service.create_session(app_name=APP, user_id="user")
+    for i in range(1, 6):
+        await service.append_event(session, Event(author="user", timestamp=i))
+
+    def get(**config):
+        return service.get_session(
+            app_name=APP,
+            user_id="user",
+            session_id=session.id,
+            config=GetSessionConfig(**config) if config else None,
+        )
+
+    assert len((await get()).events) == 5
+    recent = (await get(num_recent_events=3)).events
+    assert [e.timestamp for e in recent] == [3, 4, 5]
+    after = (await get(after_timestamp=4.0)).events
+    assert [e.timestamp for e in after] == [4, 5]
+    assert (await get(after_timestamp=50)).events == []
+    assert [e.timestamp for e in (await get(after_timestamp=4.0, num_recent_events=3)).events] == [
+        4,
+        5,
+    ]
+    assert (await get(num_recent_events=0)).events == []
+    assert len((await get(num_recent_events=10)).events) == 5
+
+
+# -- beyond ADK's cases ---------------------------------------------------------------------------
+
+
+@async_test
+async def test_partial_events_are_not_stored(service):
+    session = await service.create_session(app_name=APP, user_id="u")
+    returned = await service.append_event(session, text_event("stream chunk", partial=True))
+    assert returned.partial and session.events == []
+    assert await Message.objects.acount() == 0
+
+
+@async_test
+async def test_append_to_a_missing_session_raises(service):
+    session = await service.create_session(app_name=APP, user_id="u")
+    await service.delete_session(app_name=APP, user_id="u", session_id=session.id)
+    with pytest.raises(SessionNotFoundError):
+        await service.append_event(session, text_event("hello"))
+    await service.delete_session(app_name=APP, user_id="u", session_id=session.id)  # no error
+
+
+@async_test
+async def test_a_stale_copy_cannot_append_over_a_newer_write(service):
+    await service.create_session(app_name=APP, user_id="u", session_id="s")
+    first = await service.get_session(app_name=APP, user_id="u", session_id="s")
+    second = await service.get_session(app_name=APP, user_id="u", session_id="s")
+    await service.append_event(first, text_event("one"))
+    await service.append_event(first, text_event("two"))  # its own writes keep it current
+    with pytest.raises(Exception) as info:
+        await service.append_event(second, text_event("three"))
+    assert type(info.value).__name__ == "StaleSessionError"
+    fresh = await service.get_session(app_name=APP, user_id="u", session_id="s")
+    assert [e.content.parts[0].text for e in fresh.events] == ["one", "two"]
+
+
+@async_test
+async def test_each_event_is_one_message_with_the_event_json_verbatim(service):
+    session = await service.create_session(app_name=APP, user_id="u")
+    call = Event(
+        author="guide",
+        content=types.Content(
+            role="model",
+            parts=[types.Part(function_call=types.FunctionCall(name="weather", args={"c": "P"}))],
+        ),
+    )
+    for event in (text_event("hi"), text_event("hello!", author="guide"), call):
+        await service.append_event(session, event)
+    rows = [m async for m in Message.objects.filter(session_id=session.id).order_by("seq")]
+    assert [m.role for m in rows] == ["user", "assistant", "tool"]
+    for row, event in zip(rows, session.events, strict=True):
+        block = {
+            "type": EVENT_BLOCK_TYPE,
+            "event": event.model_dump(mode="json", exclude_none=True),
+        }
+        assert block in row.content
+        assert row.created_at.timestamp() == pytest.approx(event.timestamp, abs=1e-6)
+    stored = await Session.objects.aget(pk=session.id)
+    assert (stored.message_count, stored.last_message) == (3, "hello!")
+
+
+@async_test
+async def test_messages_added_through_the_api_read_as_events(service):
+    session = await service.create_session(app_name=APP, user_id="u")
+    await service.append_event(session, text_event("question"))
+    await services.aappend_messages(
+        scope=f"app={APP}/user=u",
+        session_id=session.id,
+        messages=[{"role": "assistant", "content": "an operator's answer"}],
+    )
+    events = (await service.get_session(app_name=APP, user_id="u", session_id=session.id)).events
+    assert [(e.author, e.content.parts[0].text) for e in events] == [
+        ("user", "question"),
+        (APP, "an operator's answer"),
+    ]
+
+
+@async_test
+async def test_list_without_user_lists_every_users_sessions_with_their_state(service):
+    await service.create_session(app_name=APP, user_id="a", session_id="x", state={"k": 1})
+    await service.create_session(app_name=APP, user_id="b", session_id="y", state={"user:n": 2})
+    await service.create_session(app_name="other", user_id="a", session_id="z")
+    listed = (await service.list_sessions(app_name=APP)).sessions
+    assert [(s.user_id, s.id, s.state) for s in listed] == [
+        ("a", "x", {"k": 1}),
+        ("b", "y", {"user:n": 2}),
+    ]
+    assert (await service.list_sessions(app_name=APP, user_id="c")).sessions == []
+
+
+# -- the scope mapping and tenant safety ----------------------------------------------------------
+
+
+def upper_org(app_name, user_id):
+    return f"org={app_name}/user={user_id}"
+
+
+@async_test
+async def test_the_scope_mapping_is_a_setting(service, settings):
+    settings.CORTEX_SESSIONS_ADK_SCOPE = "tests.runtimes.test_adk.upper_org"
+    session = await service.create_session(app_name="acme", user_id="7")
+    assert (await Session.objects.aget(pk=session.id)).scope == "org=acme/user=7"
+    assert service.scope_for("acme", "7").canonical == "org=acme/user=7"
+
+
+def test_a_bad_scope_mapping_setting_is_a_system_check_error(settings):
+    settings.CORTEX_SESSIONS_ADK_SCOPE = "tests.runtimes.test_adk.no_such_function"
+    with pytest.raises(Exception, match=r"cortex_adk\.E001"):
+        call_command("check")
+
+
+@async_test
+async def test_names_that_make_no_scope_are_refused(service):
+    with pytest.raises(InvalidScope):
+        await service.create_session(app_name="bad\nname", user_id="u")
+    with pytest.raises(InvalidScope):
+        await service.get_session(app_name=APP, user_id="", session_id="s")
+
+
+@async_test
+async def test_another_user_can_neither_read_nor_write_the_session(service):
+    owner = await service.create_session(app_name=APP, user_id="alice", session_id="s")
+    await service.append_event(owner, text_event("secret"))
+    assert await service.get_session(app_name=APP, user_id="bob", session_id="s") is None
+    forged = owner.model_copy(update={"user_id": "bob"})
+    with pytest.raises(SessionNotFoundError):
+        await service.append_event(forged, text_event("intrusion"))
+    await service.delete_session(app_name=APP, user_id="bob", session_id="s")
+    assert [s.id for s in (await service.list_sessions(app_name=APP, user_id="bob")).sessions] == []
+    kept = await service.get_session(app_name=APP, user_id="alice", session_id="s")
+    assert [e.content.parts[0].text for e in kept.events] == ["secret"]
+
+
+@async_test
+async def test_a_service_bound_to_a_tenant_refuses_every_other_scope(settings):
+    settings.CORTEX_SESSIONS_ADK_SCOPE = "tests.runtimes.test_adk.upper_org"
+    acme, other = CortexSessionService(within="org=acme"), CortexSessionService()
+    theirs = await other.create_session(app_name="globex", user_id="1", session_id="s")
+    await other.append_event(theirs, text_event("globex data"))
+    mine = await acme.create_session(app_name="acme", user_id="1", session_id="s")
+    assert mine.id == "s"
+    for call in (
+        acme.get_session(app_name="globex", user_id="1", session_id="s"),
+        acme.create_session(app_name="globex", user_id="2"),
+        acme.delete_session(app_name="globex", user_id="1", session_id="s"),
+        acme.list_sessions(app_name="globex", user_id="1"),
+        acme.append_event(theirs, text_event("intrusion")),
+    ):
+        with pytest.raises(ScopeForbidden):
+            await call
+    assert (await acme.list_sessions(app_name="globex")).sessions == []
+    assert [
+        e.content.parts[0].text
+        for e in (await other.get_session(app_name="globex", user_id="1", session_id="s")).events
+    ] == ["globex data"]
+
+
+@async_test
+async def test_a_session_moved_out_of_the_mapped_scope_is_invisible(service, settings):
+    session = await service.create_session(app_name=APP, user_id="u", session_id="s")
+    settings.CORTEX_SESSIONS_ADK_SCOPE = "tests.runtimes.test_adk.upper_org"
+    assert await service.get_session(app_name=APP, user_id="u", session_id="s") is None
+    with pytest.raises(SessionNotFoundError):
+        await service.append_event(session, text_event("x"))
+
+
+# -- concurrency ----------------------------------------------------------------------------------
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_state_deltas_of_different_sessions_all_survive():
+    service = CortexSessionService()
+    sessions = [
+        run(service.create_session, app_name=APP, user_id="u", session_id=f"s{i}") for i in range(6)
+    ]
+    barrier = threading.Barrier(len(sessions))
+
+    def write(index):
+        try:
+            barrier.wait(timeout=30)
+            event = text_event(
+                f"e{index}",
+                actions=EventActions(state_delta={f"app:k{index}": index, f"user:k{index}": index}),
+            )
+            run(service.append_event, sessions[index], event)
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(max_workers=len(sessions)) as pool:
+        list(pool.map(write, range(len(sessions))))
+    assert AdkAppState.objects.get(app_name=APP).state == {f"k{i}": i for i in range(6)}
+    assert AdkUserState.objects.get(app_name=APP, user_id="u").state == {
+        f"k{i}": i for i in range(6)
+    }
+
+
+# -- ADK's Runner ---------------------------------------------------------------------------------
+
+
+def test_runner_keeps_history_across_two_turns_and_the_session_shows_in_api_and_admin(
+    django_user_model, admin_client, settings
+):
+    user = django_user_model.objects.create_user(username="ada", password="pw")
+    settings.CORTEX_SESSIONS_ADK_SCOPE = "tests.runtimes.test_adk.user_scope"
+    outcome = run(main, app_name="city-guide", user_id=str(user.pk))
+    assert outcome["second_turn_request"] == [
+        "Which city is the Golden Gate Bridge in?",
+        "San Francisco.",
+        "And which state?",
+    ]
+    assert outcome["message_count"] == 4 and outcome["last_message"] == "California."
+
+    api = APIClient()
+    api.force_authenticate(user)
+    listed = api.get("/api/cortex/sessions/").json()["results"]
+    assert [(s["id"], s["agent_id"], s["last_message"]) for s in listed] == [
+        (outcome["session_id"], "city-guide", "California.")
+    ]
+    messages = api.get(f"/api/cortex/sessions/{outcome['session_id']}/messages/").json()
+    assert [m["role"] for m in messages["results"]] == ["user", "assistant", "user", "assistant"]
+    page = admin_client.get("/admin/cortex_sessions/session/")
+    assert "California." in page.content.decode()
+
+
+def user_scope(app_name, user_id):
+    """Maps ADK users onto the REST API's default scope (``user=<pk>``) for the test above."""
+    return f"user={user_id}"

@@ -1,0 +1,237 @@
+"""The hot paths: one statement each on PostgreSQL, the same results as the ORM path
+(docs/design.md §14).
+
+The statement counts are pinned on PostgreSQL (the hand-written SQL of ``services/_pg.py``);
+on other databases the ORM path runs and the behaviour tests below hold as they are. The
+``orm_path`` fixture forces the ORM path on PostgreSQL too, so the two paths are compared on
+the same database.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.db import connection
+from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
+
+from cortex_sessions import services, signals
+from cortex_sessions.exceptions import InvalidScope, NoScope, SessionNotFound
+from cortex_sessions.models import Message, Session
+from cortex_sessions.services import _pg
+
+pytestmark = pytest.mark.django_db
+
+SCOPE = "org=acme/user=alice"
+on_postgresql = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="the hand-written SQL serves PostgreSQL only"
+)
+
+
+def statements(captured: CaptureQueriesContext) -> list[str]:
+    """The statements of a capture, without transaction control."""
+    control = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE")
+    return [q["sql"] for q in captured.captured_queries if not q["sql"].startswith(control)]
+
+
+@pytest.fixture(params=["sql", "orm"])
+def path(request, monkeypatch):
+    """Run a test on the vendor's path ("sql": hand-written SQL on PostgreSQL, the ORM
+    elsewhere) and on the ORM path."""
+    if request.param == "orm":
+        monkeypatch.setattr(_pg, "enabled", lambda alias: False)
+    elif connection.vendor != "postgresql":
+        pytest.skip("the hand-written SQL serves PostgreSQL only")
+    return request.param
+
+
+@pytest.fixture
+def session():
+    return services.create_session(scope=SCOPE, agent_id="agent-1", title="t", metadata={"a": 1})
+
+
+def _fields(instance) -> dict:
+    return {f.attname: getattr(instance, f.attname) for f in type(instance)._meta.concrete_fields}
+
+
+# -- one statement each ---------------------------------------------------------------------------
+
+
+@on_postgresql
+def test_append_is_one_statement(session):
+    with CaptureQueriesContext(connection) as captured:
+        services.append_messages(
+            scope="org=acme", session_id=session.pk, messages=[{"role": "user", "content": "hi"}]
+        )
+    assert len(statements(captured)) == 1
+
+
+@on_postgresql
+def test_append_of_many_messages_is_one_statement(session):
+    with CaptureQueriesContext(connection) as captured:
+        services.append_messages(
+            scope=SCOPE,
+            session_id=session.pk,
+            messages=[{"role": "user", "content": str(n)} for n in range(25)],
+        )
+    assert len(statements(captured)) == 1
+    assert list(Message.objects.values_list("seq", flat=True).order_by("seq")) == list(range(1, 26))
+
+
+@on_postgresql
+@pytest.mark.parametrize(
+    "bounds", [{}, {"after_seq": 2}, {"before_seq": 4}, {"after_seq": 1, "before_seq": 5}]
+)
+def test_newest_messages_is_one_statement(session, bounds):
+    services.append_messages(
+        scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "x"}] * 5
+    )
+    with CaptureQueriesContext(connection) as captured:
+        services.list_messages(scope="org=acme", session_id=session.pk, limit=2, **bounds)
+    assert len(statements(captured)) == 1
+
+
+@on_postgresql
+def test_get_and_resolve_are_one_statement_each(session):
+    default, _ = services.resolve_session(scope=SCOPE, agent_id="agent-1")
+    with CaptureQueriesContext(connection) as captured:
+        services.get_session(scope="org=acme", session_id=session.pk)
+        services.get_session(scope="org=acme", session_id=session.pk, agent_id="agent-1")
+        services.resolve_session(scope=SCOPE, agent_id="agent-1")
+        services.resolve_session(scope=SCOPE, agent_id="agent-1", session_id=default.pk)
+    assert len(statements(captured)) == 4
+
+
+@on_postgresql
+@override_settings(CORTEX_SESSIONS={"PREPARED_STATEMENTS": True})
+def test_prepared_statements_keep_one_statement_and_the_same_results(session):
+    for _ in range(3):  # prepared on the first call, executed from the cache after
+        with CaptureQueriesContext(connection) as captured:
+            result = services.append_messages(
+                scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "p"}]
+            )
+            page = services.list_messages(scope=SCOPE, session_id=session.pk, limit=2)
+            got = services.get_session(scope=SCOPE, session_id=session.pk)
+        assert len(statements(captured)) == 3
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert any(text.startswith("WITH s AS ( UPDATE") for text in prepared)
+    assert result.session.message_count == 3
+    assert [m.seq for m in page] == [2, 3]
+    assert page[-1].content == [{"type": "text", "text": "p"}]
+    assert _fields(got) == _fields(Session.objects.get(pk=session.pk))
+    with pytest.raises(SessionNotFound):
+        services.get_session(scope="org=other", session_id=session.pk)
+
+
+# -- both paths give the same results -------------------------------------------------------------
+
+
+def test_append_returns_what_is_stored(path, session, django_capture_on_commit_callbacks):
+    received = []
+
+    def receiver(sender, session, messages, **kwargs):
+        received.append((session.pk, [m.seq for m in messages]))
+
+    signals.messages_appended.connect(receiver)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            result = services.append_messages(
+                scope="org=acme",
+                session_id=str(session.pk),
+                messages=[
+                    {"role": "user", "content": "a", "metadata": {"k": [1, "x"]}},
+                    {"role": "tool", "content": [{"type": "json", "data": {"n": 1}}]},
+                ],
+            )
+    finally:
+        signals.messages_appended.disconnect(receiver)
+    assert _fields(result.session) == _fields(Session.objects.get(pk=session.pk))
+    assert result.session.last_message == "a"
+    assert not result.session._state.adding
+    for message in result.messages:
+        assert _fields(message) == _fields(Message.objects.get(pk=message.pk))
+        assert not message._state.adding
+        assert message.session is result.session
+    assert received == [(session.pk, [1, 2])]
+
+
+def test_append_keeps_last_message_when_no_conversation_text(path, session):
+    services.append_messages(
+        scope=SCOPE, session_id=session.pk, messages=[{"role": "assistant", "content": "kept"}]
+    )
+    result = services.append_messages(
+        scope=SCOPE, session_id=session.pk, messages=[{"role": "tool", "content": "out"}]
+    )
+    assert result.session.last_message == "kept"
+    assert Session.objects.get(pk=session.pk).last_message == "kept"
+
+
+@pytest.mark.parametrize(
+    ("scope", "session_id", "error"),
+    [
+        ("org=other", None, SessionNotFound),
+        ("org=acme/user=bob", None, SessionNotFound),
+        ("org=ac", None, SessionNotFound),  # a string prefix is not a scope prefix
+        (SCOPE, "not-a-uuid", SessionNotFound),
+        (SCOPE, uuid.UUID(int=7), SessionNotFound),
+        ("", None, NoScope),
+        ("org", None, InvalidScope),
+    ],
+)
+def test_out_of_scope_or_missing_is_refused_and_writes_nothing(
+    path, session, scope, session_id, error
+):
+    target = session.pk if session_id is None else session_id
+    with pytest.raises(error):
+        services.append_messages(
+            scope=scope, session_id=target, messages=[{"role": "user", "content": "x"}]
+        )
+    with pytest.raises(error):
+        services.list_messages(scope=scope, session_id=target)
+    with pytest.raises(error):
+        services.get_session(scope=scope, session_id=target)
+    assert not Message.objects.exists()
+    assert Session.objects.get(pk=session.pk).message_count == 0
+
+
+def test_newest_messages_pages_alike(path, session):
+    services.append_messages(
+        scope=SCOPE,
+        session_id=session.pk,
+        messages=[{"role": "user", "content": str(n)} for n in range(1, 8)],
+    )
+
+    def seqs(**kwargs):
+        return [
+            m.seq for m in services.list_messages(scope="org=acme", session_id=session.pk, **kwargs)
+        ]
+
+    assert seqs(limit=3) == [5, 6, 7]
+    assert seqs(limit=3, after_seq=2) == [3, 4, 5]
+    assert seqs(limit=3, before_seq=4) == [1, 2, 3]
+    assert seqs(limit=10, after_seq=2, before_seq=6) == [3, 4, 5]
+    assert seqs(limit=2, after_seq=2, before_seq=6) == [4, 5]
+    assert seqs(limit=3, after_seq=7) == []
+    page = services.list_messages(scope=SCOPE, session_id=session.pk, limit=1)
+    assert _fields(page[0]) == _fields(Message.objects.get(seq=7))
+    assert page[0].content == [{"type": "text", "text": "7"}]
+
+
+def test_newest_messages_of_an_empty_session_is_an_empty_page(path, session):
+    assert services.list_messages(scope=SCOPE, session_id=session.pk) == []
+
+
+def test_get_and_resolve_return_the_stored_row(path, session):
+    assert _fields(services.get_session(scope="org=acme", session_id=session.pk)) == _fields(
+        Session.objects.get(pk=session.pk)
+    )
+    with pytest.raises(SessionNotFound):
+        services.get_session(scope=SCOPE, session_id=session.pk, agent_id="agent-2")
+    created, was_created = services.resolve_session(scope=SCOPE, agent_id="agent-1")
+    again, again_created = services.resolve_session(scope=SCOPE, agent_id="agent-1")
+    assert (was_created, again_created) == (True, False)
+    assert _fields(again) == _fields(created)
+    assert again.metadata == {} and session.metadata == {"a": 1}
