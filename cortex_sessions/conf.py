@@ -103,7 +103,7 @@ class AppSettings:
         prepared statements need each client to keep its server session, which PgBouncer in
         transaction or statement pooling mode does not give before 1.21 (docs/design.md §14).
         """
-        return bool(self._get("PREPARED_STATEMENTS"))
+        return cast(bool, self._get("PREPARED_STATEMENTS"))  # validated by the system checks
 
     @property
     def IDEMPOTENCY_TTL(self) -> int:
