@@ -1,4 +1,5 @@
-"""Django settings for the benchmarks: only what the core app needs, on PostgreSQL.
+"""Django settings for the benchmarks: only what the core app needs, on PostgreSQL (or MariaDB
+for ``python -m bench.mysql``).
 
 The database comes from ``BENCH_DATABASE_URL`` (set by ``python -m bench`` from ``--scale``).
 """
@@ -23,6 +24,14 @@ DATABASES = {
         conn_max_age=None,
     )
 }
+
+if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
+    # README "Databases": the connection options cortex_sessions expects on MySQL/MariaDB.
+    DATABASES["default"]["OPTIONS"] = {
+        "charset": "utf8mb4",
+        "isolation_level": "read committed",
+        "init_command": "SET sql_mode = 'STRICT_TRANS_TABLES'",
+    }
 
 INSTALLED_APPS = [
     "django.contrib.contenttypes",

@@ -32,8 +32,9 @@ __all__ = [
 BACKFILL_MARKER = "0003_backfill_default_sessions"
 DEFAULT_BATCH_SIZE = 1000
 DEFAULT_TITLE = "Default"
-#: Databases whose ``UPDATE … FROM`` with ``row_number()`` attaches a batch in one statement.
-SET_BASED_VENDORS = frozenset({"postgresql", "sqlite"})
+#: Databases where one ``UPDATE`` numbering the batch with ``row_number()`` attaches it:
+#: ``UPDATE … FROM`` on PostgreSQL and SQLite, ``UPDATE … JOIN`` on MySQL and MariaDB.
+SET_BASED_VENDORS = frozenset({"postgresql", "sqlite", "mysql"})
 
 
 @dataclass
@@ -97,8 +98,10 @@ def _default_session(
 
 
 def _attach_set_based(messages: Any, session: Any, batch_size: int) -> int:
-    """Attach the next ``batch_size`` legacy rows in one ``UPDATE … FROM`` that numbers them
-    with ``row_number()`` in id order; returns how many. PostgreSQL and SQLite ≥ 3.33 only."""
+    """Attach the next ``batch_size`` legacy rows in one ``UPDATE`` that numbers them with
+    ``row_number()`` in id order; returns how many. PostgreSQL, SQLite ≥ 3.33 (``UPDATE …
+    FROM``), MySQL 8 and MariaDB 10.11 (``UPDATE … JOIN``, the numbered batch a derived table,
+    which its ``LIMIT`` keeps materialized)."""
     model = messages.model
     meta = model._meta
     connection = connections[messages.db]
@@ -107,17 +110,28 @@ def _attach_set_based(messages: Any, session: Any, batch_size: int) -> int:
     pk, session_col, seq, agent_col, scope_col = (
         quote(meta.get_field(name).column) for name in ("id", "session", "seq", "agent_id", "scope")
     )
-    sql = (
-        f"UPDATE {table} SET {session_col} = %s, {seq} = %s + batch.rn "
-        f"FROM (SELECT {pk} AS id, row_number() OVER (ORDER BY {pk}) AS rn FROM {table} "
+    batch = (
+        f"(SELECT {pk} AS id, row_number() OVER (ORDER BY {pk}) AS rn FROM {table} "
         f"WHERE {session_col} IS NULL AND {agent_col} = %s AND {scope_col} = %s "
-        f"ORDER BY {pk} LIMIT %s) AS batch WHERE {table}.{pk} = batch.id"
+        f"ORDER BY {pk} LIMIT %s) AS batch"
     )
     session_value = meta.get_field("session").get_db_prep_value(session.pk, connection)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            sql, [session_value, session.last_seq, session.agent_id, session.scope, batch_size]
+    batch_params = [session.agent_id, session.scope, batch_size]
+    set_params = [session_value, session.last_seq]
+    if connection.vendor == "mysql":
+        sql = (
+            f"UPDATE {table} JOIN {batch} ON {table}.{pk} = batch.id "
+            f"SET {table}.{session_col} = %s, {table}.{seq} = %s + batch.rn"
         )
+        params = batch_params + set_params
+    else:
+        sql = (
+            f"UPDATE {table} SET {session_col} = %s, {seq} = %s + batch.rn "
+            f"FROM {batch} WHERE {table}.{pk} = batch.id"
+        )
+        params = set_params + batch_params
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
         return int(cursor.rowcount)
 
 
@@ -139,8 +153,8 @@ def _attach_row_by_row(messages: Any, session: Any, batch_size: int) -> int:
 def _attach_batch(sessions: Any, messages: Any, session_pk: Any, batch_size: int) -> int:
     """Attach the next ``batch_size`` legacy rows of the session's pair; returns how many.
 
-    The rows are numbered in id order after the session's ``last_seq``; on PostgreSQL and
-    SQLite one set-based statement does it, with no per-row work in Python.
+    The rows are numbered in id order after the session's ``last_seq``; on PostgreSQL, SQLite,
+    MySQL and MariaDB one set-based statement does it, with no per-row work in Python.
     """
     using = sessions.db
     with transaction.atomic(using=using):

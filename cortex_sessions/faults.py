@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from django.db import DatabaseError, InterfaceError, OperationalError
 
-__all__ = ["RETRY_AFTER_SECONDS", "is_transient_database_error"]
+__all__ = ["RETRY_AFTER_SECONDS", "is_deadlock", "is_transient_database_error"]
 
 #: Seconds a client is asked to wait (``Retry-After``) after a transient database fault.
 RETRY_AFTER_SECONDS = 1
@@ -24,12 +24,42 @@ _PG_TRANSIENT_CLASSES = ("08", "40", "53")
 _PG_TRANSIENT_CODES = frozenset({"55P03", "57014", "57P01", "57P02", "57P03"})
 
 #: MySQL/MariaDB error numbers of transient faults: lock wait timeout (1205), deadlock (1213),
-#: server gone away / lost connection (2006, 2013), query interrupted or past
-#: ``max_execution_time`` (1317, 3024), too many connections (1040).
-_MYSQL_TRANSIENT_ERRNOS = frozenset({1040, 1205, 1213, 1317, 2006, 2013, 3024})
+#: server gone away / lost connection (2006, 2013), the connection killed (1927, MariaDB), query
+#: interrupted or past MySQL's ``max_execution_time`` or MariaDB's ``max_statement_time`` (1317,
+#: 3024, 1969), too many connections (1040).
+_MYSQL_TRANSIENT_ERRNOS = frozenset({1040, 1205, 1213, 1317, 1927, 1969, 2006, 2013, 3024})
 
 #: SQLite messages of transient faults: another connection holds the write lock.
 _SQLITE_TRANSIENT_TEXT = ("database is locked", "database table is locked")
+
+
+#: Deadlocks and serialization failures: PostgreSQL SQLSTATEs, MySQL/MariaDB ER_LOCK_DEADLOCK.
+_DEADLOCK_SQLSTATES = frozenset({"40P01", "40001"})
+_DEADLOCK_ERRNOS = frozenset({1213})
+
+
+def is_deadlock(exc: BaseException) -> bool:
+    """Whether the database rolled ``exc``'s transaction back to break a deadlock (or a
+    serialization failure), so that running the same transaction again is safe and expected.
+
+    InnoDB (MySQL, MariaDB) reports such cycles between writers of one unique index far more
+    often than PostgreSQL: it locks index entries, delete-marked ones included, not only the
+    rows a statement matches (docs/design.md §15).
+
+    Args:
+        exc: any exception; a Django ``DatabaseError`` is inspected with its ``__cause__``.
+
+    Returns:
+        ``True`` for a deadlock or serialization failure, else ``False``.
+    """
+    if not isinstance(exc, DatabaseError):
+        return False
+    cause = exc.__cause__ or exc
+    sqlstate = getattr(cause, "sqlstate", None)
+    if isinstance(sqlstate, str) and sqlstate:
+        return sqlstate in _DEADLOCK_SQLSTATES
+    args = getattr(cause, "args", ())
+    return bool(args) and args[0] in _DEADLOCK_ERRNOS
 
 
 def is_transient_database_error(exc: BaseException) -> bool:

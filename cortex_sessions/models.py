@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import models
-from django.db.models import Q
+from django.db import connections, models
+from django.db.models import Case, Q, Value, When
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from uuid6 import uuid7
 
+from .constraints import PartialUniqueConstraint
 from .content import content_text
 from .counters import CONVERSATION_Q
-from .fields import ScopeField
+from .fields import ExactCharField, ScopeField
 from .scope import Scope, scope_q
 
 __all__ = [
@@ -48,12 +49,29 @@ class SessionQuerySet(models.QuerySet["Session"]):
         """
         return self.filter(scope_q(scope, exact=exact))
 
+    def defaults_of(self, *, agent_id: str, scope: str) -> SessionQuerySet:
+        """The default session of ``agent_id`` at exactly the canonical ``scope`` (docs/design.md §6).
+
+        Written against the database's one-default index: ``is_default`` where that index is
+        partial (PostgreSQL, SQLite), ``default_flag`` where it keys on the generated column
+        (MySQL, MariaDB). So a locking read (``select_for_update``) reaches the default's
+        index entry alone and never waits on another session of the same agent and scope,
+        which InnoDB would otherwise lock while scanning (docs/design.md §15).
+
+        Returns:
+            A queryset of at most one row (more only while a swap is half-written inside
+            another transaction).
+        """
+        if connections[self.db].features.supports_partial_indexes:
+            return self.filter(agent_id=agent_id, scope=scope, is_default=True)
+        return self.filter(agent_id=agent_id, scope=scope, default_flag=True)
+
 
 class Session(models.Model):
     """One conversation thread against one agent in one scope (docs/design.md §3.1)."""
 
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
-    agent_id = models.CharField(_("agent id"), max_length=255)
+    agent_id = ExactCharField(_("agent id"), max_length=255)
     scope = ScopeField(_("scope"))
     title = models.CharField(_("title"), max_length=500, blank=True, default="")
     metadata = models.JSONField(_("metadata"), default=dict, blank=True)
@@ -63,6 +81,14 @@ class Session(models.Model):
     #: Highest ``seq`` ever given to a message of this session; ``seq`` is never reused.
     last_seq = models.BigIntegerField(_("last seq"), default=0, editable=False)
     is_default = models.BooleanField(_("default"), default=False)
+    #: ``True`` for the default, ``NULL`` otherwise: what the one-default index keys on where
+    #: the database has no partial indexes (MySQL, MariaDB; docs/design.md §15).
+    default_flag = models.GeneratedField(
+        expression=Case(When(is_default=True, then=Value(True)), default=Value(None)),
+        output_field=models.BooleanField(null=True),
+        db_persist=True,
+        verbose_name=_("default flag"),
+    )
     backfilled_by = models.CharField(
         _("backfilled by"), max_length=100, blank=True, default="", editable=False
     )
@@ -76,9 +102,10 @@ class Session(models.Model):
         verbose_name_plural = _("sessions")
         ordering = ["-updated_at", "-id"]
         constraints = [
-            models.UniqueConstraint(
+            PartialUniqueConstraint(
                 fields=["agent_id", "scope"],
                 condition=Q(is_default=True),
+                generated_field="default_flag",
                 name="cortex_session_one_default",
                 violation_error_message=_(
                     "Another session is already the default for this agent and scope."
@@ -155,7 +182,7 @@ class Message(models.Model):
         related_name="messages",
         db_index=False,
     )
-    agent_id = models.CharField(max_length=255)
+    agent_id = ExactCharField(max_length=255)
     scope = ScopeField()
     seq = models.BigIntegerField(null=True, blank=True)
     role = models.CharField(max_length=16, choices=Role.choices)
@@ -216,9 +243,9 @@ class ImportedConversation(models.Model):
     session = models.OneToOneField(
         Session, on_delete=models.CASCADE, related_name="import_record", editable=False
     )
-    agent_id = models.CharField(_("agent id"), max_length=255, editable=False)
+    agent_id = ExactCharField(_("agent id"), max_length=255, editable=False)
     scope = ScopeField(_("scope"), editable=False)
-    external_id = models.CharField(_("external id"), max_length=255, editable=False)
+    external_id = ExactCharField(_("external id"), max_length=255, editable=False)
     imported_at = models.DateTimeField(_("imported at"), default=timezone.now, editable=False)
 
     class Meta:
@@ -256,8 +283,10 @@ class IdempotencyKey(models.Model):
     """
 
     scope = ScopeField(_("scope"), editable=False)
-    endpoint = models.CharField(_("endpoint"), max_length=300, editable=False)
-    key = models.CharField(_("idempotency key"), max_length=255, editable=False)
+    # Exact on every database ("Key" and "key" are two keys); on MySQL/MariaDB the key is an
+    # ASCII column so the unique index (scope, endpoint, key) fits InnoDB's 3,072 bytes.
+    endpoint = ExactCharField(_("endpoint"), max_length=300, editable=False)
+    key = ExactCharField(_("idempotency key"), max_length=255, editable=False, ascii=True)
     fingerprint = models.CharField(_("fingerprint"), max_length=64, editable=False)
     status_code = models.PositiveSmallIntegerField(_("status code"), default=0, editable=False)
     response = models.TextField(_("response"), editable=False)

@@ -63,7 +63,15 @@ def _database() -> dict:
     if url:
         import dj_database_url
 
-        return dj_database_url.parse(url)
+        database = dj_database_url.parse(url)
+        if database["ENGINE"] == "django.db.backends.mysql":
+            # MySQL/MariaDB (README "Databases"): 4-byte UTF-8, strict mode, READ COMMITTED.
+            database["OPTIONS"] = {
+                "charset": "utf8mb4",
+                "isolation_level": "read committed",
+                "init_command": "SET sql_mode = 'STRICT_TRANS_TABLES'",
+            }
+        return database
     return {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.environ.get("CORTEX_SQLITE_PATH", str(BASE_DIR / "db.sqlite3")),

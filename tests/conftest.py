@@ -6,15 +6,26 @@ from django.db import connection
 from cortex_sessions.scope import Scope
 from tests.factories import MessageFactory, SessionFactory
 
+#: marker -> (the database vendors it runs on, why it is skipped elsewhere)
+VENDOR_MARKERS = {
+    "postgres_only": ({"postgresql"}, "needs PostgreSQL (set DATABASE_URL)"),
+    "mysql_only": ({"mysql"}, "needs MySQL or MariaDB (set DATABASE_URL)"),
+    "concurrent_db": (
+        {"postgresql", "mysql"},
+        "needs real concurrent transactions: PostgreSQL or MySQL/MariaDB (set DATABASE_URL)",
+    ),
+}
+
 
 def pytest_collection_modifyitems(config, items):
-    """Skip ``postgres_only`` tests when the suite runs on another database."""
-    if connection.vendor == "postgresql":
-        return
-    skip = pytest.mark.skip(reason="needs PostgreSQL (set DATABASE_URL)")
-    for item in items:
-        if "postgres_only" in item.keywords:
-            item.add_marker(skip)
+    """Skip the tests whose vendor marker (``VENDOR_MARKERS``) excludes this run's database."""
+    for marker, (vendors, reason) in VENDOR_MARKERS.items():
+        if connection.vendor in vendors:
+            continue
+        skip = pytest.mark.skip(reason=reason)
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(skip)
 
 
 @pytest.fixture

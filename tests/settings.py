@@ -18,6 +18,15 @@ DATABASES = {
         os.environ.get("DATABASE_URL") or "sqlite:///:memory:", conn_max_age=0
     )
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
+    # README "Databases": 4-byte UTF-8 on the connection and in the test database, strict
+    # mode (a too-long value is an error, never a truncation), READ COMMITTED as on PostgreSQL.
+    DATABASES["default"]["OPTIONS"] = {
+        "charset": "utf8mb4",
+        "isolation_level": "read committed",
+        "init_command": "SET sql_mode = 'STRICT_TRANS_TABLES'",
+    }
+    DATABASES["default"]["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"}
 
 INSTALLED_APPS = [
     "django.contrib.admin",

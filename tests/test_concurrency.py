@@ -1,7 +1,8 @@
-"""Races proven with real threads and real transactions on PostgreSQL (docs/design.md §5, §6, §10).
+"""Races proven with real threads and real transactions (docs/design.md §5, §6, §10, §15).
 
-Each worker thread has its own database connection; a barrier releases them together and every
-thread closes its connections when done. SQLite serializes writers, so these are skipped there.
+They run on PostgreSQL and on MySQL/MariaDB. Each worker thread has its own database connection;
+a barrier releases them together and every thread closes its connections when done. SQLite
+serializes writers, so these are skipped there.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from cortex_sessions.exceptions import CortexSessionsError
 from cortex_sessions.models import Message, Session
 from tests.factories import MessageFactory
 
-pytestmark = [pytest.mark.postgres_only, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.concurrent_db, pytest.mark.django_db(transaction=True)]
 
 SCOPE = "org=acme/user=1"
 AGENT = "agent-1"
@@ -120,10 +121,29 @@ def test_concurrent_make_default_swaps_leave_exactly_one_default():
     assert Session.objects.count() == 5
 
 
-def _blocked_by(connection: Any, waiter_pid: int) -> bool:
+def _backend_id(connection: Any) -> int:
+    """The server's id of ``connection``'s session (PostgreSQL pid, MariaDB thread id)."""
+    connection.ensure_connection()
+    if connection.vendor == "postgresql":
+        return connection.connection.info.backend_pid
+    return connection.connection.thread_id()
+
+
+def _blocked_by(connection: Any, waiter_id: int) -> bool:
+    """Whether the session ``waiter_id`` waits for a lock that ``connection`` holds."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid() = ANY(pg_blocking_pids(%s))", [waiter_pid])
-        return cursor.fetchone()[0]
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT pg_backend_pid() = ANY(pg_blocking_pids(%s))", [waiter_id])
+        else:
+            # MariaDB does not list every such wait in INNODB_LOCK_WAITS (a unique-key lookup
+            # waits while the optimizer reads it as a constant), so: the waiter is inside a
+            # locking read, and only this connection's open transaction can hold it there.
+            cursor.execute(
+                "SELECT COUNT(*) > 0 FROM information_schema.PROCESSLIST "
+                "WHERE ID = %s AND COMMAND = 'Query' AND INFO LIKE %s",
+                [waiter_id, "%FOR UPDATE"],
+            )
+        return bool(cursor.fetchone()[0])
 
 
 def test_make_default_succeeds_while_other_swaps_keep_overlapping_it(monkeypatch):
@@ -133,6 +153,7 @@ def test_make_default_succeeds_while_other_swaps_keep_overlapping_it(monkeypatch
     committed; it commits as soon as the target's transaction waits for its lock. Deterministic:
     ``pg_blocking_pids`` tells when the target's transaction waits. The swap to ``target`` is
     the later one, so it must win (docs/design.md §6.2: the last swap to commit wins).
+    On MySQL/MariaDB the process list tells it: the target's connection sits in a locking read.
     """
     first, target, third = (
         services.create_session(scope=SCOPE, agent_id=AGENT, is_default=index == 0)
@@ -140,8 +161,7 @@ def test_make_default_succeeds_while_other_swaps_keep_overlapping_it(monkeypatch
     )
     overlaps = 6  # more than make_default's attempts
     go, held, done = threading.Event(), threading.Event(), threading.Event()
-    connection.ensure_connection()
-    waiter_pid = connection.connection.info.backend_pid
+    waiter_pid = _backend_id(connection)
 
     def other_swaps() -> int:
         rounds = 0
@@ -151,8 +171,10 @@ def test_make_default_succeeds_while_other_swaps_keep_overlapping_it(monkeypatch
                     break
                 go.clear()
                 with transaction.atomic():
-                    current = Session.objects.select_for_update().get(
-                        agent_id=AGENT, scope=SCOPE, is_default=True
+                    current = (
+                        Session.objects.defaults_of(agent_id=AGENT, scope=SCOPE)
+                        .select_for_update()
+                        .get()
                     )
                     other = third if current.pk == first.pk else first
                     Session.objects.filter(pk=current.pk).update(is_default=False)

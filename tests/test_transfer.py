@@ -554,10 +554,10 @@ def test_scope_and_agent_are_required_by_import(tmp_path, args):
         call_command("cortex_sessions_import", str(tmp_path / "c.jsonl"), *args)
 
 
-# -- concurrency (PostgreSQL) ---------------------------------------------------------------------
+# -- concurrency (PostgreSQL, MySQL/MariaDB) -------------------------------------------------------
 
 
-@pytest.mark.postgres_only
+@pytest.mark.concurrent_db
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_imports_of_the_same_file_import_each_conversation_once():
     lines = [conversation(f"c{n}", "hello", "world") for n in range(20)]

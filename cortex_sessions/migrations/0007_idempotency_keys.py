@@ -17,8 +17,8 @@ class Migration(migrations.Migration):
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('scope', cortex_sessions.fields.ScopeField(editable=False, max_length=1024, verbose_name='scope')),
-                ('endpoint', models.CharField(editable=False, max_length=300, verbose_name='endpoint')),
-                ('key', models.CharField(editable=False, max_length=255, verbose_name='idempotency key')),
+                ('endpoint', cortex_sessions.fields.ExactCharField(editable=False, max_length=300, verbose_name='endpoint')),
+                ('key', cortex_sessions.fields.ExactCharField(ascii=True, editable=False, max_length=255, verbose_name='idempotency key')),
                 ('fingerprint', models.CharField(editable=False, max_length=64, verbose_name='fingerprint')),
                 ('status_code', models.PositiveSmallIntegerField(default=0, editable=False, verbose_name='status code')),
                 ('response', models.TextField(editable=False, verbose_name='response')),

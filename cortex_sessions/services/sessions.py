@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import random
+import time
 import uuid
 from collections.abc import Mapping
 from typing import Any, cast
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
 from .. import signals
 from ..content import check_json_object
 from ..exceptions import DefaultConflict, InvalidFilter, SessionNotFound
+from ..faults import is_deadlock
 from ..models import Message, Session, SessionQuerySet
 from ..scope import Scope, as_scope
 from . import _pg
@@ -358,6 +361,12 @@ def resolve_session(
     raise DefaultConflict()
 
 
+#: How often :func:`make_default` tries before giving up, and the unit of its random backoff
+#: after a deadlock (seconds, growing with each attempt).
+MAKE_DEFAULT_ATTEMPTS = 10
+DEADLOCK_BACKOFF_SECONDS = 0.005
+
+
 def _lock_current_defaults(session: Session) -> None:
     """Hold the row locks of every current default of the session's agent and scope.
 
@@ -365,9 +374,9 @@ def _lock_current_defaults(session: Session) -> None:
     row that swap demoted and cannot see the row it promoted, so lock, re-read, and lock again
     until the defaults seen are all locked. Concurrent swaps then queue on the same row.
     """
-    defaults = Session.objects.filter(
-        agent_id=session.agent_id, scope=session.scope, is_default=True
-    ).exclude(pk=session.pk)
+    defaults = Session.objects.defaults_of(agent_id=session.agent_id, scope=session.scope).exclude(
+        pk=session.pk
+    )
     locked: set[uuid.UUID] = set()
     while True:
         locked |= set(defaults.select_for_update().values_list("pk", flat=True))
@@ -382,31 +391,45 @@ def make_default(*, scope: Scope | str, session_id: uuid.UUID | str) -> Session:
     defaults. Concurrent swaps of the same agent and scope queue on the current default's row
     lock, so each one demotes the default the previous one promoted and the last to commit
     wins; the partial unique constraint backs this up, and a swap that still collides (with a
-    default created at that moment by :func:`resolve_session`) retries on fresh data.
+    default created at that moment by :func:`resolve_session`) retries on fresh data. A swap
+    the database rolled back to break a deadlock (InnoDB's locks on the one-default index
+    make these a normal event on MySQL/MariaDB, docs/design.md §15) is retried the same way,
+    unless the caller's transaction encloses it (the error then propagates).
 
     Returns:
         The session, now the default, as committed.
 
     Raises:
         NoScope, InvalidScope, SessionNotFound.
-        DefaultConflict: the swap kept colliding with concurrent writers (after 5 attempts).
+        DefaultConflict: the swap kept colliding with concurrent writers (after
+            ``MAKE_DEFAULT_ATTEMPTS`` attempts).
+        OperationalError: the database kept breaking deadlocks with this swap (as many
+            attempts), or failed otherwise.
     """
-    attempts = 5
+    attempts = MAKE_DEFAULT_ATTEMPTS
+    using = _db_for_write()
+    # A deadlock rolls back the whole transaction, so only a swap that owns it may retry.
+    outermost = not transaction.get_connection(using).in_atomic_block
     for attempt in range(attempts):
         try:
-            with transaction.atomic(using=_db_for_write()):
+            with transaction.atomic(using=using):
                 session = _locked_session(scope, session_id)
                 if session.is_default:
                     return session
                 _lock_current_defaults(session)
                 now = timezone.now()
-                Session.objects.filter(
-                    agent_id=session.agent_id, scope=session.scope, is_default=True
-                ).update(is_default=False, updated_at=now)
+                Session.objects.defaults_of(agent_id=session.agent_id, scope=session.scope).update(
+                    is_default=False, updated_at=now
+                )
                 Session.objects.filter(pk=session.pk).update(is_default=True, updated_at=now)
                 session.refresh_from_db()
                 return session
         except IntegrityError:
             if attempt == attempts - 1:
                 raise DefaultConflict() from None
+        except OperationalError as exc:
+            if not outermost or not is_deadlock(exc) or attempt == attempts - 1:
+                raise
+            # Let the winner of the cycle commit before trying again.
+            time.sleep(random.uniform(0, DEADLOCK_BACKOFF_SECONDS * (attempt + 1)))
     raise AssertionError("unreachable")  # pragma: no cover

@@ -1,10 +1,12 @@
 """Database faults answer 503 ``database_unavailable`` with ``Retry-After``, never an HTML 500,
 and leave nothing half-written (docs/design.md §12.3). Resolve survives a racing delete.
 
-Run on PostgreSQL with real transactions: a second connection holds the session's row lock
-while the request runs with a short ``lock_timeout`` or ``statement_timeout``; the request's
-own backend is killed with ``pg_terminate_backend``; serialization failures and deadlocks are
-raised by the server with their SQLSTATE inside a write that has already written a row.
+Run on PostgreSQL and MariaDB with real transactions: a second connection holds the session's
+row lock while the request runs with a short lock or statement timeout (``lock_timeout`` /
+``statement_timeout``; ``innodb_lock_wait_timeout`` / ``max_statement_time``); the request's own
+connection is killed (``pg_terminate_backend``; ``KILL``); serialization failures and deadlocks
+are raised by the server with their SQLSTATE or error number inside a write that has already
+written a row.
 """
 
 from __future__ import annotations
@@ -23,7 +25,20 @@ from cortex_sessions.faults import is_transient_database_error
 from cortex_sessions.models import Message, Session
 from tests.api.conftest import BASE, session_url
 
-pytestmark = [pytest.mark.postgres_only, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.concurrent_db, pytest.mark.django_db(transaction=True)]
+
+#: How each database is told to give up waiting: (statement, expected driver error number or
+#: SQLSTATE). MariaDB's lock wait timeout is whole seconds; its statement timeout fractional.
+TIMEOUTS = {
+    "postgresql": {
+        "lock_timeout": "SET lock_timeout = '150ms'",
+        "statement_timeout": "SET statement_timeout = '150ms'",
+    },
+    "mysql": {
+        "lock_timeout": "SET SESSION innodb_lock_wait_timeout = 1",
+        "statement_timeout": "SET SESSION max_statement_time = 0.15",
+    },
+}
 
 MESSAGE = {"role": "user", "content": "pay invoice 42"}
 
@@ -45,7 +60,7 @@ def other_connection() -> Iterator:
 def row_locked(session, other_connection) -> Iterator[None]:
     """The session's row, locked FOR UPDATE by the second connection until the test ends."""
     with other_connection.cursor() as cursor:
-        cursor.execute("BEGIN")
+        cursor.execute("BEGIN" if other_connection.vendor == "postgresql" else "START TRANSACTION")
         cursor.execute(
             f"SELECT 1 FROM {Session._meta.db_table} WHERE id = %s FOR UPDATE", [session.pk]
         )
@@ -75,7 +90,7 @@ def test_timeout_waiting_for_a_row_lock_is_503_and_writes_nothing(
     api, session, row_locked, fresh_connection_after, setting
 ):
     with connection.cursor() as cursor:
-        cursor.execute(f"SET {setting} = '150ms'")
+        cursor.execute(TIMEOUTS[connection.vendor][setting])
 
     response = api.post(session_url(session.pk, "messages/"), MESSAGE, format="json")
 
@@ -88,9 +103,13 @@ def test_timeout_waiting_for_a_row_lock_is_503_and_writes_nothing(
 
 def test_killed_connection_is_503(api, session, other_connection, fresh_connection_after):
     connection.ensure_connection()
-    pid = connection.connection.info.backend_pid
     with other_connection.cursor() as cursor:
-        cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "SELECT pg_terminate_backend(%s)", [connection.connection.info.backend_pid]
+            )
+        else:
+            cursor.execute(f"KILL {int(connection.connection.thread_id())}")
 
     response = api.post(session_url(session.pk, "messages/"), MESSAGE, format="json")
 
@@ -99,12 +118,42 @@ def test_killed_connection_is_503(api, session, other_connection, fresh_connecti
     assert Message.objects.count() == 0
 
 
-@pytest.mark.parametrize(
-    ("errcode", "sqlstate"), [("serialization_failure", "40001"), ("deadlock_detected", "40P01")]
-)
-def test_serialization_failure_and_deadlock_roll_back_and_are_503(
-    api, session, monkeypatch, errcode, sqlstate
-):
+#: How each database raises a serialization failure / deadlock inside a transaction, and what
+#: the driver error then carries (SQLSTATE on PostgreSQL, error number on MySQL/MariaDB).
+INJECTED = {
+    "postgresql": {
+        "serialization_failure": (
+            "DO $$ BEGIN RAISE EXCEPTION 'injected' USING ERRCODE = 'serialization_failure'; "
+            "END $$",
+            "40001",
+        ),
+        "deadlock": (
+            "DO $$ BEGIN RAISE EXCEPTION 'injected' USING ERRCODE = 'deadlock_detected'; END $$",
+            "40P01",
+        ),
+    },
+    "mysql": {
+        # InnoDB reports both as ER_LOCK_DEADLOCK (1213) with SQLSTATE 40001.
+        "serialization_failure": (
+            "SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'injected'",
+            1213,
+        ),
+        "deadlock": (
+            "SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'injected'",
+            1213,
+        ),
+    },
+}
+
+
+def _driver_code(exc: BaseException):
+    cause = exc.__cause__
+    return getattr(cause, "sqlstate", None) or cause.args[0]
+
+
+@pytest.mark.parametrize("fault", ["serialization_failure", "deadlock"])
+def test_serialization_failure_and_deadlock_roll_back_and_are_503(api, session, monkeypatch, fault):
+    statement, code = INJECTED[connection.vendor][fault]
     real_append = services.append_messages
     raised: list[BaseException] = []
 
@@ -113,10 +162,7 @@ def test_serialization_failure_and_deadlock_roll_back_and_are_503(
             real_append(**kwargs)  # the message row is written ...
             try:
                 with connection.cursor() as cursor:  # ... then the server aborts the transaction
-                    cursor.execute(
-                        f"DO $$ BEGIN RAISE EXCEPTION 'injected' USING ERRCODE = '{errcode}'; "
-                        "END $$"
-                    )
+                    cursor.execute(statement)
             except Exception as exc:
                 raised.append(exc)
                 raise
@@ -126,7 +172,7 @@ def test_serialization_failure_and_deadlock_roll_back_and_are_503(
     response = api.post(session_url(session.pk, "messages/"), MESSAGE, format="json")
 
     assert_unavailable(response)
-    assert raised[0].__cause__.sqlstate == sqlstate
+    assert _driver_code(raised[0]) == code
     assert Message.objects.count() == 0
     session.refresh_from_db()
     assert session.message_count == 0

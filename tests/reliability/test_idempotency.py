@@ -174,10 +174,10 @@ def test_a_bad_idempotency_ttl_is_check_error_e012(settings, ttl):
     assert "cortex_sessions.E012" in [message.id for message in check_settings()]
 
 
-# -- concurrent duplicates on PostgreSQL -----------------------------------------------------------
+# -- concurrent duplicates (PostgreSQL, MariaDB) ---------------------------------------------------
 
 
-@pytest.mark.postgres_only
+@pytest.mark.concurrent_db
 @pytest.mark.django_db(transaction=True)
 def test_sixteen_concurrent_duplicates_write_exactly_once(alice, alice_scope):
     session = services.create_session(scope=alice_scope, agent_id="a")
@@ -200,7 +200,7 @@ def test_sixteen_concurrent_duplicates_write_exactly_once(alice, alice_scope):
     assert IdempotencyKey.objects.count() == 1
 
 
-@pytest.mark.postgres_only
+@pytest.mark.concurrent_db
 @pytest.mark.django_db(transaction=True)
 def test_sixteen_concurrent_service_creates_with_one_key_create_one_session():
     results = run_together(

@@ -116,6 +116,24 @@ async def test_a_given_id_is_unique_per_app_and_user(service):
 
 
 @async_test
+async def test_ids_differing_only_in_case_or_a_trailing_space_are_different(service):
+    """App names, user ids and session ids compare exactly on every database (on MySQL/MariaDB
+    too, whose default collations fold case; docs/design.md §15)."""
+    users = ["u", "U", "u "]
+    for user in users:
+        await service.create_session(
+            app_name=APP, user_id=user, session_id="s", state={"user:name": user}
+        )
+    await service.create_session(app_name=APP.upper(), user_id="u", session_id="s")
+
+    for user in users:
+        stored = await service.get_session(app_name=APP, user_id=user, session_id="s")
+        assert stored.state["user:name"] == user
+    assert await AdkUserState.objects.filter(app_name=APP).acount() == 3
+    assert await Session.objects.acount() == 4
+
+
+@async_test
 async def test_session_state_follows_adks_prefix_rules(service):
     s11 = await service.create_session(
         app_name=APP, user_id="user1", state={"key11": "value11"}, session_id="session11"
@@ -438,7 +456,7 @@ async def test_a_session_moved_out_of_the_mapped_scope_is_invisible(service, set
 # -- concurrency ----------------------------------------------------------------------------------
 
 
-@pytest.mark.postgres_only
+@pytest.mark.concurrent_db
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_state_deltas_of_different_sessions_all_survive():
     service = CortexSessionService()

@@ -264,9 +264,9 @@ async def test_seq_is_never_reused_after_pop_or_clear():
     assert seqs == [4]
 
 
-@pytest.mark.postgres_only
+@pytest.mark.concurrent_db
 @pytest.mark.django_db(transaction=True)
-def test_concurrent_pops_on_postgresql_never_return_one_item_twice():
+def test_concurrent_pops_never_return_one_item_twice():
     session = session_at()
     run(session.add_items, numbered(40))
     threads = 8

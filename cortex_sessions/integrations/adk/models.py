@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from cortex_sessions.fields import ExactCharField
 from cortex_sessions.models import Session
 
 __all__ = ["AdkAppState", "AdkSession", "AdkUserState"]
@@ -21,9 +22,9 @@ class AdkSession(models.Model):
     session = models.OneToOneField(
         Session, on_delete=models.CASCADE, related_name="adk", verbose_name=_("session")
     )
-    app_name = models.CharField(_("app name"), max_length=255)
-    user_id = models.CharField(_("user id"), max_length=255)
-    adk_id = models.CharField(_("ADK session id"), max_length=255)
+    app_name = ExactCharField(_("app name"), max_length=255)
+    user_id = ExactCharField(_("user id"), max_length=255)
+    adk_id = ExactCharField(_("ADK session id"), max_length=255)
     #: The session-scoped state (keys without ``app:``/``user:``/``temp:`` prefixes).
     state = models.JSONField(_("state"), default=dict, blank=True)
 
@@ -43,7 +44,7 @@ class AdkSession(models.Model):
 class AdkAppState(models.Model):
     """State shared by every session of an app (ADK's ``app:`` keys, stored without prefix)."""
 
-    app_name = models.CharField(_("app name"), max_length=255, unique=True)
+    app_name = ExactCharField(_("app name"), max_length=255, unique=True)
     state = models.JSONField(_("state"), default=dict, blank=True)
 
     class Meta:
@@ -57,8 +58,8 @@ class AdkAppState(models.Model):
 class AdkUserState(models.Model):
     """State shared by a user's sessions of an app (ADK's ``user:`` keys, stored without prefix)."""
 
-    app_name = models.CharField(_("app name"), max_length=255)
-    user_id = models.CharField(_("user id"), max_length=255)
+    app_name = ExactCharField(_("app name"), max_length=255)
+    user_id = ExactCharField(_("user id"), max_length=255)
     state = models.JSONField(_("state"), default=dict, blank=True)
 
     class Meta:

@@ -284,6 +284,22 @@ def _shared_state(app_name: str, user_id: str) -> dict[str, Any]:
     return merged
 
 
+def _create_shared_state_rows(
+    app_name: str, user_id: str, deltas: dict[str, dict[str, Any]]
+) -> None:
+    """Create the ``app``/``user`` state rows the deltas will lock, each in its own transaction.
+
+    Created before the append's transaction, not inside it: on MySQL/MariaDB a concurrent insert
+    of the same key leaves InnoDB's shared lock of the duplicate-key check on the row until the
+    transaction ends, and two such holders then deadlock when both ask for its row lock
+    (docs/design.md §15). Outside it the shared lock ends with the insert.
+    """
+    if deltas["app"]:
+        AdkAppState.objects.get_or_create(app_name=app_name)
+    if deltas["user"]:
+        AdkUserState.objects.get_or_create(app_name=app_name, user_id=user_id)
+
+
 def _update_shared_state(app_name: str, user_id: str, deltas: dict[str, dict[str, Any]]) -> None:
     """Merge ``app``/``user`` deltas into their rows under row locks (same transaction)."""
     if deltas["app"]:
@@ -343,6 +359,7 @@ def _create_sync(
     scope = service.scope_for(app_name, user_id)
     session_id = session_id.strip() if session_id else None
     deltas = _session_util.extract_state_delta(state or {})
+    _create_shared_state_rows(app_name, user_id, deltas)
     try:
         with transaction.atomic(using=_db()):
             cortex = services.create_session(scope=scope, agent_id=app_name, title=session_id or "")
@@ -443,6 +460,7 @@ def _append_sync(service: CortexSessionService, session: AdkSessionModel, event:
         (event.actions.state_delta if event.actions else None) or {}
     )
     marker = getattr(session, "_storage_update_marker", None)
+    _create_shared_state_rows(app_name, user_id, deltas)
     with transaction.atomic(using=_db()):
         # Lock the cortex session first, as every append does, then the ADK row.
         last_seq = (

@@ -3,6 +3,8 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
+import cortex_sessions.fields
+
 
 class Migration(migrations.Migration):
     initial = True
@@ -23,7 +25,9 @@ class Migration(migrations.Migration):
                 ),
                 (
                     "app_name",
-                    models.CharField(max_length=255, unique=True, verbose_name="app name"),
+                    cortex_sessions.fields.ExactCharField(
+                        max_length=255, unique=True, verbose_name="app name"
+                    ),
                 ),
                 ("state", models.JSONField(blank=True, default=dict, verbose_name="state")),
             ],
@@ -41,8 +45,14 @@ class Migration(migrations.Migration):
                         auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
                     ),
                 ),
-                ("app_name", models.CharField(max_length=255, verbose_name="app name")),
-                ("user_id", models.CharField(max_length=255, verbose_name="user id")),
+                (
+                    "app_name",
+                    cortex_sessions.fields.ExactCharField(max_length=255, verbose_name="app name"),
+                ),
+                (
+                    "user_id",
+                    cortex_sessions.fields.ExactCharField(max_length=255, verbose_name="user id"),
+                ),
                 ("state", models.JSONField(blank=True, default=dict, verbose_name="state")),
             ],
             options={
@@ -64,9 +74,20 @@ class Migration(migrations.Migration):
                         auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
                     ),
                 ),
-                ("app_name", models.CharField(max_length=255, verbose_name="app name")),
-                ("user_id", models.CharField(max_length=255, verbose_name="user id")),
-                ("adk_id", models.CharField(max_length=255, verbose_name="ADK session id")),
+                (
+                    "app_name",
+                    cortex_sessions.fields.ExactCharField(max_length=255, verbose_name="app name"),
+                ),
+                (
+                    "user_id",
+                    cortex_sessions.fields.ExactCharField(max_length=255, verbose_name="user id"),
+                ),
+                (
+                    "adk_id",
+                    cortex_sessions.fields.ExactCharField(
+                        max_length=255, verbose_name="ADK session id"
+                    ),
+                ),
                 ("state", models.JSONField(blank=True, default=dict, verbose_name="state")),
                 (
                     "session",

@@ -1,0 +1,62 @@
+"""Admin for the ADK integration: browse ADK sessions and shared state (docs/design.md §13.3).
+
+Nothing here is added or changed: ADK state changes only through ``CortexSessionService`` (events
+with state deltas), so no form can undo a runtime's write. Deleting stays allowed, so deleting a
+cortex session in its admin takes its ADK row with it. The events themselves are the cortex
+session's messages, browsable in the session admin.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
+
+from cortex_sessions.admin import CheckedInputAdminMixin
+
+from .models import AdkAppState, AdkSession, AdkUserState
+
+
+class ReadOnlyAdmin(CheckedInputAdminMixin, admin.ModelAdmin):
+    """Viewable, searchable (NUL-safe, bounded counts), deletable; never added or changed here."""
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(AdkSession)
+class AdkSessionAdmin(ReadOnlyAdmin):
+    list_display = ("adk_id", "app_name", "user_id", "cortex_session")
+    list_filter = ("app_name",)
+    search_fields = ("adk_id", "app_name", "user_id")
+    readonly_fields = ("adk_id", "app_name", "user_id", "cortex_session", "state")
+    fields = readonly_fields
+    list_select_related = ("session",)
+
+    @admin.display(description=_("cortex session"))
+    def cortex_session(self, obj: AdkSession) -> str:
+        url = reverse("admin:cortex_sessions_session_change", args=[obj.session_id])
+        return format_html('<a href="{}">{}</a>', url, obj.session_id)
+
+
+@admin.register(AdkAppState)
+class AdkAppStateAdmin(ReadOnlyAdmin):
+    list_display = ("app_name",)
+    search_fields = ("app_name",)
+    readonly_fields = ("app_name", "state")
+    fields = readonly_fields
+
+
+@admin.register(AdkUserState)
+class AdkUserStateAdmin(ReadOnlyAdmin):
+    list_display = ("app_name", "user_id")
+    list_filter = ("app_name",)
+    search_fields = ("app_name", "user_id")
+    readonly_fields = ("app_name", "user_id", "state")
+    fields = readonly_fields

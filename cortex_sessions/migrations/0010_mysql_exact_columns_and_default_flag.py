@@ -1,0 +1,92 @@
+# MySQL and MariaDB with the same guarantees (docs/design.md §15).
+#
+# - agent_id and external_id become ExactCharField: on MySQL/MariaDB the columns get a binary
+#   no-pad collation ("Bot", "bot" and "bot " are three agents); elsewhere nothing changes.
+# - Session.default_flag, a stored generated column: TRUE for the default, NULL otherwise.
+# - The one-default rule becomes a PartialUniqueConstraint. Its database form is chosen by
+#   vendor here: PostgreSQL and SQLite keep the partial unique index they already have (same
+#   name, same SQL, so nothing is rebuilt); MySQL/MariaDB, where Django never created the
+#   partial index, get UNIQUE (agent_id, scope, default_flag).
+
+import cortex_sessions.constraints
+import cortex_sessions.fields
+from django.db import migrations, models
+
+ONE_DEFAULT = "cortex_session_one_default"
+
+
+class OnVendors(migrations.SeparateDatabaseAndState):
+    """``operations`` change the state everywhere and the schema only on ``vendors``."""
+
+    def __init__(self, vendors, operations):
+        super().__init__(state_operations=operations, database_operations=operations)
+        self.vendors = tuple(vendors)
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        if schema_editor.connection.vendor in self.vendors:
+            super().database_forwards(app_label, schema_editor, from_state, to_state)
+
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        if schema_editor.connection.vendor in self.vendors:
+            super().database_backwards(app_label, schema_editor, from_state, to_state)
+
+    def describe(self):
+        return f"On {', '.join(self.vendors)} only: " + "; ".join(
+            operation.describe() for operation in self.database_operations
+        )
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ('cortex_sessions', '0009_session_recent_index_with_scope'),
+    ]
+
+    operations = [
+        # Collations matter on MySQL/MariaDB only: elsewhere no table is rebuilt.
+        OnVendors(
+            vendors=['mysql'],
+            operations=[
+                migrations.AlterField(
+                    model_name='importedconversation',
+                    name='agent_id',
+                    field=cortex_sessions.fields.ExactCharField(editable=False, max_length=255, verbose_name='agent id'),
+                ),
+                migrations.AlterField(
+                    model_name='importedconversation',
+                    name='external_id',
+                    field=cortex_sessions.fields.ExactCharField(editable=False, max_length=255, verbose_name='external id'),
+                ),
+                migrations.AlterField(
+                    model_name='message',
+                    name='agent_id',
+                    field=cortex_sessions.fields.ExactCharField(max_length=255),
+                ),
+                migrations.AlterField(
+                    model_name='session',
+                    name='agent_id',
+                    field=cortex_sessions.fields.ExactCharField(max_length=255, verbose_name='agent id'),
+                ),
+            ],
+        ),
+        migrations.AddField(
+            model_name='session',
+            name='default_flag',
+            field=models.GeneratedField(db_persist=True, expression=models.Case(models.When(is_default=True, then=models.Value(True)), default=models.Value(None)), output_field=models.BooleanField(null=True), verbose_name='default flag'),
+        ),
+        # Where partial indexes exist the index of 0002 already is this constraint (same name,
+        # same SQL); MySQL/MariaDB never had it and get UNIQUE (agent_id, scope, default_flag).
+        OnVendors(
+            vendors=['mysql'],
+            operations=[
+                migrations.RemoveConstraint(
+                    model_name='session',
+                    name=ONE_DEFAULT,
+                ),
+                migrations.AddConstraint(
+                    model_name='session',
+                    constraint=cortex_sessions.constraints.PartialUniqueConstraint(condition=models.Q(('is_default', True)), fields=('agent_id', 'scope'), generated_field='default_flag', name=ONE_DEFAULT, violation_error_message='Another session is already the default for this agent and scope.'),
+                ),
+            ],
+        ),
+    ]
