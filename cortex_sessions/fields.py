@@ -8,6 +8,12 @@ from django.db import models
 
 from .scope import MAX_CANONICAL_BYTES
 
+if TYPE_CHECKING:
+    _CharField = models.CharField[str, str]
+else:  # Django's model fields are not subscriptable at run time
+    _CharField = models.CharField
+
+
 __all__ = ["ExactCharField", "ScopeField", "exact_collation"]
 
 
@@ -38,7 +44,7 @@ def exact_collation(connection: Any, *, ascii: bool = False) -> str | None:
     return "utf8mb4_nopad_bin" if mariadb else "utf8mb4_0900_bin"
 
 
-class ExactCharField(models.CharField):
+class ExactCharField(_CharField):
     """A ``CharField`` compared exactly: no case or accent folding, trailing spaces significant.
 
     For identifiers that the app matches on (``agent_id``, an imported conversation's id), so
@@ -68,12 +74,6 @@ class ExactCharField(models.CharField):
         if collation:
             params["collation"] = collation
         return params
-
-
-if TYPE_CHECKING:
-    _CharField = models.CharField[str, str]
-else:  # Django's model fields are not subscriptable at run time
-    _CharField = models.CharField
 
 
 class ScopeField(_CharField):
