@@ -65,6 +65,7 @@ else:  # these Django classes are not subscriptable at run time
 __all__ = [
     "COUNT_LIMIT",
     "INLINE_MESSAGES",
+    "ArchivedListFilter",
     "BackfilledListFilter",
     "BoundedCountPaginator",
     "CheckedInputAdminMixin",
@@ -211,6 +212,25 @@ class BackfilledListFilter(admin.SimpleListFilter):
         return queryset
 
 
+class ArchivedListFilter(admin.SimpleListFilter):
+    """Archived sessions (``archived_at`` set) or live ones (docs/design.md §11.2)."""
+
+    title = _("archived")
+    parameter_name = "archived"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        """``yes`` and ``no``."""
+        return [("yes", _("Yes")), ("no", _("No"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """Keep archived sessions (``yes``) or live ones (``no``)."""
+        if self.value() == "yes":
+            return queryset.filter(archived_at__isnull=False)
+        if self.value() == "no":
+            return queryset.filter(archived_at__isnull=True)
+        return queryset
+
+
 class MessageSessionListFilter(admin.SimpleListFilter):
     """Messages of one session, chosen by id in the query string (``?session=<uuid>``).
 
@@ -328,14 +348,15 @@ class SessionAdmin(CheckedInputAdminMixin):
         "is_default",
         "message_count",
         "updated",
+        "is_archived",
     )
-    list_filter = ("is_default", BackfilledListFilter, "agent_id")
+    list_filter = ("is_default", ArchivedListFilter, BackfilledListFilter, "agent_id")
     search_fields = ("title", "agent_id")
     search_help_text = _("Title or agent id; paste a session id to find that session.")
     ordering = ("-updated_at",)
     date_hierarchy = "created_at"
     inlines = (MessageInline,)
-    actions = ("make_default", "recount_messages")
+    actions = ("make_default", "recount_messages", "archive_sessions", "unarchive_sessions")
 
     class Media:
         css = {"all": ("cortex_sessions/admin.css",)}
@@ -356,6 +377,9 @@ class SessionAdmin(CheckedInputAdminMixin):
                     "last_seq",
                     "all_messages",
                     "backfilled_by",
+                    "archived_at",
+                    "fork_source",
+                    "forked_at_seq",
                     "created_at",
                     "updated_at",
                 )
@@ -372,6 +396,9 @@ class SessionAdmin(CheckedInputAdminMixin):
         "last_seq",
         "all_messages",
         "backfilled_by",
+        "archived_at",
+        "fork_source",
+        "forked_at_seq",
         "created_at",
         "updated_at",
     )
@@ -559,6 +586,25 @@ class SessionAdmin(CheckedInputAdminMixin):
         """``updated_at`` in the current time zone as ``YYYY-MM-DD HH:MM``, compact for the list."""
         return formats.date_format(timezone.localtime(obj.updated_at), "Y-m-d H:i")
 
+    @admin.display(description=_("archived"), boolean=True, ordering="archived_at")
+    def is_archived(self, obj: Session) -> bool:
+        """Whether the session is archived (docs/design.md §11.2)."""
+        return obj.archived_at is not None
+
+    @admin.display(description=_("forked from"))
+    def fork_source(self, obj: Session) -> str:
+        """The session this one was forked from, linked while it exists (docs/design.md §11.1);
+        its bare id once it was deleted; empty for a session that is no fork."""
+        if obj.forked_from is None:
+            return self.get_empty_value_display()
+        source = Session.objects.filter(pk=obj.forked_from).only("id", "title").first()
+        if source is None:
+            return format_html("{} {}", obj.forked_from, _("(deleted)"))
+        url = reverse(
+            f"{self.admin_site.name}:cortex_sessions_session_change", args=[quote(source.pk)]
+        )
+        return format_html('<a href="{}">{}</a>', url, source)
+
     @admin.display(description=_("all messages"))
     def all_messages(self, obj: Session) -> str:
         """A link to the message list filtered by this session."""
@@ -598,6 +644,39 @@ class SessionAdmin(CheckedInputAdminMixin):
             % {"session": session, "agent": session.agent_id, "scope": session.scope},
             messages.SUCCESS,
         )
+
+    def _archive_action(
+        self, request: HttpRequest, queryset: QuerySet[Any], *, archive: bool
+    ) -> None:
+        service = services.archive_session if archive else services.unarchive_session
+        changed = 0
+        for session_id, scope, archived_at in queryset.order_by().values_list(
+            "pk", "scope", "archived_at"
+        ):
+            if (archived_at is None) != archive:
+                continue
+            with contextlib.suppress(SessionNotFound):  # deleted meanwhile
+                service(scope=scope, session_id=session_id)
+                changed += 1
+        message = (
+            ngettext("Archived %(count)d session.", "Archived %(count)d sessions.", changed)
+            if archive
+            else ngettext(
+                "Unarchived %(count)d session.", "Unarchived %(count)d sessions.", changed
+            )
+        )
+        self.message_user(request, message % {"count": changed}, messages.SUCCESS)
+
+    @admin.action(description=_("Archive the selected sessions"), permissions=["change"])
+    def archive_sessions(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        """Archive each selected session (``services.archive_session``, docs/design.md §11.2);
+        an archived default is demoted."""
+        self._archive_action(request, queryset, archive=True)
+
+    @admin.action(description=_("Unarchive the selected sessions"), permissions=["change"])
+    def unarchive_sessions(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        """Make each selected session live again (``services.unarchive_session``)."""
+        self._archive_action(request, queryset, archive=False)
 
     @admin.action(
         description=_("Recount messages of the selected sessions"), permissions=["change"]

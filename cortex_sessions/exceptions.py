@@ -24,12 +24,14 @@ __all__ = [
     "InvalidScope",
     "InvalidSource",
     "InvalidText",
+    "InvalidUpToSeq",
     "MessageNotFound",
     "MessageTooLarge",
     "NoScope",
     "NulCharacter",
     "ScopeError",
     "ScopeForbidden",
+    "SessionArchived",
     "SessionNotFound",
     "ValueTooLong",
 ]
@@ -113,6 +115,14 @@ class DefaultConflict(CortexSessionsError):
     default_message = "Another session is already the default for this agent and scope."
 
 
+class SessionArchived(CortexSessionsError):
+    """The session is archived, so it is read-only: appends, message deletes and make-default
+    are refused until it is unarchived (docs/design.md §11.2)."""
+
+    code = "session_archived"
+    default_message = "The session is archived; unarchive it to change its messages."
+
+
 # -- bad input ------------------------------------------------------------------------------------
 
 
@@ -189,6 +199,14 @@ class InvalidFilter(InvalidInput):
 
     code = "invalid_filter"
     default_message = "Invalid list filter."
+
+
+class InvalidUpToSeq(InvalidInput):
+    """A fork point that is not an integer from 0 to the source's last ``seq``
+    (docs/design.md §11.1)."""
+
+    code = "invalid_up_to_seq"
+    default_message = "up_to_seq must be an integer from 0 to the session's last seq."
 
 
 # -- idempotency (docs/design.md §12.1) ------------------------------------------------------------

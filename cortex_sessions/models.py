@@ -1,7 +1,7 @@
 """Session and Message (docs/design.md §3).
 
 App-owned columns (``message_count``, ``last_message``, ``last_seq``, ``backfilled_by``, ``scope``,
-``agent_id``, ``is_default``) are written only by :mod:`cortex_sessions.services` and the backfill,
+``agent_id``, ``is_default``, ``archived_at``, ``forked_from``, ``forked_at_seq``) are written only by :mod:`cortex_sessions.services` and the backfill,
 through queryset updates. ``Session.save()`` on an existing row writes only the host-editable
 columns, so no read-modify-write (an admin form, host code) can put stale counters back (docs/design.md §5).
 """
@@ -94,6 +94,15 @@ class Session(models.Model):
     )
     created_at = models.DateTimeField(_("created at"), default=timezone.now, editable=False)
     updated_at = models.DateTimeField(_("updated at"), default=timezone.now, editable=False)
+    #: When the session was archived (read-only until unarchived); ``None`` while live (§11.2).
+    archived_at = models.DateTimeField(_("archived at"), null=True, blank=True, editable=False)
+    #: The id of the session this one was forked from (§11.1). A plain id, not a foreign key:
+    #: it keeps naming the source after the source is deleted.
+    forked_from = models.UUIDField(_("forked from"), null=True, blank=True, editable=False)
+    #: The source's messages up to this ``seq`` were copied into the fork (§11.1).
+    forked_at_seq = models.BigIntegerField(
+        _("forked at seq"), null=True, blank=True, editable=False
+    )
 
     objects = SessionQuerySet.as_manager()
 
@@ -117,9 +126,26 @@ class Session(models.Model):
             models.CheckConstraint(
                 condition=Q(last_seq__gte=0), name="cortex_session_last_seq_non_negative"
             ),
+            models.CheckConstraint(
+                condition=Q(forked_from__isnull=True, forked_at_seq__isnull=True)
+                | Q(forked_from__isnull=False, forked_at_seq__gte=0),
+                name="cortex_session_fork_provenance",
+            ),
         ]
         indexes = [
-            models.Index(fields=["scope", "-updated_at", "-id"], name="cortex_session_scope_idx"),
+            # Lists and counts hide archived sessions by default (docs/design.md §11.2): the scope
+            # index holds live sessions only, so a default count is still an index-only scan;
+            # archived ones have their own, and ``archived=any`` reads both.
+            models.Index(
+                fields=["scope", "-updated_at", "-id"],
+                condition=Q(archived_at__isnull=True),
+                name="cortex_session_scope_idx",
+            ),
+            models.Index(
+                fields=["scope", "-updated_at", "-id"],
+                condition=Q(archived_at__isnull=False),
+                name="cortex_session_archived_idx",
+            ),
             models.Index(
                 fields=["agent_id", "scope", "-updated_at", "-id"],
                 name="cortex_session_agent_idx",

@@ -21,6 +21,12 @@ conversation is imported whole or not at all. The export writes the same format,
 sessions and messages in bounded chunks, so that export followed by import into an empty
 database reproduces titles, metadata, cwd and messages (role, source, content, metadata,
 created_at) exactly. Session ids, timestamps of sessions and the default flag are not carried.
+
+The thread lifecycle (docs/design.md §11.1, §11.2) travels too, as optional keys written only when
+set: ``archived_at`` (ISO 8601; the imported session is archived at that time) and the fork
+provenance ``forked_from`` (the source session's id *in the exporting database*, kept as given:
+like the column itself it is a plain id, never resolved) with ``forked_at_seq`` (an integer
+``>= 0``); the two come together or not at all. Re-importing a file stays idempotent.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from .content import normalize_content
 from .exceptions import CortexSessionsError, InvalidConversation
 from .models import EXTERNAL_ID_MAX_BYTES, ImportedConversation, Message, Session
 from .scope import Scope, as_scope
+from .services.lifecycle import record_fork_provenance
 
 __all__ = [
     "CONVERSATION_KEYS",
@@ -55,7 +62,9 @@ __all__ = [
 ]
 
 #: Keys a conversation object may have.
-CONVERSATION_KEYS = frozenset({"id", "title", "metadata", "cwd", "messages"})
+CONVERSATION_KEYS = frozenset(
+    {"id", "title", "metadata", "cwd", "messages", "archived_at", "forked_from", "forked_at_seq"}
+)
 #: Keys a message object may have.
 MESSAGE_KEYS = frozenset({"role", "content", "source", "metadata", "created_at"})
 #: Messages handed to one ``append_messages`` call during an import.
@@ -75,6 +84,9 @@ class Conversation:
     metadata: dict[str, Any] | None
     cwd: str | None
     messages: list[services.MessageInput]
+    archived_at: datetime | None = None
+    forked_from: uuid.UUID | None = None
+    forked_at_seq: int | None = None
 
 
 @dataclass(frozen=True)
@@ -134,7 +146,7 @@ def _external_id(value: Any) -> str | None:
     return value
 
 
-def _created_at(value: Any, where: str) -> datetime | None:
+def _created_at(value: Any, where: str, *, key: str = "created_at") -> datetime | None:
     if value is None:
         return None
     parsed = None
@@ -145,8 +157,8 @@ def _created_at(value: Any, where: str) -> datetime | None:
             parsed = None
     if parsed is None:
         raise InvalidConversation(
-            f"{where}.created_at must be an ISO 8601 timestamp, not {value!r}.",
-            field="created_at",
+            f"{where}.{key} must be an ISO 8601 timestamp, not {value!r}.",
+            field=key,
         )
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
@@ -226,13 +238,43 @@ def parse_conversation(line: str | bytes) -> Conversation:
     if not isinstance(messages, list):
         raise InvalidConversation("messages must be a list of message objects.", field="messages")
     title = data.get("title")
+    forked_from, forked_at_seq = _fork_provenance(
+        data.get("forked_from"), data.get("forked_at_seq")
+    )
     return Conversation(
         external_id=external_id,
         title="" if title is None else title,
         metadata=data.get("metadata"),
         cwd=data.get("cwd"),
         messages=[_message(item, index) for index, item in enumerate(messages)],
+        archived_at=_created_at(data.get("archived_at"), "conversation", key="archived_at"),
+        forked_from=forked_from,
+        forked_at_seq=forked_at_seq,
     )
+
+
+def _fork_provenance(forked_from: Any, forked_at_seq: Any) -> tuple[uuid.UUID | None, int | None]:
+    """Parse ``forked_from`` and ``forked_at_seq``: both or neither (docs/design.md §11.1)."""
+    if forked_from is None and forked_at_seq is None:
+        return None, None
+    try:
+        source = uuid.UUID(forked_from) if isinstance(forked_from, str) else None
+    except ValueError:
+        source = None
+    if source is None:
+        raise InvalidConversation(
+            "forked_from must be a session id (a UUID string) given with forked_at_seq.",
+            field="forked_from",
+        )
+    if (
+        not isinstance(forked_at_seq, int)
+        or isinstance(forked_at_seq, bool)
+        or not 0 <= forked_at_seq <= services.MAX_INT64
+    ):
+        raise InvalidConversation(
+            "forked_at_seq must be an integer >= 0 given with forked_from.", field="forked_at_seq"
+        )
+    return source, forked_at_seq
 
 
 # -- import ---------------------------------------------------------------------------------------
@@ -259,7 +301,8 @@ def import_conversation(
 
     The session, its messages and its import record are written in one transaction through
     :func:`services.create_session` and :func:`services.append_messages`, so counters are exact
-    and a failure leaves nothing behind.
+    and a failure leaves nothing behind; fork provenance and the archive time, when the line has
+    them, are recorded in the same transaction (the session is archived last, after its messages).
 
     Args:
         conversation: a parsed line (:func:`parse_conversation`).
@@ -298,6 +341,16 @@ def import_conversation(
             if external_id is not None:
                 ImportedConversation.objects.create(
                     session=session, agent_id=agent_id, scope=canonical, external_id=external_id
+                )
+            if conversation.forked_from is not None and conversation.forked_at_seq is not None:
+                session = record_fork_provenance(
+                    session,
+                    forked_from=conversation.forked_from,
+                    forked_at_seq=conversation.forked_at_seq,
+                )
+            if conversation.archived_at is not None:
+                session = services.archive_session(
+                    scope=canonical, session_id=session.pk, at=conversation.archived_at
                 )
     except IntegrityError:
         # A concurrent import of the same conversation committed first.
@@ -465,7 +518,14 @@ def export_conversations(
         page = sessions if last_pk is None else sessions.filter(pk__gt=last_pk)
         rows = list(
             page.order_by("pk").values(
-                "pk", "title", "metadata", "cwd", "import_record__external_id"
+                "pk",
+                "title",
+                "metadata",
+                "cwd",
+                "import_record__external_id",
+                "archived_at",
+                "forked_from",
+                "forked_at_seq",
             )[:chunk_size]
         )
         for row in rows:
@@ -475,6 +535,11 @@ def export_conversations(
                 "metadata": row["metadata"],
                 "cwd": row["cwd"],
             }
+            if row["archived_at"] is not None:
+                head["archived_at"] = _isoformat(row["archived_at"])
+            if row["forked_from"] is not None:
+                head["forked_from"] = str(row["forked_from"])
+                head["forked_at_seq"] = row["forked_at_seq"]
             yield _dumps(head, ensure_ascii)[:-1] + ',"messages":['
             separator = ""
             for messages in _message_pages(row["pk"], message_chunk_size):

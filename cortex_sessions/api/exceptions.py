@@ -52,6 +52,7 @@ ERROR_STATUS: dict[type[BaseException], int] = {
     core.SessionNotFound: status.HTTP_404_NOT_FOUND,
     core.MessageNotFound: status.HTTP_404_NOT_FOUND,
     core.DefaultConflict: status.HTTP_409_CONFLICT,
+    core.SessionArchived: status.HTTP_409_CONFLICT,
     core.IdempotencyKeyReused: status.HTTP_422_UNPROCESSABLE_ENTITY,
     core.MessageTooLarge: status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
     core.CortexSessionsError: status.HTTP_400_BAD_REQUEST,

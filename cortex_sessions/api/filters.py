@@ -1,7 +1,7 @@
 """Query parameters of the session list and count (docs/design.md §7.2), as an explicit ``FilterSet``.
 
 The FilterSet is the HTTP contract — it parses and validates ``agent_id``, ``exact``,
-``default_only``, ``search`` and ``ordering`` and describes them in the OpenAPI schema — while
+``default_only``, ``search``, ``ordering``, ``archived`` and ``metadata`` and describes them in the OpenAPI schema — while
 the query itself is built by :func:`cortex_sessions.services.session_queryset`, where the rules
 live (scope matching, literal ``%``/``_`` in ``search``, stable ordering with an id tie-break).
 A bad value is a 400 ``invalid_filter`` listing the parameter, never silently ignored.
@@ -9,6 +9,7 @@ A bad value is a 400 ``invalid_filter`` listing the parameter, never silently ig
 
 from __future__ import annotations
 
+import json
 from typing import Any, cast
 
 import django_filters
@@ -19,6 +20,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework.exceptions import ErrorDetail
 
 from cortex_sessions import services
+from cortex_sessions.exceptions import InvalidFilter
+from cortex_sessions.metadata import MAX_METADATA_FILTER_KEYS, check_metadata_filter
 from cortex_sessions.models import Session
 
 from .exceptions import InvalidQuery
@@ -84,6 +87,45 @@ class TextFilter(django_filters.CharFilter):
     field_class = TextField
 
 
+#: Values of the ``archived`` parameter and what the service takes for each (§11.2).
+ARCHIVED_CHOICES = {"false": False, "true": True, "any": None}
+
+
+class MetadataFilterField(forms.CharField):
+    """The ``metadata`` query parameter: a JSON object (docs/design.md §11.3)."""
+
+    def to_python(self, value: Any) -> dict[str, Any] | None:  # type: ignore[override]  # parses to a dict
+        """Parse the JSON text and check it (an object of at most 10 keys).
+
+        Raises:
+            ValidationError: not JSON, not an object, too many keys, or unstorable text
+                (code ``invalid_filter``).
+        """
+        text = super().to_python(value)
+        if text in (None, ""):
+            return None
+        try:
+            parsed = json.loads(text, parse_constant=_refuse_constant)
+        except ValueError as exc:
+            raise ValidationError(
+                f"metadata must be a JSON object: {exc}.", code="invalid_filter"
+            ) from None
+        try:
+            return check_metadata_filter(parsed)
+        except InvalidFilter as exc:
+            raise ValidationError(exc.message, code=exc.code) from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+class MetadataFilter(django_filters.Filter):
+    """A filter parsed by :class:`MetadataFilterField`."""
+
+    field_class = MetadataFilterField
+
+
 def _noop(queryset, name, value):  # type: ignore[no-untyped-def]  # unannotated: the schema then types filters by class
     """Filter method that does nothing: :meth:`SessionFilter.filter_queryset` builds the query."""
     return queryset
@@ -119,6 +161,20 @@ class SessionFilter(django_filters.FilterSet):
         choices=ORDERING_CHOICES,
         help_text="Sort key, '-' for descending; default -updated_at (ties broken by id).",
     )
+    archived = django_filters.ChoiceFilter(
+        method=_noop,
+        choices=[(value, value) for value in ARCHIVED_CHOICES],
+        help_text="false (default): live sessions only; true: archived only; any: both.",
+    )
+    metadata = extend_schema_field({"type": "string", "format": "json"})(  # type: ignore[type-var]
+        MetadataFilter(
+            method=_noop,
+            help_text=(
+                "A JSON object (URL-encoded): sessions whose metadata has each of its "
+                f"top-level keys (at most {MAX_METADATA_FILTER_KEYS}) with an equal JSON value."
+            ),
+        )
+    )
 
     class Meta:
         model = Session
@@ -132,6 +188,8 @@ class SessionFilter(django_filters.FilterSet):
             "exact": bool(data.get("exact")),
             "default_only": bool(data.get("default_only")),
             "search": data.get("search") or None,
+            "archived": ARCHIVED_CHOICES[data.get("archived") or "false"],
+            "metadata": data.get("metadata"),
         }
         if with_ordering:
             kwargs["ordering"] = data.get("ordering") or None

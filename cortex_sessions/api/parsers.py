@@ -17,7 +17,10 @@ from typing import Any
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser, get_encoding  # type: ignore[attr-defined]  # not in the stubs
 
-__all__ = ["MAX_JSON_DEPTH", "JSONObjectParser"]
+__all__ = ["MAX_JSON_DEPTH", "MERGE_PATCH_MEDIA_TYPE", "JSONObjectParser", "MergePatchParser"]
+
+#: The media type of a JSON Merge Patch (RFC 7386).
+MERGE_PATCH_MEDIA_TYPE = "application/merge-patch+json"
 
 #: Deepest nesting of arrays and objects accepted in a request body.
 MAX_JSON_DEPTH = 64
@@ -89,3 +92,10 @@ class JSONObjectParser(JSONParser):
             raise ParseError(f"JSON parse error - {exc}") from None
         check_json_tree(data)
         return data
+
+
+class MergePatchParser(JSONObjectParser):
+    """:class:`JSONObjectParser` for ``application/merge-patch+json`` bodies (RFC 7386), which
+    only ``PATCH /sessions/{id}/`` accepts (docs/design.md §11.3)."""
+
+    media_type = MERGE_PATCH_MEDIA_TYPE

@@ -30,12 +30,15 @@ __all__ = [
     "ContentField",
     "CountSerializer",
     "ErrorSerializer",
+    "ForkSerializer",
     "MessageAppendResultSerializer",
     "MessageInputSerializer",
     "MessagePageSerializer",
     "MessageSerializer",
     "MessageWithReferencesInputSerializer",
+    "MessagesDeletedSerializer",
     "MetadataField",
+    "PoppedMessageSerializer",
     "PreparedReferencesSerializer",
     "ReferenceCandidateListSerializer",
     "ReferenceCandidateSerializer",
@@ -44,6 +47,7 @@ __all__ = [
     "ReferencesField",
     "ResolveSerializer",
     "SessionCreateSerializer",
+    "SessionMergePatchSerializer",
     "SessionSerializer",
     "SessionUpdateSerializer",
     "StrictBooleanField",
@@ -208,6 +212,9 @@ SESSION_READ_ONLY_FIELDS = frozenset(
         "backfilled_by",
         "created_at",
         "updated_at",
+        "archived_at",
+        "forked_from",
+        "forked_at_seq",
     }
 )
 #: Fields of a stored message that only the app writes; a message sent back may carry them.
@@ -301,6 +308,9 @@ class SessionSerializer(serializers.ModelSerializer[Session]):
             "backfilled_by",
             "created_at",
             "updated_at",
+            "archived_at",
+            "forked_from",
+            "forked_at_seq",
         ]
         read_only_fields = fields
 
@@ -343,6 +353,54 @@ class SessionUpdateSerializer(StrictSerializerMixin, serializers.Serializer[Any]
     title = StrictCharField(max_length=500, allow_blank=True, required=False, trim_whitespace=False)
     metadata = MetadataField(required=False)
     cwd = StrictCharField(allow_null=True, allow_blank=True, required=False, trim_whitespace=False)
+
+
+@extend_schema_field({"type": "object", "additionalProperties": True, "nullable": True})
+class MetadataPatchField(serializers.JSONField):
+    """The ``metadata`` member of a merge patch: an object merged by RFC 7386, or ``null``."""
+
+
+class SessionMergePatchSerializer(StrictSerializerMixin, serializers.Serializer[Any]):
+    """Body of ``PATCH /sessions/{id}/`` sent as ``application/merge-patch+json`` (§11.3).
+
+    ``title`` and ``cwd`` are replaced when present; ``metadata`` is merged into the stored
+    object by RFC 7386 (a ``null`` member deletes that key; ``"metadata": null`` empties it).
+    Read-only fields are accepted and ignored; any other key is 400 ``unknown_field``.
+    """
+
+    ignored_fields = SESSION_READ_ONLY_FIELDS
+
+    title = StrictCharField(max_length=500, allow_blank=True, required=False, trim_whitespace=False)
+    metadata = MetadataPatchField(required=False, allow_null=True)
+    cwd = StrictCharField(allow_null=True, allow_blank=True, required=False, trim_whitespace=False)
+
+
+@extend_schema_field({"type": "integer", "minimum": 0, "maximum": 2**63 - 1})
+class UpToSeqField(serializers.JSONField):
+    """A fork point; the service checks it is a JSON integer from 0 to the source's last seq
+    (400 ``invalid_up_to_seq`` for every bad value)."""
+
+
+class ForkSerializer(StrictSerializerMixin, serializers.Serializer[Any]):
+    """Body of ``POST /sessions/{id}/fork/`` (docs/design.md §11.1); every field optional, any
+    other key is 400 ``unknown_field``."""
+
+    up_to_seq = UpToSeqField(
+        required=False,
+        allow_null=True,
+        help_text="Copy the messages with seq up to this value (0 to the last seq); default all.",
+    )
+    title = StrictCharField(
+        max_length=500,
+        allow_blank=True,
+        required=False,
+        allow_null=True,
+        trim_whitespace=False,
+        help_text="Default: the source's title.",
+    )
+    metadata = MetadataField(
+        required=False, allow_null=True, help_text="Default: the source's metadata."
+    )
 
 
 class ResolveSerializer(StrictSerializerMixin, serializers.Serializer[Any]):
@@ -518,6 +576,22 @@ class MessageAppendResultSerializer(serializers.Serializer[Any]):
 
     session = SessionSerializer()
     messages = MessageSerializer(many=True)
+
+
+class MessagesDeletedSerializer(serializers.Serializer[Any]):
+    """Response of the message deletes (docs/design.md §11.4): the session's new counters and
+    how many messages went."""
+
+    session = SessionSerializer()
+    deleted = serializers.IntegerField(min_value=0)
+
+
+class PoppedMessageSerializer(serializers.Serializer[Any]):
+    """Response of ``POST /sessions/{id}/messages/pop/`` (docs/design.md §11.4): the removed
+    message and the session's new counters."""
+
+    session = SessionSerializer()
+    message = MessageSerializer()
 
 
 class MessagePageSerializer(serializers.Serializer[Any]):

@@ -23,14 +23,14 @@ from drf_spectacular.utils import (
 )
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ErrorDetail
+from rest_framework.exceptions import ErrorDetail, UnsupportedMediaType
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
 from cortex_sessions import services
 from cortex_sessions.conf import app_settings
-from cortex_sessions.exceptions import SessionNotFound
+from cortex_sessions.exceptions import MessageNotFound, SessionNotFound
 from cortex_sessions.models import Message, Session
 from cortex_sessions.references import Deadline
 from cortex_sessions.references import service as references
@@ -40,21 +40,25 @@ from .exceptions import InvalidQuery, ReferencesNotAllowed, exception_handler
 from .filters import SessionFilter, SessionFilterBackend
 from .idempotency import IDEMPOTENCY_PARAMETER, idempotent
 from .pagination import SessionPagination, parse_int_param
-from .parsers import JSONObjectParser
+from .parsers import MERGE_PATCH_MEDIA_TYPE, JSONObjectParser, MergePatchParser
 from .permissions import HasCortexScope
 from .scoping import SCOPE_HEADER, SCOPE_QUERY_PARAM, narrow_scope
 from .serializers import (
     CountSerializer,
     ErrorSerializer,
+    ForkSerializer,
     MessageAppendResultSerializer,
     MessageInputSerializer,
     MessagePageSerializer,
+    MessagesDeletedSerializer,
     MessageWithReferencesInputSerializer,
+    PoppedMessageSerializer,
     PreparedReferencesSerializer,
     ReferenceCandidateListSerializer,
     ReferencePrepareSerializer,
     ResolveSerializer,
     SessionCreateSerializer,
+    SessionMergePatchSerializer,
     SessionSerializer,
     SessionUpdateSerializer,
     message_list_data,
@@ -72,9 +76,10 @@ _ERROR_TEXT = {
     "`permission_denied`.",
     404: "`session_not_found`: missing, out of scope or malformed id, all alike.",
     406: "`not_acceptable`: no renderer matches the Accept header.",
-    409: "`default_conflict`.",
+    409: "`default_conflict`; `session_archived`: the session is archived (read-only).",
     413: "`message_too_large` or `request_too_large`.",
-    415: "`unsupported_media_type`: send application/json.",
+    415: "`unsupported_media_type`: send application/json (PATCH also takes "
+    "application/merge-patch+json).",
     422: "`idempotency_key_reused`: the Idempotency-Key was used with another body.",
     503: "`database_unavailable` (with Retry-After): a transient database fault rolled the "
     "request back; nothing was written.",
@@ -263,6 +268,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
     pagination_class = SessionPagination
     filter_backends = [SessionFilterBackend]
     filterset_class = SessionFilter
+    parser_classes = [JSONObjectParser, MergePatchParser]
     lookup_value_regex = "[^/]+"  # any id reaches the view, so a malformed one is a JSON 404
     #: Seconds one request may spend preparing session references; ``None`` (the default)
     #: means no limit. Past it the request fails with 503 ``SESSION_REFERENCE_CANCELLED``
@@ -272,8 +278,19 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
         "list": frozenset({*SessionFilter.base_filters, "limit", "offset", "cursor"}),
         "count": frozenset(SessionFilter.base_filters),
         "messages.get": frozenset({"limit", "after_seq", "before_seq"}),
+        "messages.delete": frozenset({"after_seq"}),
         "reference_candidates": frozenset({"q", "limit"}),
     }
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        """DRF's checks, plus: a merge-patch body is only for ``PATCH /sessions/{id}/``.
+
+        Raises:
+            UnsupportedMediaType: ``application/merge-patch+json`` sent to another endpoint.
+        """
+        super().initial(request, *args, **kwargs)
+        if _is_merge_patch(request) and self.action != "partial_update":
+            raise UnsupportedMediaType(MERGE_PATCH_MEDIA_TYPE)
 
     def get_queryset(self) -> Any:
         """The sessions at and beneath the request's scope (none before it is resolved)."""
@@ -301,6 +318,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
             "update": SessionUpdateSerializer,
             "partial_update": SessionUpdateSerializer,
             "resolve": ResolveSerializer,
+            "fork": ForkSerializer,
             "messages": MessageWithReferencesInputSerializer,
             "prepare_references": ReferencePrepareSerializer,
         }.get(self.action, SessionSerializer)
@@ -420,13 +438,35 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
 
     @extend_schema(
         summary="Change a session's title, metadata or cwd",
+        description=(
+            "With `Content-Type: application/json` the fields sent replace the stored ones "
+            "(`metadata` as a whole). With `Content-Type: application/merge-patch+json` the "
+            "body is a JSON Merge Patch (RFC 7386): `metadata` is merged into the stored "
+            "object under the session's row lock (a `null` member deletes that key, "
+            '`"metadata": null` empties it), so concurrent patches of different keys all '
+            "survive."
+        ),
         parameters=[ID_PARAMETER],
-        request=SessionUpdateSerializer,
+        request={
+            "application/json": SessionUpdateSerializer,
+            MERGE_PATCH_MEDIA_TYPE: SessionMergePatchSerializer,
+        },
         responses={200: SessionSerializer, **errors(404, *_BODY_ERRORS)},
     )
     def partial_update(self, request: Request, pk: str) -> Response:
-        """As :meth:`update`; fields left out are kept."""
-        return self.update(request, pk, partial=True)
+        """As :meth:`update`, fields left out kept; or a JSON Merge Patch (§11.3).
+
+        Errors: 400 validation (``invalid``, ``invalid_metadata`` for a metadata member that is
+        neither an object nor null, …); 404 ``session_not_found``.
+        """
+        if not _is_merge_patch(request):
+            return self.update(request, pk, partial=True)
+        serializer = SessionMergePatchSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        patch = {name: request.data[name] for name in serializer.validated_data}
+        return self._session_response(
+            services.patch_session(scope=self.scope, session_id=pk, patch=patch)
+        )
 
     @extend_schema(
         summary="Delete a session and its messages",
@@ -451,9 +491,86 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
     def make_default(self, request: Request, pk: str) -> Response:
         """Promote the session and demote the old default in one transaction (docs/design.md §6.2).
 
-        Errors: 404 ``session_not_found``; 409 ``default_conflict`` under a swap storm.
+        Errors: 404 ``session_not_found``; 409 ``default_conflict`` under a swap storm,
+        ``session_archived`` for an archived session.
         """
         return self._session_response(services.make_default(scope=self.scope, session_id=pk))
+
+    # -- lifecycle (docs/design.md §11.1, §11.2) --------------------------------------------------
+
+    @extend_schema(
+        summary="Fork a session",
+        description=(
+            "A new session at the source's scope, for the source's agent, never the default, "
+            "holding a copy of the source's messages with seq <= `up_to_seq` (all when "
+            "omitted), renumbered 1..n. `forked_from` and `forked_at_seq` record where it "
+            "came from. Archived sources can be forked; the fork is live."
+        ),
+        parameters=[ID_PARAMETER, IDEMPOTENCY_PARAMETER],
+        request=ForkSerializer,
+        responses={
+            201: SessionSerializer,
+            **errors(
+                404,
+                422,
+                *_BODY_ERRORS,
+                text={
+                    400: "`invalid_up_to_seq` (not an integer from 0 to the source's last "
+                    "seq), `invalid_metadata`, `too_long`, `invalid`, `parse_error`."
+                },
+            ),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    @idempotent
+    def fork(self, request: Request, pk: str) -> Response:
+        """Fork the session (docs/design.md §11.1); 201 with the new session. Honours
+        ``Idempotency-Key`` (docs/design.md §12.1): a replay returns the first fork.
+
+        Errors: 400 ``invalid_up_to_seq`` and validation; 404 ``session_not_found``; 422
+        ``idempotency_key_reused``.
+        """
+        serializer = ForkSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        session = services.fork_session(
+            scope=self.scope,
+            session_id=pk,
+            up_to_seq=data.get("up_to_seq"),
+            title=data.get("title"),
+            metadata=data.get("metadata"),
+        )
+        return self._session_response(session, status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Archive a session",
+        description=(
+            "The session becomes read-only (appends, message deletes and make-default answer "
+            "409 `session_archived`) and is hidden from lists unless `archived=true|any`. An "
+            "archived default is demoted in the same transaction. Archiving twice changes "
+            "nothing."
+        ),
+        parameters=[ID_PARAMETER],
+        request=None,
+        responses={200: SessionSerializer, **errors(404)},
+    )
+    @action(detail=True, methods=["post"])
+    def archive(self, request: Request, pk: str) -> Response:
+        """Archive the session (docs/design.md §11.2). Errors: 404 ``session_not_found``."""
+        return self._session_response(services.archive_session(scope=self.scope, session_id=pk))
+
+    @extend_schema(
+        summary="Unarchive a session",
+        description="The session is live again (not the default). Unarchiving twice changes "
+        "nothing.",
+        parameters=[ID_PARAMETER],
+        request=None,
+        responses={200: SessionSerializer, **errors(404)},
+    )
+    @action(detail=True, methods=["post"])
+    def unarchive(self, request: Request, pk: str) -> Response:
+        """Unarchive the session (docs/design.md §11.2). Errors: 404 ``session_not_found``."""
+        return self._session_response(services.unarchive_session(scope=self.scope, session_id=pk))
 
     # -- messages ---------------------------------------------------------------------------------
 
@@ -498,13 +615,125 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
             ),
         },
     )
-    @action(detail=True, methods=["get", "post"])
+    @extend_schema(
+        methods=["DELETE"],
+        operation_id="cortex_sessions_messages_after_destroy",
+        summary="Delete the messages after a seq (all without it)",
+        description=(
+            "Removes every message with seq > `after_seq`; without `after_seq`, every message. "
+            "The counters move in the same transaction; seq values are never reused. Any other "
+            "query parameter is 400 `invalid_filter`, so a misspelt `after_seq` never deletes "
+            "everything."
+        ),
+        parameters=[
+            ID_PARAMETER,
+            OpenApiParameter(
+                "after_seq",
+                {"type": "integer", "minimum": 0, "maximum": MAX_SEQ},
+                OpenApiParameter.QUERY,
+                description="Keep the messages up to this seq; default 0 (delete all).",
+            ),
+        ],
+        request=None,
+        responses={200: MessagesDeletedSerializer, **errors(404, 409)},
+    )
+    @action(detail=True, methods=["get", "post", "delete"])
     def messages(self, request: Request, pk: str) -> Response:
         """GET: newest-first pages of messages, chronological within a page; POST: append, or
-        with ``resolve_references`` store a user message with its session references."""
+        with ``resolve_references`` store a user message with its session references; DELETE:
+        remove the messages after ``after_seq`` (docs/design.md §11.4)."""
         if request.method == "POST":
             return self._append_messages(request, pk)
+        if request.method == "DELETE":
+            return self._delete_messages_after(request, pk)
         return self._list_messages(request, pk)
+
+    def _delete_messages_after(self, request: Request, pk: str) -> Response:
+        # Any other query parameter was refused by ``check_query_parameters``.
+        after = parse_int_param(request, "after_seq", default=0, minimum=0, maximum=MAX_SEQ)
+        result = services.delete_messages_after(scope=self.scope, session_id=pk, after_seq=after)
+        return Response(
+            MessagesDeletedSerializer({"session": result.session, "deleted": result.deleted}).data
+        )
+
+    @extend_schema(
+        summary="Remove and return the newest message",
+        description=(
+            "For undo and regenerate: removes the newest message and answers it with the "
+            "session's new counters. Concurrent pops never return the same message."
+        ),
+        parameters=[ID_PARAMETER, IDEMPOTENCY_PARAMETER],
+        request=None,
+        responses={
+            200: PoppedMessageSerializer,
+            **errors(
+                404,
+                409,
+                422,
+                text={
+                    404: "`session_not_found`: missing, out of scope or malformed id, all "
+                    "alike. `message_not_found`: the session has no messages."
+                },
+            ),
+        },
+    )
+    @action(detail=True, methods=["post"], url_path="messages/pop", url_name="messages-pop")
+    @idempotent
+    def messages_pop(self, request: Request, pk: str) -> Response:
+        """Pop the newest message (docs/design.md §11.4). Honours ``Idempotency-Key``
+        (docs/design.md §12.1): a retried pop returns the message the first one removed and
+        removes nothing more.
+
+        Errors: 404 ``session_not_found`` / ``message_not_found`` (empty); 409
+        ``session_archived``.
+        """
+        result = services.pop_message(scope=self.scope, session_id=pk)
+        return Response(
+            PoppedMessageSerializer({"session": result.session, "message": result.message}).data
+        )
+
+    @extend_schema(
+        operation_id="cortex_sessions_message_destroy",
+        summary="Delete one message",
+        parameters=[
+            ID_PARAMETER,
+            OpenApiParameter(
+                "seq",
+                {"type": "integer", "minimum": 1, "maximum": MAX_SEQ},
+                OpenApiParameter.PATH,
+                description="The message's seq. A missing or malformed seq is 404 alike.",
+            ),
+        ],
+        request=None,
+        responses={
+            200: MessagesDeletedSerializer,
+            **errors(
+                404,
+                409,
+                text={
+                    404: "`session_not_found`: missing, out of scope or malformed id, all "
+                    "alike. `message_not_found`: no message with that seq."
+                },
+            ),
+        },
+    )
+    @action(
+        detail=True,
+        methods=["delete"],
+        url_path=r"messages/(?P<seq>[^/]+)",
+        url_name="messages-seq",
+    )
+    def messages_seq(self, request: Request, pk: str, seq: str) -> Response:
+        """Delete the message ``seq`` (docs/design.md §11.4); ``deleted`` is 1.
+
+        Errors: 404 ``session_not_found`` / ``message_not_found``; 409 ``session_archived``.
+        """
+        number = int(seq) if seq.isascii() and seq.isdigit() else 0
+        if not 1 <= number <= MAX_SEQ:
+            services.get_session(scope=self.scope, session_id=pk)  # a foreign id stays 404
+            raise MessageNotFound()
+        session = services.delete_message(scope=self.scope, session_id=pk, seq=number)
+        return Response(MessagesDeletedSerializer({"session": session, "deleted": 1}).data)
 
     def _list_messages(self, request: Request, pk: str) -> Response:
         maximum = app_settings.MAX_PAGE_SIZE
@@ -686,6 +915,12 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
             deadline=self._reference_deadline(),
         )
         return Response(PreparedReferencesSerializer(prepared.as_dict()).data)
+
+
+def _is_merge_patch(request: Request) -> bool:
+    """Whether the request body is declared as a JSON Merge Patch (RFC 7386)."""
+    content_type = request.content_type or ""
+    return content_type.split(";", 1)[0].strip().lower() == MERGE_PATCH_MEDIA_TYPE
 
 
 def _refuse_references(field: str, message: str) -> None:

@@ -303,9 +303,10 @@ def reference_candidates(
 ) -> list[dict[str, Any]]:
     """Sessions the user may mention in ``session_id``, for the mention picker (docs/design.md §8.4).
 
-    Sessions at or beneath ``scope`` other than the current one, filtered by a case-insensitive
-    substring of their id, cwd or title (never message text; ``%`` and ``_`` match literally;
-    dashes are ignored when matching the id, so every database matches ids alike), ranked: same
+    Live (not archived, docs/design.md §11.2) sessions at or beneath ``scope`` other than the
+    current one, filtered by a case-insensitive substring of their id, cwd or title (never
+    message text; ``%`` and ``_`` match literally; dashes are ignored when matching the id, so
+    every database matches ids alike), ranked: same
     cwd as the current session, then sessions without a cwd (null or empty), then the rest;
     most recently created first within a rank, then by descending id. Ordered and cut in SQL.
 
@@ -338,7 +339,8 @@ def reference_candidates(
         raise InvalidFilter("q must be a string without NUL characters.", field="q")
     current = services.get_session(scope=scope, session_id=session_id)
     current_cwd = current.cwd or None
-    queryset = Session.objects.within(scope).exclude(pk=current.pk)
+    # Archived sessions are put away: never offered for a mention (docs/design.md §11.2).
+    queryset = Session.objects.within(scope).exclude(pk=current.pk).filter(archived_at__isnull=True)
     query = query.strip()
     if query:
         matches = Q(title__icontains=query) | Q(cwd__icontains=query)

@@ -7,8 +7,9 @@ columns. Every write that touches more than one row runs in one transaction on t
 router picks for the model (docs/design.md §10).
 
 Public import path: ``cortex_sessions.services``. The package keeps one concern per module
-(``sessions``, ``messages``, ``maintenance``); everything public is re-exported here, and
-every service that does I/O has an ``a``-prefixed async twin from ``aio`` (docs/design.md §13.1).
+(``sessions``, ``messages``, ``maintenance``, ``lifecycle``, ``undo``); everything public is
+re-exported here, and every service that does I/O has an ``a``-prefixed async twin from ``aio``
+(docs/design.md §13.1).
 """
 
 from __future__ import annotations
@@ -16,23 +17,36 @@ from __future__ import annotations
 from ._common import MAX_INT64, ORDERING_FIELDS, check_agent_id
 from .aio import (
     aappend_messages,
+    aarchive_session,
     aclear_messages,
     acount_sessions,
     acreate_session,
     adelete_message,
+    adelete_messages_after,
     adelete_session,
+    afork_session,
     aget_session,
     alist_messages,
     alist_sessions,
     alist_sessions_page,
     amake_default,
+    apatch_session,
+    apop_message,
     aprune_idempotency_keys,
     arecount_sessions,
     aresolve_session,
+    aunarchive_session,
     aupdate_session,
 )
 from .idempotency import prune_idempotency_keys
 from .keyset import SessionPage, list_sessions_page
+from .lifecycle import (
+    PATCHABLE_FIELDS,
+    archive_session,
+    fork_session,
+    patch_session,
+    unarchive_session,
+)
 from .maintenance import CounterDrift, recount_sessions
 from .messages import (
     AppendResult,
@@ -53,44 +67,65 @@ from .sessions import (
     session_queryset,
     update_session,
 )
+from .undo import (
+    MessagesDeleted,
+    PoppedMessage,
+    delete_messages_after,
+    pop_message,
+)
 
 __all__ = [
     "MAX_INT64",
     "ORDERING_FIELDS",
+    "PATCHABLE_FIELDS",
     "AppendResult",
     "CounterDrift",
     "MessageInput",
+    "MessagesDeleted",
+    "PoppedMessage",
     "SessionPage",
     "aappend_messages",
+    "aarchive_session",
     "aclear_messages",
     "acount_sessions",
     "acreate_session",
     "adelete_message",
+    "adelete_messages_after",
     "adelete_session",
+    "afork_session",
     "aget_session",
     "alist_messages",
     "alist_sessions",
     "alist_sessions_page",
     "amake_default",
+    "apatch_session",
+    "apop_message",
     "append_messages",
     "aprune_idempotency_keys",
+    "archive_session",
     "arecount_sessions",
     "aresolve_session",
+    "aunarchive_session",
     "aupdate_session",
     "check_agent_id",
     "clear_messages",
     "count_sessions",
     "create_session",
     "delete_message",
+    "delete_messages_after",
     "delete_session",
+    "fork_session",
     "get_session",
     "list_messages",
     "list_sessions",
     "list_sessions_page",
     "make_default",
+    "patch_session",
+    "pop_message",
     "prune_idempotency_keys",
     "recount_sessions",
     "resolve_session",
     "session_queryset",
+    "unarchive_session",
     "update_session",
 ]

@@ -10,7 +10,14 @@ from typing import Any
 from django.db import router, transaction
 
 from ..content import check_json_object, ensure_storable_text
-from ..exceptions import InvalidAgentId, InvalidFilter, InvalidInput, SessionNotFound, ValueTooLong
+from ..exceptions import (
+    InvalidAgentId,
+    InvalidFilter,
+    InvalidInput,
+    SessionArchived,
+    SessionNotFound,
+    ValueTooLong,
+)
 from ..models import Session
 from ..scope import Scope
 
@@ -130,6 +137,17 @@ def _locked_session(scope: Scope | str, session_id: uuid.UUID | str) -> Session:
         return Session.objects.within(scope).select_for_update().get(pk=_session_id(session_id))
     except Session.DoesNotExist:
         raise SessionNotFound() from None
+
+
+def _check_live(session: Session) -> Session:
+    """``session`` unchanged, or ``SessionArchived`` when it is archived (docs/design.md §11.2).
+
+    Called by every write to a session's messages and by make-default, on the row they hold
+    locked, so an archive that commits first is always seen.
+    """
+    if session.archived_at is not None:
+        raise SessionArchived()
+    return session
 
 
 def _send_on_commit(signal: Any, **kwargs: Any) -> None:

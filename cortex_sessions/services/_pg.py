@@ -103,7 +103,8 @@ def _sql_append() -> str:
       (``unnest … WITH ORDINALITY`` keeps their order), so one statement text serves any
       number of messages and prepares once.
     - The outer ``SELECT`` returns the session's columns once per message, with the message's
-      id and seq. No row at all means no such session within the scope: nothing was written.
+      id and seq. No row at all means no such live session within the scope (missing, foreign
+      or archived, docs/design.md §11.2): nothing was written.
 
     Parameters: n, updated_at, last_message (NULL: keep), id, the four scope parameters,
     roles, sources, contents (JSON text), metadata (JSON text), created_at values.
@@ -115,7 +116,7 @@ def _sql_append() -> str:
         f' "message_count" = s."message_count" + %s,'
         f' "updated_at" = %s,'
         f' "last_message" = COALESCE(%s, s."last_message")'
-        f' WHERE s."id" = %s AND {_WITHIN}'
+        f' WHERE s."id" = %s AND s."archived_at" IS NULL AND {_WITHIN}'
         f" RETURNING {_columns(Session, 's.')}"
         f"), m AS ("
         f" INSERT INTO {Message._meta.db_table}"

@@ -27,6 +27,7 @@ from asgiref.sync import sync_to_async
 
 from .idempotency import prune_idempotency_keys
 from .keyset import list_sessions_page
+from .lifecycle import archive_session, fork_session, patch_session, unarchive_session
 from .maintenance import recount_sessions
 from .messages import append_messages, clear_messages, delete_message, list_messages
 from .sessions import (
@@ -39,22 +40,29 @@ from .sessions import (
     resolve_session,
     update_session,
 )
+from .undo import delete_messages_after, pop_message
 
 __all__ = [
     "aappend_messages",
+    "aarchive_session",
     "aclear_messages",
     "acount_sessions",
     "acreate_session",
     "adelete_message",
+    "adelete_messages_after",
     "adelete_session",
+    "afork_session",
     "aget_session",
     "alist_messages",
     "alist_sessions",
     "alist_sessions_page",
     "amake_default",
+    "apatch_session",
+    "apop_message",
     "aprune_idempotency_keys",
     "arecount_sessions",
     "aresolve_session",
+    "aunarchive_session",
     "aupdate_session",
 ]
 
@@ -105,3 +113,9 @@ aprune_idempotency_keys = async_twin(prune_idempotency_keys)
 arecount_sessions = async_twin(recount_sessions)
 aresolve_session = async_twin(resolve_session)
 aupdate_session = async_twin(update_session)
+aarchive_session = async_twin(archive_session)
+adelete_messages_after = async_twin(delete_messages_after)
+afork_session = async_twin(fork_session)
+apatch_session = async_twin(patch_session)
+apop_message = async_twin(pop_message)
+aunarchive_session = async_twin(unarchive_session)

@@ -18,6 +18,7 @@ import base64
 import binascii
 import json
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -165,6 +166,8 @@ def list_sessions_page(
     ordering: str | None = None,
     limit: int = 50,
     cursor: str | None = None,
+    archived: bool | None = False,
+    metadata: Mapping[str, Any] | None = None,
 ) -> SessionPage:
     """A keyset page of the sessions at ``scope`` (filters as :func:`session_queryset`).
 
@@ -187,5 +190,7 @@ def list_sessions_page(
         default_only=default_only,
         search=search,
         ordering=ordering,
+        archived=archived,
+        metadata=metadata,
     )
     return paginate_keyset(queryset, cursor=cursor, limit=limit)

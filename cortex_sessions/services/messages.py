@@ -30,6 +30,7 @@ from ..scope import Scope, as_scope
 from . import _pg
 from ._common import (
     _check_int,
+    _check_live,
     _check_metadata,
     _db_for_read,
     _db_for_write,
@@ -158,6 +159,7 @@ def append_messages(
 
     Raises:
         NoScope, InvalidScope, SessionNotFound.
+        SessionArchived: the session is archived (docs/design.md §11.2).
         InvalidInput (and its subclasses InvalidRole, InvalidSource, InvalidContent,
         EmptyContent, MessageTooLarge, NulCharacter, InvalidMetadata): bad input.
         InvalidIdempotencyKey: a malformed key.
@@ -204,7 +206,7 @@ def _append_rows(
     if _pg.enabled(alias):  # one statement (docs/design.md §14)
         return _append_pg(alias, scope, session_id, rows)
     with transaction.atomic(using=alias):
-        session = _locked_session(scope, session_id)
+        session = _check_live(_locked_session(scope, session_id))
         created = Message.objects.bulk_create(
             Message(
                 session=session,
@@ -244,15 +246,23 @@ def _append_pg(
         if text := last_message_of(row["role"], row["source"], row["content"]):
             last = text
             break
-    appended = _pg.append_rows(
-        alias,
-        canonical=canonical,
-        session_id=_session_id(session_id),
-        rows=rows,
-        last_message=last,
-        updated_at=timezone.now(),
-    )
-    if appended is None:
+    pk = _session_id(session_id)
+    for _attempt in range(2):
+        appended = _pg.append_rows(
+            alias,
+            canonical=canonical,
+            session_id=pk,
+            rows=rows,
+            last_message=last,
+            updated_at=timezone.now(),
+        )
+        if appended is not None:
+            break
+        # Nothing written: the statement only appends to a live session in scope. Tell a
+        # missing (or foreign) session from an archived one (docs/design.md §11.2); a session
+        # unarchived in between is tried once more.
+        _check_live(get_session(scope=canonical, session_id=pk))
+    else:
         raise SessionNotFound()
     session, created = appended
     _send_on_commit(signals.messages_appended, session=session, messages=created)
@@ -317,11 +327,12 @@ def delete_message(*, scope: Scope | str, session_id: uuid.UUID | str, seq: int)
 
     Raises:
         NoScope, InvalidScope, SessionNotFound, MessageNotFound.
+        SessionArchived: the session is archived (docs/design.md §11.2).
         InvalidFilter: ``seq`` is not an integer ``>= 1``.
     """
     _check_int(seq, field="seq", minimum=1)
     with transaction.atomic(using=_db_for_write()):
-        session = _locked_session(scope, session_id)
+        session = _check_live(_locked_session(scope, session_id))
         deleted, _ = Message.objects.filter(session=session, seq=seq).delete()
         if not deleted:
             raise MessageNotFound()
@@ -342,9 +353,10 @@ def clear_messages(*, scope: Scope | str, session_id: uuid.UUID | str) -> int:
 
     Raises:
         NoScope, InvalidScope, SessionNotFound.
+        SessionArchived: the session is archived (docs/design.md §11.2).
     """
     with transaction.atomic(using=_db_for_write()):
-        session = _locked_session(scope, session_id)
+        session = _check_live(_locked_session(scope, session_id))
         deleted, _ = Message.objects.filter(session=session).delete()
         Session.objects.filter(pk=session.pk).update(
             message_count=0, last_message="", updated_at=timezone.now()

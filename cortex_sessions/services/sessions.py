@@ -15,6 +15,7 @@ from .. import signals
 from ..content import check_json_object
 from ..exceptions import DefaultConflict, InvalidFilter, SessionNotFound
 from ..faults import is_deadlock
+from ..metadata import check_metadata_filter, filter_by_metadata
 from ..models import Message, Session, SessionQuerySet
 from ..scope import Scope, as_scope
 from . import _pg
@@ -26,6 +27,7 @@ from ._common import (
     _check_cwd,
     _check_filter_text,
     _check_int,
+    _check_live,
     _check_metadata,
     _check_title,
     _db_for_read,
@@ -51,8 +53,11 @@ def session_queryset(
     default_only: bool = False,
     search: str | None = None,
     ordering: str | None = None,
+    archived: bool | None = False,
+    metadata: Mapping[str, Any] | None = None,
 ) -> SessionQuerySet:
-    """The sessions a list at ``scope`` shows, filtered and ordered (docs/design.md §7.2).
+    """The sessions a list at ``scope`` shows, filtered and ordered (docs/design.md §7.2, §11.2,
+    §11.3).
 
     Args:
         scope: the caller's scope; rows at it and beneath it match, or only at it with ``exact``.
@@ -62,14 +67,19 @@ def session_queryset(
         search: case-insensitive substring of the title; ``%`` and ``_`` match literally.
         ordering: one of ``ORDERING_FIELDS``, optionally ``-``-prefixed; default
             ``-updated_at``. Ties are broken by id in the same direction so pages are stable.
+        archived: ``False`` (the default) hides archived sessions, ``True`` shows only them,
+            ``None`` shows both (docs/design.md §11.2).
+        metadata: only sessions whose metadata has every top-level key of this object with an
+            equal JSON value; at most 10 keys (docs/design.md §11.3).
 
     Returns:
         An unevaluated queryset (callers paginate it).
 
     Raises:
         NoScope, InvalidScope: the scope is missing or malformed.
-        InvalidFilter: ``ordering`` is not an accepted value, or ``agent_id``/``search`` is
-            not a string.
+        InvalidFilter: ``ordering`` is not an accepted value, ``agent_id``/``search`` is
+            not a string, ``archived`` is not a boolean or ``None``, or ``metadata`` is not an
+            object of at most 10 keys.
         NulCharacter, InvalidText: ``agent_id``/``search`` holds NUL or a lone surrogate.
     """
     queryset = Session.objects.within(scope, exact=exact)
@@ -81,6 +91,16 @@ def session_queryset(
         queryset = queryset.filter(is_default=True)
     if search:
         queryset = queryset.filter(title__icontains=search)
+    if archived is not None and not isinstance(archived, bool):
+        raise InvalidFilter(
+            f"archived must be True, False or None; got {archived!r}.", field="archived"
+        )
+    if archived is not None:
+        queryset = queryset.filter(archived_at__isnull=not archived)
+    if metadata is not None:
+        queryset = cast(
+            SessionQuerySet, filter_by_metadata(queryset, check_metadata_filter(metadata))
+        )
     ordering = ordering or DEFAULT_ORDERING
     if (
         not isinstance(ordering, str)
@@ -106,6 +126,8 @@ def list_sessions(
     ordering: str | None = None,
     limit: int | None = None,
     offset: int = 0,
+    archived: bool | None = False,
+    metadata: Mapping[str, Any] | None = None,
 ) -> list[Session]:
     """A page of the sessions at ``scope`` (docs/design.md §7.2; filters as :func:`session_queryset`).
 
@@ -127,6 +149,8 @@ def list_sessions(
         default_only=default_only,
         search=search,
         ordering=ordering,
+        archived=archived,
+        metadata=metadata,
     )
     end = None if limit is None else offset + limit
     return list(queryset[offset:end])
@@ -139,15 +163,24 @@ def count_sessions(
     exact: bool = False,
     default_only: bool = False,
     search: str | None = None,
+    archived: bool | None = False,
+    metadata: Mapping[str, Any] | None = None,
 ) -> int:
     """How many sessions :func:`list_sessions` would list with the same filters (docs/design.md §7.2).
 
     Raises:
         NoScope, InvalidScope.
+        InvalidFilter: a bad filter (as :func:`session_queryset`).
     """
     return (
         session_queryset(
-            scope=scope, agent_id=agent_id, exact=exact, default_only=default_only, search=search
+            scope=scope,
+            agent_id=agent_id,
+            exact=exact,
+            default_only=default_only,
+            search=search,
+            archived=archived,
+            metadata=metadata,
         )
         .order_by()
         .count()
@@ -401,6 +434,7 @@ def make_default(*, scope: Scope | str, session_id: uuid.UUID | str) -> Session:
 
     Raises:
         NoScope, InvalidScope, SessionNotFound.
+        SessionArchived: the session is archived (docs/design.md §11.2).
         DefaultConflict: the swap kept colliding with concurrent writers (after
             ``MAKE_DEFAULT_ATTEMPTS`` attempts).
         OperationalError: the database kept breaking deadlocks with this swap (as many
@@ -413,7 +447,7 @@ def make_default(*, scope: Scope | str, session_id: uuid.UUID | str) -> Session:
     for attempt in range(attempts):
         try:
             with transaction.atomic(using=using):
-                session = _locked_session(scope, session_id)
+                session = _check_live(_locked_session(scope, session_id))
                 if session.is_default:
                     return session
                 _lock_current_defaults(session)

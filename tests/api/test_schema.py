@@ -42,6 +42,12 @@ OPERATIONS = {
     ("/api/cortex/sessions/{id}/make-default/", "post"),
     ("/api/cortex/sessions/{id}/messages/", "get"),
     ("/api/cortex/sessions/{id}/messages/", "post"),
+    ("/api/cortex/sessions/{id}/messages/", "delete"),
+    ("/api/cortex/sessions/{id}/messages/pop/", "post"),
+    ("/api/cortex/sessions/{id}/messages/{seq}/", "delete"),
+    ("/api/cortex/sessions/{id}/fork/", "post"),
+    ("/api/cortex/sessions/{id}/archive/", "post"),
+    ("/api/cortex/sessions/{id}/unarchive/", "post"),
     ("/api/cortex/sessions/{id}/reference-candidates/", "get"),
     ("/api/cortex/sessions/{id}/references/prepare/", "post"),
 }
@@ -79,7 +85,16 @@ def test_schema_documents_every_filter_and_error(schema_document):
         "X-Cortex-Scope",
     } <= list_params
     count_params = {p["name"] for p in paths["/api/cortex/sessions/count/"]["get"]["parameters"]}
-    assert {"agent_id", "exact", "default_only", "search"} <= count_params
+    assert {"agent_id", "exact", "default_only", "search", "archived", "metadata"} <= count_params
+    assert {"archived", "metadata"} <= list_params
+    patch = paths["/api/cortex/sessions/{id}/"]["patch"]["requestBody"]["content"]
+    assert {"application/json", "application/merge-patch+json"} <= set(patch)
+    for path, method in [
+        ("/api/cortex/sessions/{id}/messages/", "delete"),
+        ("/api/cortex/sessions/{id}/messages/pop/", "post"),
+        ("/api/cortex/sessions/{id}/messages/{seq}/", "delete"),
+    ]:
+        assert "session_archived" in paths[path][method]["responses"]["409"]["description"]
     for path, method in OPERATIONS:
         responses = paths[path][method]["responses"]
         assert {"400", "401", "403"} <= set(responses), (path, method)
@@ -208,7 +223,10 @@ def test_api_conforms_to_its_schema(wsgi_app, path, method):
     )
     def check(case):
         if "{id}" in path:  # aim at a real session; random ids are 404s tested elsewhere
-            case.path_parameters = {"id": str(live_session(wsgi_app.scope).pk)}
+            case.path_parameters = {
+                **(case.path_parameters or {}),
+                "id": str(live_session(wsgi_app.scope).pk),
+            }
         case.call_and_validate(headers={"Authorization": AUTH}, checks=CHECKS)
 
     check()

@@ -23,6 +23,9 @@ SESSION_FIELDS = {
     "backfilled_by",
     "created_at",
     "updated_at",
+    "archived_at",
+    "forked_from",
+    "forked_at_seq",
 }
 
 

@@ -1,0 +1,145 @@
+"""Host-owned session metadata: the list filter and JSON Merge Patch (docs/design.md §11.3).
+
+Pure functions: :func:`check_metadata_filter` validates a filter object, :func:`metadata_q`
+turns it into a query predicate, :func:`merge_patch` applies an RFC 7386 merge patch. The
+services call them; nothing here reads the database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import connections
+from django.db.models import CharField, F, Func, QuerySet, Value
+from django.db.models.fields.json import (  # type: ignore[attr-defined]  # not in django-stubs
+    KeyTransform,
+    compile_json_path,
+)
+
+from .content import ensure_storable_text, json_bytes
+from .exceptions import InvalidFilter, InvalidInput
+
+__all__ = [
+    "MAX_METADATA_FILTER_KEYS",
+    "check_metadata_filter",
+    "filter_by_metadata",
+    "merge_patch",
+]
+
+#: Most top-level keys a ``metadata`` filter may name (docs/design.md §11.3).
+MAX_METADATA_FILTER_KEYS = 10
+
+
+def check_metadata_filter(value: Any) -> dict[str, Any]:
+    """Validate a ``metadata`` list filter: a JSON object of at most 10 keys.
+
+    Args:
+        value: the parsed filter (the API parses the query parameter's JSON first).
+
+    Returns:
+        ``value`` as a dict.
+
+    Raises:
+        InvalidFilter: ``value`` is not an object, has more than
+            :data:`MAX_METADATA_FILTER_KEYS` keys, is not JSON-serializable, or holds a NUL
+            character or a lone surrogate (no database can compare those); all with code
+            ``invalid_filter`` and field ``metadata``.
+    """
+    if not isinstance(value, Mapping):
+        raise InvalidFilter(
+            f"metadata must be a JSON object, not {type(value).__name__}.", field="metadata"
+        )
+    checked: dict[str, Any] = dict(value)
+    if len(checked) > MAX_METADATA_FILTER_KEYS:
+        raise InvalidFilter(
+            f"metadata may name at most {MAX_METADATA_FILTER_KEYS} keys; got {len(checked)}.",
+            field="metadata",
+        )
+    try:
+        json_bytes(checked, field="metadata")
+        ensure_storable_text(checked, field="metadata")
+    except InvalidInput as exc:  # one rule, one code: every bad filter is invalid_filter
+        raise InvalidFilter(f"metadata filter: {exc.message}", field="metadata") from None
+    return checked
+
+
+def filter_by_metadata(queryset: QuerySet[Any], value: Mapping[str, Any]) -> QuerySet[Any]:
+    """Sessions of ``queryset`` whose metadata has every top-level key of ``value`` with an
+    equal JSON value (docs/design.md §11.3).
+
+    On PostgreSQL the filter starts with containment (``metadata @> value``), which the GIN
+    ``jsonb_path_ops`` index serves; containment is equality for a scalar value, and for an
+    object or array value an exact comparison of that key is added (containment alone would
+    also match a larger object or array). Elsewhere each key is compared with Django's JSON
+    key lookups; on SQLite the JSON type is compared too, so ``true`` never matches ``1``
+    (an object value is compared there as stored JSON text, so its key order counts).
+
+    Args:
+        queryset: a ``Session`` queryset.
+        value: a filter already checked by :func:`check_metadata_filter`.
+
+    Returns:
+        The filtered queryset (``queryset`` itself for ``{}``).
+    """
+    if not value:
+        return queryset
+    vendor = connections[queryset.db].vendor
+    if vendor == "postgresql":
+        queryset = queryset.filter(metadata__contains=dict(value))
+    for index, (key, expected) in enumerate(value.items()):
+        if vendor == "postgresql" and not isinstance(expected, dict | list):
+            continue
+        name = f"_metadata_{index}"
+        # An alias, not ``metadata__<key>``: a key may contain ``__`` or name a lookup.
+        queryset = queryset.alias(**{name: KeyTransform(key, "metadata")}).filter(
+            **{name: expected}
+        )
+        json_type = _sqlite_json_types(expected) if vendor == "sqlite" else None
+        if json_type:
+            type_name = f"_metadata_type_{index}"
+            queryset = queryset.alias(
+                **{
+                    type_name: Func(
+                        F("metadata"),
+                        Value(compile_json_path([key])),
+                        function="JSON_TYPE",
+                        output_field=CharField(),
+                    )
+                }
+            ).filter(**{f"{type_name}__in": json_type})
+    return queryset
+
+
+def _sqlite_json_types(expected: Any) -> list[str] | None:
+    """The SQLite ``JSON_TYPE`` names a scalar must have to equal ``expected`` (SQLite reads
+    ``true`` as ``1``), or ``None`` when the value comparison alone is exact."""
+    if isinstance(expected, bool):
+        return ["true" if expected else "false"]
+    if isinstance(expected, int | float):
+        return ["integer", "real"]
+    return None
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """Apply a JSON Merge Patch (RFC 7386) to ``target`` and return the result.
+
+    An object patch merges into an object target key by key, recursively; a ``null`` member
+    removes that key; any other patch value replaces the target. Neither argument is mutated.
+
+    Args:
+        target: the current JSON value.
+        patch: the merge patch.
+
+    Returns:
+        The patched JSON value.
+    """
+    if not isinstance(patch, Mapping):
+        return patch
+    result = dict(target) if isinstance(target, Mapping) else {}
+    for key, change in patch.items():
+        if change is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), change)
+    return result

@@ -1,0 +1,108 @@
+"""Undo and regenerate: remove the newest messages of a session (docs/design.md §11.4).
+
+Each service locks the session row, removes messages and moves the counters in one
+transaction (docs/design.md §5), so concurrent callers queue: two pops never return the same message.
+``last_seq`` is left alone, so a removed ``seq`` is never given again.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from ..exceptions import MessageNotFound
+from ..models import Message, Session
+from ..scope import Scope
+from ._common import _check_int, _check_live, _db_for_write, _locked_session
+from .messages import _newest_text
+
+__all__ = ["MessagesDeleted", "PoppedMessage", "delete_messages_after", "pop_message"]
+
+
+@dataclass(frozen=True)
+class MessagesDeleted:
+    """What :func:`delete_messages_after` did: the session with its new counters, and how
+    many messages were removed."""
+
+    session: Session
+    deleted: int
+
+
+@dataclass(frozen=True)
+class PoppedMessage:
+    """What :func:`pop_message` did: the session with its new counters, and the removed
+    message (its former ``id`` and ``seq`` kept)."""
+
+    session: Session
+    message: Message
+
+
+def _after_delete(session: Session, deleted: int) -> Session:
+    """Move the counters of the locked ``session`` after ``deleted`` of its rows went."""
+    session.message_count -= deleted
+    session.last_message = _newest_text(session)
+    session.updated_at = timezone.now()
+    Session.objects.filter(pk=session.pk).update(
+        message_count=F("message_count") - deleted,
+        last_message=session.last_message,
+        updated_at=session.updated_at,
+    )
+    return session
+
+
+def delete_messages_after(
+    *, scope: Scope | str, session_id: uuid.UUID | str, after_seq: int = 0
+) -> MessagesDeleted:
+    """Remove every message of a session with ``seq > after_seq`` (docs/design.md §11.4).
+
+    ``after_seq=0`` removes them all. The counters move in the same transaction; nothing is
+    written (not even ``updated_at``) when no message lies after ``after_seq``.
+
+    Args:
+        scope: the caller's scope; the session must lie at or beneath it.
+        session_id: the session.
+        after_seq: keep the messages up to this ``seq``; an integer ``>= 0``.
+
+    Returns:
+        :class:`MessagesDeleted`.
+
+    Raises:
+        NoScope, InvalidScope, SessionNotFound.
+        SessionArchived: the session is archived.
+        InvalidFilter: ``after_seq`` is not an integer ``>= 0``.
+    """
+    _check_int(after_seq, field="after_seq", minimum=0)
+    with transaction.atomic(using=_db_for_write()):
+        session = _check_live(_locked_session(scope, session_id))
+        deleted, _ = Message.objects.filter(session=session, seq__gt=after_seq).delete()
+        if deleted:
+            _after_delete(session, deleted)
+    return MessagesDeleted(session=session, deleted=deleted)
+
+
+def pop_message(*, scope: Scope | str, session_id: uuid.UUID | str) -> PoppedMessage:
+    """Remove and return the newest message of a session (docs/design.md §11.4).
+
+    The session row is locked first, so concurrent pops queue and each returns a different
+    message; the counters move in the same transaction.
+
+    Returns:
+        :class:`PoppedMessage` with the removed message as it was stored.
+
+    Raises:
+        NoScope, InvalidScope, SessionNotFound.
+        SessionArchived: the session is archived.
+        MessageNotFound: the session has no messages.
+    """
+    with transaction.atomic(using=_db_for_write()):
+        session = _check_live(_locked_session(scope, session_id))
+        message = Message.objects.filter(session=session).order_by("-seq").first()
+        if message is None:
+            raise MessageNotFound("The session has no messages.")
+        Message.objects.filter(pk=message.pk).delete()
+        _after_delete(session, 1)
+    return PoppedMessage(session=session, message=message)
