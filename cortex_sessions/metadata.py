@@ -7,15 +7,13 @@ services call them; nothing here reads the database.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from django.db import connections
 from django.db.models import CharField, F, Func, QuerySet, Value
-from django.db.models.fields.json import (  # type: ignore[attr-defined]  # not in django-stubs
-    KeyTransform,
-    compile_json_path,
-)
+from django.db.models.fields.json import KeyTransform
 
 from .content import ensure_storable_text, json_bytes
 from .exceptions import InvalidFilter, InvalidInput
@@ -102,13 +100,19 @@ def filter_by_metadata(queryset: QuerySet[Any], value: Mapping[str, Any]) -> Que
                 **{
                     type_name: Func(
                         F("metadata"),
-                        Value(compile_json_path([key])),
+                        Value(_sqlite_key_path(key)),
                         function="JSON_TYPE",
                         output_field=CharField(),
                     )
                 }
             ).filter(**{f"{type_name}__in": json_type})
     return queryset
+
+
+def _sqlite_key_path(key: str) -> str:
+    """The SQLite JSON path of a top-level object key: always quoted, so a key such as ``"1"``
+    names that member, never the second element of an array."""
+    return "$." + json.dumps(key)
 
 
 def _sqlite_json_types(expected: Any) -> list[str] | None:
