@@ -24,13 +24,14 @@ import contextlib
 import json
 import uuid
 from collections import defaultdict
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import quote
-from django.contrib.admin.views.main import ERROR_FLAG
+from django.contrib.admin.views.main import ERROR_FLAG, ChangeList
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db import connections
@@ -69,6 +70,7 @@ __all__ = [
     "BackfilledListFilter",
     "BoundedCountPaginator",
     "CheckedInputAdminMixin",
+    "DeclaredFiltersChangeList",
     "ImportedConversationAdmin",
     "MessageAdmin",
     "MessageInline",
@@ -143,8 +145,62 @@ def _has_nul(values: Any) -> bool:
     )
 
 
+class DeclaredFiltersChangeList(ChangeList):
+    """A changelist that filters only through its declared ``list_filter`` and ``date_hierarchy``.
+
+    Django hands any query parameter naming a local field with a lookup (``?title__regex=(``,
+    ``?metadata__contains=x``, ``?created_at__year=99999999999``) to ``QuerySet.filter()``,
+    where the database may fail with a 500 (an invalid regular expression, a JSON lookup
+    SQLite does not support, an overflowing date). Here every parameter that is not one of
+    the declared filters' (or a declared field filter's name, alone or with ``__exact``), the date
+    hierarchy's, or Django's own (search ``q``, ordering
+    ``o``, page ``p``, ``all``, popup and facet flags) raises
+    :class:`~django.contrib.admin.options.IncorrectLookupParameters`, which the changelist
+    answers with its usual redirect to ``?e=1`` (docs/design.md §12.5). A date hierarchy
+    value that is not a date Python can count from (year 99999999999, year 9999's last day)
+    is refused the same way.
+    """
+
+    def get_filters(self, request: HttpRequest) -> tuple[Any, ...]:
+        """Django's filters, refusing parameters no declared filter consumed.
+
+        Returns Django's ``(filter_specs, has_filters, remaining_lookup_params,
+        may_have_duplicates, has_active_filters)``; raises ``IncorrectLookupParameters``.
+        """
+        try:
+            result = super().get_filters(request)
+        except (OverflowError, ValueError) as error:
+            raise IncorrectLookupParameters(error) from error
+        remaining: dict[str, Any] = result[2]  # lists of values (the stubs say bool | str)
+        bounds = (
+            {f"{self.date_hierarchy}__gte", f"{self.date_hierarchy}__lt"}
+            if self.date_hierarchy
+            else set()
+        )
+        # A declared field filter's bare name (``?role=user``, ``?role__exact=user``) is equality, which
+        # Django checks against the field's type; links and bookmarks use it.
+        paths = {
+            entry if isinstance(entry, str) else entry[0]
+            for entry in self.list_filter
+            if isinstance(entry, (str, tuple, list))
+        }
+        equalities = paths | {f"{path}__exact" for path in paths}
+        for key, values in remaining.items():
+            if key in equalities:
+                continue
+            # The date hierarchy turns its year/month/day into datetime bounds; a client's
+            # own ``created_at__gte`` arrives as text and is refused like any other lookup.
+            if key not in bounds or not all(isinstance(value, datetime) for value in values):
+                raise IncorrectLookupParameters(f"Filtering by {key} is not offered.")
+        return result
+
+
 class CheckedInputAdminMixin(_ModelAdmin):
     """Changelist input that never reaches the database unchecked (docs/design.md §12.5).
+
+    - Only the declared filters filter (:class:`DeclaredFiltersChangeList`): any other
+      field lookup in the query string (``?title__regex=(``) redirects to ``?e=1``, for a
+      page and for an action posted to it alike.
 
     - A query string holding a NUL character (in a filter, the search box, the ordering or the
       page) is answered like any other bad lookup: a redirect to ``?e=1``. PostgreSQL cannot
@@ -156,6 +212,10 @@ class CheckedInputAdminMixin(_ModelAdmin):
 
     paginator = BoundedCountPaginator
     show_full_result_count = False
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        """:class:`DeclaredFiltersChangeList`."""
+        return DeclaredFiltersChangeList
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         """The changelist; a NUL anywhere in the query string redirects to ``?e=1``."""

@@ -129,3 +129,104 @@ def test_counts_under_the_limit_are_exact(admin_client, session_with_messages):
     )
     response = admin_client.get(changelist_url("message"))
     assert response.context["cl"].result_count == 4
+
+
+def _app_changelists() -> list[str]:
+    """The changelist URL name of every model this app (and its integrations) registers."""
+    from django.contrib import admin
+
+    return sorted(
+        f"admin:{model._meta.app_label}_{model._meta.model_name}_changelist"
+        for model in admin.site._registry
+        if model.__module__.startswith("cortex_sessions.")
+    )
+
+
+#: Lookups Django would hand to ``QuerySet.filter()`` unchecked: the database fails on
+#: them (invalid regex, JSON lookups SQLite lacks, out-of-range numbers and dates).
+UNDECLARED_LOOKUPS = [
+    {"title__regex": "("},
+    {"scope__regex": "("},
+    {"seq__regex": "("},
+    {"role__regex": "("},
+    {"external_id__regex": "("},
+    {"app_name__regex": "("},
+    {"metadata__contains": "x"},
+    {"content__contains": "{}"},
+    {"id__gt": "99999999999999999999999"},
+    {"created_at__gte": "not-a-date"},
+    {"pk__in": "1,2"},
+    {"nope": "1"},
+]
+
+
+@pytest.mark.parametrize("url_name", _app_changelists())
+@pytest.mark.parametrize("params", UNDECLARED_LOOKUPS, ids=lambda p: next(iter(p)))
+def test_a_lookup_no_declared_filter_offers_redirects_to_the_error_flag(
+    admin_client, session_with_messages, url_name, params
+):
+    from django.urls import reverse
+
+    session_with_messages()
+
+    response = admin_client.get(reverse(url_name), params)
+
+    assert response.status_code == 302, (url_name, params, response.status_code)
+    assert response["Location"].endswith("?e=1")
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"created_at__year": "99999999999"},
+        {"created_at__year": "9999"},
+        {"created_at__year": "9999", "created_at__month": "12", "created_at__day": "31"},
+        {"created_at__year": "0"},
+        {"created_at__year": "2026", "created_at__month": "13"},
+    ],
+)
+def test_a_date_hierarchy_value_out_of_range_redirects_to_the_error_flag(
+    admin_client, session_with_messages, params
+):
+    session_with_messages()
+
+    response = admin_client.get(changelist_url("session"), params)
+
+    assert response.status_code == 302, (params, response.status_code)
+    assert response["Location"].endswith("?e=1")
+
+
+def test_the_declared_filters_and_the_date_hierarchy_still_filter(
+    admin_client, session_with_messages
+):
+    session = session_with_messages()
+    year = session.created_at.year
+
+    response = admin_client.get(
+        changelist_url("session"),
+        {
+            "created_at__year": str(year),
+            "agent_id__exact": "agent-1",
+            "is_default__exact": str(int(session.is_default)),
+        },
+    )
+
+    assert response.status_code == 200
+    assert response.context["cl"].result_count == 1
+    response = admin_client.get(changelist_url("session"), {"created_at__year": str(year - 1)})
+    assert response.context["cl"].result_count == 0
+
+
+def test_an_action_over_an_undeclared_lookup_redirects_and_deletes_nothing(
+    admin_client, session_with_messages
+):
+    session_with_messages()
+
+    response = admin_client.post(
+        f"{changelist_url('message')}?seq__regex=(",
+        {"action": "delete_selected", "select_across": "1", "index": "0", "_selected_action": []},
+    )
+
+    assert response.status_code == 302
+    assert response["Location"].endswith("?e=1")
+    assert Message.objects.count() == 3
