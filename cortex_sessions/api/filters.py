@@ -224,6 +224,22 @@ class SessionFilterBackend(DjangoFilterBackend):
             InvalidQuery: a parameter has a bad value.
         """
         filterset = self.get_filterset(request, queryset, view)
+        if filterset is not None:
+            # An empty value would read as "no filter" and answer everything: a client
+            # deleting what a filter returned would delete every session. ``search`` is a
+            # substring, which the empty string is of every title.
+            blank = {
+                name: [
+                    ErrorDetail(
+                        "An empty value is not a filter; leave the parameter out.",
+                        code="invalid",
+                    )
+                ]
+                for name in filterset.filters
+                if name != "search" and "" in request.query_params.getlist(name)
+            }
+            if blank:
+                raise InvalidQuery(blank)
         if filterset is not None and not filterset.is_valid():
             raise InvalidQuery(
                 {

@@ -26,6 +26,8 @@ from rest_framework.fields import empty
 from cortex_sessions.models import Message, Session
 
 __all__ = [
+    "EmptyBodySerializer",
+    "refuse_body",
     "AgentIdField",
     "ContentField",
     "CountSerializer",
@@ -647,3 +649,25 @@ def message_list_data(data: Any) -> tuple[list[dict[str, Any]], Any]:
     serializer.is_valid(raise_exception=True)
     validated = serializer.validated_data
     return (list(validated) if many else [validated]), serializer
+
+
+class EmptyBodySerializer(StrictSerializerMixin, serializers.Serializer):
+    """The body of an action that takes none (make-default, archive, unarchive, pop): nothing
+    or ``{}``; any key is 400 ``unknown_field`` naming it, as on every other endpoint
+    (docs/design.md §12.4)."""
+
+
+def refuse_body(request: Any) -> None:
+    """Refuse a body with fields on an endpoint that defines none.
+
+    Args:
+        request: the DRF request; an absent body reads as ``{}``.
+
+    Raises:
+        rest_framework.exceptions.ValidationError: a key in the body (``unknown_field`` under
+            its name) or a body that is not an object (``invalid``).
+    """
+    data = request.data
+    if not data and not isinstance(data, (list, str)):
+        return
+    EmptyBodySerializer(data=data).is_valid(raise_exception=True)

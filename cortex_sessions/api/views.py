@@ -62,6 +62,7 @@ from .serializers import (
     SessionSerializer,
     SessionUpdateSerializer,
     message_list_data,
+    refuse_body,
 )
 
 __all__ = ["CortexAPIMixin", "SessionViewSet"]
@@ -494,6 +495,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
         Errors: 404 ``session_not_found``; 409 ``default_conflict`` under a swap storm,
         ``session_archived`` for an archived session.
         """
+        refuse_body(request)
         return self._session_response(services.make_default(scope=self.scope, session_id=pk))
 
     # -- lifecycle (docs/design.md §11.1, §11.2) --------------------------------------------------
@@ -557,6 +559,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
     @action(detail=True, methods=["post"])
     def archive(self, request: Request, pk: str) -> Response:
         """Archive the session (docs/design.md §11.2). Errors: 404 ``session_not_found``."""
+        refuse_body(request)
         return self._session_response(services.archive_session(scope=self.scope, session_id=pk))
 
     @extend_schema(
@@ -570,6 +573,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
     @action(detail=True, methods=["post"])
     def unarchive(self, request: Request, pk: str) -> Response:
         """Unarchive the session (docs/design.md §11.2). Errors: 404 ``session_not_found``."""
+        refuse_body(request)
         return self._session_response(services.unarchive_session(scope=self.scope, session_id=pk))
 
     # -- messages ---------------------------------------------------------------------------------
@@ -687,6 +691,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
         Errors: 404 ``session_not_found`` / ``message_not_found`` (empty); 409
         ``session_archived``.
         """
+        refuse_body(request)
         result = services.pop_message(scope=self.scope, session_id=pk)
         return Response(
             PoppedMessageSerializer({"session": result.session, "message": result.message}).data
