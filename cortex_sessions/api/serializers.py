@@ -26,11 +26,10 @@ from rest_framework.fields import empty
 from cortex_sessions.models import Message, Session
 
 __all__ = [
-    "EmptyBodySerializer",
-    "refuse_body",
     "AgentIdField",
     "ContentField",
     "CountSerializer",
+    "EmptyBodySerializer",
     "ErrorSerializer",
     "ForkSerializer",
     "MessageAppendResultSerializer",
@@ -59,6 +58,7 @@ __all__ = [
     "StrictIntegerField",
     "StrictSerializerMixin",
     "StrictUUIDField",
+    "refuse_body",
 ]
 
 # -- strict input (docs/design.md §12.4) ----------------------------------------------------------
