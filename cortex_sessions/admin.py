@@ -25,9 +25,10 @@ import json
 import uuid
 from collections import defaultdict
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import quote
 from django.contrib.admin.views.main import ERROR_FLAG, ChangeList
@@ -50,6 +51,17 @@ from .content import preview
 from .exceptions import CortexSessionsError, MessageNotFound, SessionNotFound
 from .forms import SessionAddForm, SessionChangeForm
 from .models import ImportedConversation, Message, Session
+
+if TYPE_CHECKING:
+    _Paginator = Paginator[Any]
+    _ModelAdmin = admin.ModelAdmin[Any]
+    _MessageInlineFormSet = BaseInlineFormSet[Message, Session, Any]
+    _MessageTabularInline = admin.TabularInline[Message, Session]
+else:  # these Django classes are not subscriptable at run time
+    _Paginator = Paginator
+    _ModelAdmin = admin.ModelAdmin
+    _MessageInlineFormSet = BaseInlineFormSet
+    _MessageTabularInline = admin.TabularInline
 
 __all__ = [
     "COUNT_LIMIT",
@@ -92,7 +104,7 @@ def _parse_uuid(value: str | None) -> uuid.UUID | None:
 # -- input checks and counting every changelist shares (docs/design.md §12.5) ---------------------
 
 
-class BoundedCountPaginator(Paginator):
+class BoundedCountPaginator(_Paginator):
     """A paginator that never counts more than :data:`COUNT_LIMIT` rows exactly.
 
     The count is ``SELECT COUNT(*) FROM (… LIMIT COUNT_LIMIT + 1)``, so a list over millions of
@@ -113,7 +125,7 @@ class BoundedCountPaginator(Paginator):
         return max(COUNT_LIMIT, _estimated_rows(queryset) or 0)
 
 
-def _estimated_rows(queryset: QuerySet) -> int | None:
+def _estimated_rows(queryset: QuerySet[Any]) -> int | None:
     """The planner's row estimate of an unfiltered table on PostgreSQL, else ``None``."""
     connection = connections[queryset.db]
     if connection.vendor != "postgresql" or queryset.query.where:
@@ -159,7 +171,7 @@ class DeclaredFiltersChangeList(ChangeList):
             result = super().get_filters(request)
         except (OverflowError, ValueError) as error:
             raise IncorrectLookupParameters(error) from error
-        remaining = result[2]
+        remaining: dict[str, Any] = result[2]  # lists of values (the stubs say bool | str)
         bounds = (
             {f"{self.date_hierarchy}__gte", f"{self.date_hierarchy}__lt"}
             if self.date_hierarchy
@@ -183,7 +195,7 @@ class DeclaredFiltersChangeList(ChangeList):
         return result
 
 
-class CheckedInputAdminMixin:
+class CheckedInputAdminMixin(_ModelAdmin):
     """Changelist input that never reaches the database unchecked (docs/design.md §12.5).
 
     - Only the declared filters filter (:class:`DeclaredFiltersChangeList`): any other
@@ -210,30 +222,32 @@ class CheckedInputAdminMixin:
         if _has_nul(request.GET):
             return HttpResponseRedirect(f"{request.path}?{ERROR_FLAG}=1")
         if request.method == "POST" and _has_nul(request.POST):
-            self.message_user(request, _("The request holds a NUL character."), messages.ERROR)  # type: ignore[attr-defined]
+            self.message_user(request, _("The request holds a NUL character."), messages.ERROR)
             return HttpResponseRedirect(request.get_full_path())
-        return super().changelist_view(request, extra_context)  # type: ignore[misc]
+        return super().changelist_view(request, extra_context)
 
-    def response_action(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
+    def response_action(
+        self, request: HttpRequest, queryset: QuerySet[Any], *args: Any, **kwargs: Any
+    ) -> HttpResponse | None:
         """Run an action, refusing a selection that holds something other than primary keys.
 
         Django filters the queryset with the posted values as they are, and one the primary
         key cannot hold would fail there with a 500; here it is an error message.
         """
-        selected = request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
-        pk_field = self.model._meta.pk  # type: ignore[attr-defined]
+        selected = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+        pk_field = self.model._meta.pk
         for value in selected:
             try:
                 pk_field.run_validators(pk_field.to_python(value.strip()))
             except (ValidationError, TypeError, ValueError):
-                self.message_user(  # type: ignore[attr-defined]
+                self.message_user(
                     request,
                     _("The selection holds an invalid %(name)s id.")
-                    % {"name": self.model._meta.verbose_name},  # type: ignore[attr-defined]
+                    % {"name": self.model._meta.verbose_name},
                     messages.ERROR,
                 )
                 return None
-        return super().response_action(request, queryset)  # type: ignore[misc]
+        return super().response_action(request, queryset, *args, **kwargs)
 
 
 # -- list filters ---------------------------------------------------------------------------------
@@ -249,7 +263,7 @@ class BackfilledListFilter(admin.SimpleListFilter):
         """``yes`` and ``no``."""
         return [("yes", _("Yes")), ("no", _("No"))]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Session]) -> QuerySet[Session]:
         """Keep backfilled sessions (``yes``) or organic ones (``no``)."""
         if self.value() == "yes":
             return queryset.exclude(backfilled_by="")
@@ -268,7 +282,7 @@ class ArchivedListFilter(admin.SimpleListFilter):
         """``yes`` and ``no``."""
         return [("yes", _("Yes")), ("no", _("No"))]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         """Keep archived sessions (``yes``) or live ones (``no``)."""
         if self.value() == "yes":
             return queryset.filter(archived_at__isnull=False)
@@ -300,7 +314,7 @@ class MessageSessionListFilter(admin.SimpleListFilter):
         )
         return [(value, str(session) if session is not None else value)]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Message]) -> QuerySet[Message]:
         """Keep the messages of the selected session; a malformed id is a lookup error."""
         value = self.value()
         if value is None:
@@ -314,7 +328,7 @@ class MessageSessionListFilter(admin.SimpleListFilter):
 # -- messages inline on the session page ----------------------------------------------------------
 
 
-class NewestMessagesFormSet(BaseInlineFormSet):
+class NewestMessagesFormSet(_MessageInlineFormSet):
     """An inline formset over only the newest ``limit`` messages, shown in ``seq`` order.
 
     The query reads ``limit`` rows through the ``(session, seq)`` index, however long the
@@ -326,7 +340,9 @@ class NewestMessagesFormSet(BaseInlineFormSet):
     def get_queryset(self) -> list[Message]:  # type: ignore[override]
         """The newest ``limit`` messages of the session, oldest first."""
         if not hasattr(self, "_queryset"):
-            newest = self.queryset.order_by("-seq")[: self.limit]
+            queryset = self.queryset
+            assert queryset is not None  # set by BaseModelFormSet.__init__
+            newest = queryset.order_by("-seq")[: self.limit]
             self._queryset = list(reversed(newest))
         return self._queryset
 
@@ -338,7 +354,7 @@ class NewestMessagesFormSet(BaseInlineFormSet):
         return []
 
 
-class MessageInline(admin.TabularInline):
+class MessageInline(_MessageTabularInline):
     """Read-only view of a session's newest messages, in ``seq`` order (docs/design.md §7.4)."""
 
     model = Message
@@ -381,7 +397,7 @@ class MessageInline(admin.TabularInline):
 
 
 @admin.register(Session)
-class SessionAdmin(CheckedInputAdminMixin, admin.ModelAdmin):
+class SessionAdmin(CheckedInputAdminMixin):
     """Sessions: browse, search, filter, edit host-owned fields, and repair (docs/design.md §7.4)."""
 
     form = SessionChangeForm
@@ -523,7 +539,7 @@ class SessionAdmin(CheckedInputAdminMixin, admin.ModelAdmin):
         with contextlib.suppress(SessionNotFound):  # already gone
             services.delete_session(scope=obj.scope, session_id=obj.pk)
 
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Session]) -> None:
         """Delete each selected session with its messages through ``services.delete_session``."""
         for session_id, scope in queryset.order_by().values_list("pk", "scope"):
             with contextlib.suppress(SessionNotFound):  # deleted meanwhile
@@ -577,8 +593,8 @@ class SessionAdmin(CheckedInputAdminMixin, admin.ModelAdmin):
         return deleted, model_count, perms_needed, []
 
     def get_search_results(
-        self, request: HttpRequest, queryset: QuerySet, search_term: str
-    ) -> tuple[QuerySet, bool]:
+        self, request: HttpRequest, queryset: QuerySet[Session], search_term: str
+    ) -> tuple[QuerySet[Session], bool]:
         """Search title and agent id; a search term that is a UUID also finds that session."""
         results, may_have_duplicates = super().get_search_results(request, queryset, search_term)
         session_id = _parse_uuid(search_term) if search_term.strip() else None
@@ -668,7 +684,7 @@ class SessionAdmin(CheckedInputAdminMixin, admin.ModelAdmin):
     # -- actions ----------------------------------------------------------------------------------
 
     @admin.action(description=_("Make the selected session the default"), permissions=["change"])
-    def make_default(self, request: HttpRequest, queryset: QuerySet) -> None:
+    def make_default(self, request: HttpRequest, queryset: QuerySet[Session]) -> None:
         """Make one session its agent's default at its scope (``services.make_default``)."""
         selected = list(queryset.order_by()[:2])
         if len(selected) != 1:
@@ -689,7 +705,9 @@ class SessionAdmin(CheckedInputAdminMixin, admin.ModelAdmin):
             messages.SUCCESS,
         )
 
-    def _archive_action(self, request: HttpRequest, queryset: QuerySet, *, archive: bool) -> None:
+    def _archive_action(
+        self, request: HttpRequest, queryset: QuerySet[Any], *, archive: bool
+    ) -> None:
         service = services.archive_session if archive else services.unarchive_session
         changed = 0
         for session_id, scope, archived_at in queryset.order_by().values_list(
@@ -710,20 +728,20 @@ class SessionAdmin(CheckedInputAdminMixin, admin.ModelAdmin):
         self.message_user(request, message % {"count": changed}, messages.SUCCESS)
 
     @admin.action(description=_("Archive the selected sessions"), permissions=["change"])
-    def archive_sessions(self, request: HttpRequest, queryset: QuerySet) -> None:
+    def archive_sessions(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         """Archive each selected session (``services.archive_session``, docs/design.md §11.2);
         an archived default is demoted."""
         self._archive_action(request, queryset, archive=True)
 
     @admin.action(description=_("Unarchive the selected sessions"), permissions=["change"])
-    def unarchive_sessions(self, request: HttpRequest, queryset: QuerySet) -> None:
+    def unarchive_sessions(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         """Make each selected session live again (``services.unarchive_session``)."""
         self._archive_action(request, queryset, archive=False)
 
     @admin.action(
         description=_("Recount messages of the selected sessions"), permissions=["change"]
     )
-    def recount_messages(self, request: HttpRequest, queryset: QuerySet) -> None:
+    def recount_messages(self, request: HttpRequest, queryset: QuerySet[Session]) -> None:
         """Check counters against the rows and repair drift (``services.recount_sessions``)."""
         by_scope: dict[str, list[uuid.UUID]] = defaultdict(list)
         for session_id, scope in queryset.order_by().values_list("pk", "scope"):
@@ -773,7 +791,7 @@ class SessionAdmin(CheckedInputAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(Message)
-class MessageAdmin(CheckedInputAdminMixin, admin.ModelAdmin):
+class MessageAdmin(CheckedInputAdminMixin):
     """Messages: a read-only list filtered by session, role and source (docs/design.md §7.4).
 
     Nothing is added or changed here. Deleting goes through ``services.delete_message`` so the
@@ -818,10 +836,12 @@ class MessageAdmin(CheckedInputAdminMixin, admin.ModelAdmin):
 
     def delete_model(self, request: HttpRequest, obj: Message) -> None:
         """Delete one message through ``services.delete_message``; the counters follow."""
+        if obj.session is None or obj.seq is None:  # a legacy row: never deleted
+            return
         with contextlib.suppress(SessionNotFound, MessageNotFound):  # already gone
-            services.delete_message(scope=obj.session.scope, session_id=obj.session_id, seq=obj.seq)
+            services.delete_message(scope=obj.session.scope, session_id=obj.session.pk, seq=obj.seq)
 
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Message]) -> None:
         """Delete each selected message through ``services.delete_message``."""
         rows = (
             queryset.filter(session__isnull=False)
@@ -829,6 +849,8 @@ class MessageAdmin(CheckedInputAdminMixin, admin.ModelAdmin):
             .values_list("session_id", "session__scope", "seq")
         )
         for session_id, scope, seq in rows:
+            if session_id is None or seq is None:  # legacy rows are filtered out above
+                continue
             with contextlib.suppress(SessionNotFound, MessageNotFound):  # deleted meanwhile
                 services.delete_message(scope=scope, session_id=session_id, seq=seq)
 
@@ -838,7 +860,7 @@ class MessageAdmin(CheckedInputAdminMixin, admin.ModelAdmin):
         if obj.session is None:
             return self.get_empty_value_display()
         url = reverse(
-            f"{self.admin_site.name}:cortex_sessions_session_change", args=[quote(obj.session_id)]
+            f"{self.admin_site.name}:cortex_sessions_session_change", args=[quote(obj.session.pk)]
         )
         return format_html('<a href="{}">{}</a>', url, obj.session)
 
@@ -875,7 +897,7 @@ class MessageAdmin(CheckedInputAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(ImportedConversation)
-class ImportedConversationAdmin(CheckedInputAdminMixin, admin.ModelAdmin):
+class ImportedConversationAdmin(CheckedInputAdminMixin):
     """Read-only list of the external ids sessions were imported under (``transfer``).
 
     Rows are written by ``cortex_sessions_import`` in the transaction that creates the session

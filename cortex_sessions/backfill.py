@@ -132,7 +132,7 @@ def _attach_set_based(messages: Any, session: Any, batch_size: int) -> int:
         params = set_params + batch_params
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return cursor.rowcount
+        return int(cursor.rowcount)
 
 
 def _attach_row_by_row(messages: Any, session: Any, batch_size: int) -> int:

@@ -8,7 +8,7 @@ system checks in :mod:`cortex_sessions.checks`, not here.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.utils.module_loading import import_string
@@ -53,47 +53,48 @@ class AppSettings:
     def SCOPE_RESOLVER(self) -> Callable[..., Any]:
         """The callable ``(request) -> Scope | None`` named by the dotted path (docs/design.md §2.5)."""
         value = self._get("SCOPE_RESOLVER")
-        return import_string(value) if isinstance(value, str) else value
+        resolver = import_string(value) if isinstance(value, str) else value
+        return cast(Callable[..., Any], resolver)
 
     @property
     def MAX_SCOPE_DEPTH(self) -> int:
         """Most levels a scope may have; default 3, at most 8 (docs/design.md §2.1)."""
-        return self._get("MAX_SCOPE_DEPTH")
+        return cast(int, self._get("MAX_SCOPE_DEPTH"))  # validated by the system checks
 
     @property
     def LAST_MESSAGE_PREVIEW_CHARS(self) -> int:
         """Characters kept in ``Session.last_message`` before ``…`` (docs/design.md §5)."""
-        return self._get("LAST_MESSAGE_PREVIEW_CHARS")
+        return cast(int, self._get("LAST_MESSAGE_PREVIEW_CHARS"))  # validated by the system checks
 
     @property
     def MAX_MESSAGE_BYTES(self) -> int:
         """Largest message, in UTF-8 bytes of the JSON of its content plus metadata."""
-        return self._get("MAX_MESSAGE_BYTES")
+        return cast(int, self._get("MAX_MESSAGE_BYTES"))  # validated by the system checks
 
     @property
     def MAX_REFERENCES(self) -> int:
         """Most distinct session references one message may carry; at most 3 (docs/design.md §8.3)."""
-        return self._get("MAX_REFERENCES")
+        return cast(int, self._get("MAX_REFERENCES"))  # validated by the system checks
 
     @property
     def CANDIDATE_LIMIT(self) -> int:
         """Most reference candidates returned (docs/design.md §8.4)."""
-        return self._get("CANDIDATE_LIMIT")
+        return cast(int, self._get("CANDIDATE_LIMIT"))  # validated by the system checks
 
     @property
     def MAX_REFERENCE_BYTES(self) -> int:
         """UTF-8 byte budget of one serialized reference snapshot (docs/design.md §8.6)."""
-        return self._get("MAX_REFERENCE_BYTES")
+        return cast(int, self._get("MAX_REFERENCE_BYTES"))  # validated by the system checks
 
     @property
     def PAGE_SIZE(self) -> int:
         """Default page size of the API's list endpoints (docs/design.md §7.3)."""
-        return self._get("PAGE_SIZE")
+        return cast(int, self._get("PAGE_SIZE"))  # validated by the system checks
 
     @property
     def MAX_PAGE_SIZE(self) -> int:
         """Largest page a client may ask for (docs/design.md §7.3)."""
-        return self._get("MAX_PAGE_SIZE")
+        return cast(int, self._get("MAX_PAGE_SIZE"))  # validated by the system checks
 
     @property
     def PREPARED_STATEMENTS(self) -> bool:
@@ -102,12 +103,12 @@ class AppSettings:
         prepared statements need each client to keep its server session, which PgBouncer in
         transaction or statement pooling mode does not give before 1.21 (docs/design.md §14).
         """
-        return self._get("PREPARED_STATEMENTS")
+        return cast(bool, self._get("PREPARED_STATEMENTS"))  # validated by the system checks
 
     @property
     def IDEMPOTENCY_TTL(self) -> int:
         """Seconds an ``Idempotency-Key`` is remembered (default 24 h; docs/design.md §12.1)."""
-        return self._get("IDEMPOTENCY_TTL")
+        return cast(int, self._get("IDEMPOTENCY_TTL"))  # validated by the system checks
 
 
 app_settings = AppSettings()

@@ -93,7 +93,7 @@ class PartialUniqueConstraint(BaseConstraint):
     def _check(self, model: Any, connection: Any) -> list[checks.CheckMessage]:
         references = {(name,) for name in self.fields}
         references.update(model._get_expr_references(self.condition))
-        errors = self._check_references(model, references)
+        errors: list[checks.CheckMessage] = self._check_references(model, references)  # type: ignore[attr-defined]  # Django's, not in the stubs
         try:
             field = model._meta.get_field(self.generated_field)
         except FieldDoesNotExist:
@@ -116,7 +116,7 @@ class PartialUniqueConstraint(BaseConstraint):
         kwargs.update(
             fields=self.fields, condition=self.condition, generated_field=self.generated_field
         )
-        return path, args, kwargs
+        return path, tuple(args), kwargs
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, PartialUniqueConstraint):

@@ -180,7 +180,7 @@ def is_grapheme_boundary(text: str, index: int) -> bool:
     end = min(len(text), index + _BOUNDARY_WINDOW)
     for cluster in _GRAPHEME.finditer(text, start, end):
         if cluster.start() >= index:
-            return cluster.start() == index
+            return bool(cluster.start() == index)
     return False  # ``index`` lies inside the window's last cluster
 
 

@@ -9,6 +9,8 @@ errors a retry cannot fix (a missing table, a constraint the code failed to chec
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import DatabaseError, InterfaceError, OperationalError
 
 __all__ = ["RETRY_AFTER_SECONDS", "is_deadlock", "is_transient_database_error"]
@@ -58,7 +60,7 @@ def is_deadlock(exc: BaseException) -> bool:
     sqlstate = getattr(cause, "sqlstate", None)
     if isinstance(sqlstate, str) and sqlstate:
         return sqlstate in _DEADLOCK_SQLSTATES
-    args = getattr(cause, "args", ())
+    args: tuple[Any, ...] = getattr(cause, "args", ())
     return bool(args) and args[0] in _DEADLOCK_ERRNOS
 
 

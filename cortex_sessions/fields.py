@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import models
 
 from .scope import MAX_CANONICAL_BYTES
+
+if TYPE_CHECKING:
+    _CharField = models.CharField[str, str]
+else:  # Django's model fields are not subscriptable at run time
+    _CharField = models.CharField
+
 
 __all__ = ["ExactCharField", "ScopeField", "exact_collation"]
 
@@ -38,7 +44,7 @@ def exact_collation(connection: Any, *, ascii: bool = False) -> str | None:
     return "utf8mb4_nopad_bin" if mariadb else "utf8mb4_0900_bin"
 
 
-class ExactCharField(models.CharField):
+class ExactCharField(_CharField):
     """A ``CharField`` compared exactly: no case or accent folding, trailing spaces significant.
 
     For identifiers that the app matches on (``agent_id``, an imported conversation's id), so
@@ -70,7 +76,7 @@ class ExactCharField(models.CharField):
         return params
 
 
-class ScopeField(models.CharField):
+class ScopeField(_CharField):
     """A canonical scope string (docs/design.md §2.2), compared byte-wise.
 
     Prefix matching is a range on the canonical string (see ``scope.scope_q``); that range is

@@ -9,7 +9,7 @@ either, so nothing posted for them can be written (docs/design.md §2.6, §5).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django import forms
 from django.core.exceptions import ValidationError
@@ -27,7 +27,13 @@ def _as_validation_error(exc: CortexSessionsError) -> ValidationError:
     return ValidationError(exc.message, code=exc.code)
 
 
-class _SessionFieldsForm(forms.ModelForm):
+if TYPE_CHECKING:
+    _ModelForm = forms.ModelForm[Session]
+else:  # Django's ModelForm is not subscriptable at run time
+    _ModelForm = forms.ModelForm
+
+
+class _SessionFieldsForm(_ModelForm):
     """The host-owned fields both forms edit: ``title``, ``metadata`` and ``cwd``."""
 
     cwd = forms.CharField(
@@ -41,7 +47,7 @@ class _SessionFieldsForm(forms.ModelForm):
 
     class Meta:
         model = Session
-        fields = ("title", "metadata", "cwd")
+        fields: tuple[str, ...] = ("title", "metadata", "cwd")
 
     def clean_metadata(self) -> dict[str, Any]:
         """Metadata must be a JSON object (docs/design.md §3.1); an empty box means ``{}``."""
@@ -78,11 +84,11 @@ class SessionAddForm(_SessionFieldsForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # Surrounding white space is part of a scope value; Scope.parse decides, not the form.
-        self.fields["scope"].strip = False
+        cast(forms.CharField, self.fields["scope"]).strip = False
 
     def clean_agent_id(self) -> str:
         """1–255 characters without control characters (as the services require)."""
-        value = self.cleaned_data["agent_id"]
+        value: str = self.cleaned_data["agent_id"]
         if any(ord(char) < 32 or ord(char) == 127 for char in value):
             raise ValidationError(
                 _("The agent id may not contain control characters."), code="invalid_agent_id"

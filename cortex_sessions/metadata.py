@@ -7,12 +7,13 @@ services call them; nothing here reads the database.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from django.db import connections
 from django.db.models import CharField, F, Func, QuerySet, Value
-from django.db.models.fields.json import KeyTransform, compile_json_path
+from django.db.models.fields.json import KeyTransform
 
 from .content import ensure_storable_text, json_bytes
 from .exceptions import InvalidFilter, InvalidInput
@@ -47,21 +48,21 @@ def check_metadata_filter(value: Any) -> dict[str, Any]:
         raise InvalidFilter(
             f"metadata must be a JSON object, not {type(value).__name__}.", field="metadata"
         )
-    value = dict(value)
-    if len(value) > MAX_METADATA_FILTER_KEYS:
+    checked: dict[str, Any] = dict(value)
+    if len(checked) > MAX_METADATA_FILTER_KEYS:
         raise InvalidFilter(
-            f"metadata may name at most {MAX_METADATA_FILTER_KEYS} keys; got {len(value)}.",
+            f"metadata may name at most {MAX_METADATA_FILTER_KEYS} keys; got {len(checked)}.",
             field="metadata",
         )
     try:
-        json_bytes(value, field="metadata")
-        ensure_storable_text(value, field="metadata")
+        json_bytes(checked, field="metadata")
+        ensure_storable_text(checked, field="metadata")
     except InvalidInput as exc:  # one rule, one code: every bad filter is invalid_filter
         raise InvalidFilter(f"metadata filter: {exc.message}", field="metadata") from None
-    return value
+    return checked
 
 
-def filter_by_metadata(queryset: QuerySet, value: Mapping[str, Any]) -> QuerySet:
+def filter_by_metadata(queryset: QuerySet[Any], value: Mapping[str, Any]) -> QuerySet[Any]:
     """Sessions of ``queryset`` whose metadata has every top-level key of ``value`` with an
     equal JSON value (docs/design.md §11.3).
 
@@ -99,13 +100,19 @@ def filter_by_metadata(queryset: QuerySet, value: Mapping[str, Any]) -> QuerySet
                 **{
                     type_name: Func(
                         F("metadata"),
-                        Value(compile_json_path([key])),
+                        Value(_sqlite_key_path(key)),
                         function="JSON_TYPE",
                         output_field=CharField(),
                     )
                 }
             ).filter(**{f"{type_name}__in": json_type})
     return queryset
+
+
+def _sqlite_key_path(key: str) -> str:
+    """The SQLite JSON path of a top-level object key: always quoted, so a key such as ``"1"``
+    names that member, never the second element of an array."""
+    return "$." + json.dumps(key)
 
 
 def _sqlite_json_types(expected: Any) -> list[str] | None:

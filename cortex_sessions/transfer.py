@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from django.db import IntegrityError, router, transaction
 from django.utils.dateparse import parse_datetime
@@ -342,7 +342,7 @@ def import_conversation(
                 ImportedConversation.objects.create(
                     session=session, agent_id=agent_id, scope=canonical, external_id=external_id
                 )
-            if conversation.forked_from is not None:
+            if conversation.forked_from is not None and conversation.forked_at_seq is not None:
                 session = record_fork_provenance(
                     session,
                     forked_from=conversation.forked_from,
@@ -397,7 +397,11 @@ def import_conversations(
     report = ImportReport()
     for number, raw in enumerate(lines, start=1):
         if number == 1:
-            raw = raw.removeprefix(b"\xef\xbb\xbf" if isinstance(raw, bytes) else "\ufeff")
+            raw = (
+                raw.removeprefix(b"\xef\xbb\xbf")
+                if isinstance(raw, bytes)
+                else raw.removeprefix("\ufeff")
+            )
         if not raw.strip():
             continue
         report.lines += 1
@@ -470,7 +474,7 @@ def _message_pages(session_pk: uuid.UUID, chunk_size: int) -> Iterator[list[dict
             ]
         if len(rows) < chunk_size:
             return
-        last_seq = rows[-1]["seq"]
+        last_seq = cast(int, rows[-1]["seq"])  # messages of a session always have one
 
 
 def export_conversations(

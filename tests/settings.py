@@ -73,4 +73,4 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
 
-CORTEX_SESSIONS: dict = {}
+CORTEX_SESSIONS: dict[str, object] = {}

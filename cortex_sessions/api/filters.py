@@ -10,7 +10,7 @@ A bad value is a 400 ``invalid_filter`` listing the parameter, never silently ig
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import django_filters
 from django import forms
@@ -61,7 +61,7 @@ class StrictBooleanField(forms.Field):
 class StrictBooleanFilter(django_filters.BooleanFilter):
     """A ``BooleanFilter`` parsed by :class:`StrictBooleanField`."""
 
-    field_class = StrictBooleanField
+    field_class = StrictBooleanField  # type: ignore[assignment]  # not a NullBooleanField
 
 
 class TextField(forms.CharField):
@@ -74,6 +74,8 @@ class TextField(forms.CharField):
             ValidationError: the value contains ``\\x00`` (code ``nul_character``).
         """
         text = super().to_python(value)
+        if text is None:  # only with empty_value=None, which these filters never set
+            return ""
         if "\x00" in text:
             raise ValidationError("NUL characters are not allowed.", code="nul_character")
         return text
@@ -92,7 +94,7 @@ ARCHIVED_CHOICES = {"false": False, "true": True, "any": None}
 class MetadataFilterField(forms.CharField):
     """The ``metadata`` query parameter: a JSON object (docs/design.md §11.3)."""
 
-    def to_python(self, value: Any) -> dict[str, Any] | None:
+    def to_python(self, value: Any) -> dict[str, Any] | None:  # type: ignore[override]  # parses to a dict
         """Parse the JSON text and check it (an object of at most 10 keys).
 
         Raises:
@@ -124,7 +126,7 @@ class MetadataFilter(django_filters.Filter):
     field_class = MetadataFilterField
 
 
-def _noop(queryset, name, value):  # unannotated: the schema then types filters by class
+def _noop(queryset, name, value):  # type: ignore[no-untyped-def]  # unannotated: the schema then types filters by class
     """Filter method that does nothing: :meth:`SessionFilter.filter_queryset` builds the query."""
     return queryset
 
@@ -135,7 +137,8 @@ class SessionFilter(django_filters.FilterSet):
     The request's scope comes from ``request.cortex_scope`` (set by ``HasCortexScope``).
     """
 
-    agent_id = extend_schema_field({"type": "string", "minLength": 1, "maxLength": 255})(
+    # drf-spectacular's annotation of extend_schema_field takes fields and serializers, not filters
+    agent_id = extend_schema_field({"type": "string", "minLength": 1, "maxLength": 255})(  # type: ignore[type-var]
         TextFilter(
             method=_noop, max_length=255, strip=False, help_text="Only this agent's sessions."
         )
@@ -145,7 +148,7 @@ class SessionFilter(django_filters.FilterSet):
         help_text="Only sessions stored at the request's scope itself, not beneath it.",
     )
     default_only = StrictBooleanFilter(method=_noop, help_text="Only default sessions.")
-    search = extend_schema_field({"type": "string", "maxLength": 500})(
+    search = extend_schema_field({"type": "string", "maxLength": 500})(  # type: ignore[type-var]
         TextFilter(
             method=_noop,
             max_length=500,
@@ -163,7 +166,7 @@ class SessionFilter(django_filters.FilterSet):
         choices=[(value, value) for value in ARCHIVED_CHOICES],
         help_text="false (default): live sessions only; true: archived only; any: both.",
     )
-    metadata = extend_schema_field({"type": "string", "format": "json"})(
+    metadata = extend_schema_field({"type": "string", "format": "json"})(  # type: ignore[type-var]
         MetadataFilter(
             method=_noop,
             help_text=(
@@ -198,7 +201,8 @@ class SessionFilter(django_filters.FilterSet):
         ``queryset`` (the view's scoped base queryset) is replaced, not refined: the service
         builds the whole query so its rules apply unchanged.
         """
-        return services.session_queryset(scope=self.request.cortex_scope, **self.service_kwargs())
+        scope = cast(Any, self.request).cortex_scope  # set by HasCortexScope
+        return services.session_queryset(scope=scope, **self.service_kwargs())
 
 
 class SessionFilterBackend(DjangoFilterBackend):
@@ -244,7 +248,7 @@ class SessionFilterBackend(DjangoFilterBackend):
                         for error in errors.as_data()
                         for message in error.messages
                     ]
-                    for name, errors in filterset.errors.items()
+                    for name, errors in cast(Any, filterset.errors).items()  # an ErrorDict
                 }
             )
         return filterset

@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework.request import Request
@@ -106,7 +106,7 @@ def idempotent(action: Callable[..., Response]) -> Callable[..., Response]:
         except _Rendered as rendered:
             return rendered.response
         if not outcome.replayed:
-            return outcome.result
+            return cast(Response, outcome.result)
         return Response(
             json.loads(outcome.response),
             status=outcome.status_code,

@@ -9,7 +9,7 @@ replaced by the default.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, cast
 
 from rest_framework.exceptions import ErrorDetail
 from rest_framework.pagination import LimitOffsetPagination
@@ -101,6 +101,7 @@ class SessionPagination(LimitOffsetPagination):
     def _cursor_link(self, cursor: str | None) -> str | None:
         if cursor is None:
             return None
+        assert self.request is not None  # set by paginate_queryset
         url = self.request.build_absolute_uri()
         return replace_query_param(url, self.cursor_query_param, cursor)
 
@@ -145,12 +146,15 @@ class SessionPagination(LimitOffsetPagination):
         Raises:
             InvalidQuery: a bad ``limit``.
         """
-        return parse_int_param(
-            request,
-            self.limit_query_param,
-            default=min(self.default_limit, self.max_limit),
-            minimum=1,
-            maximum=self.max_limit,
+        return cast(
+            int,
+            parse_int_param(
+                request,
+                self.limit_query_param,
+                default=min(self.default_limit, self.max_limit),
+                minimum=1,
+                maximum=self.max_limit,
+            ),
         )
 
     def get_offset(self, request: Any) -> int:
@@ -159,8 +163,11 @@ class SessionPagination(LimitOffsetPagination):
         Raises:
             InvalidQuery: a bad ``offset``.
         """
-        return parse_int_param(
-            request, self.offset_query_param, default=0, minimum=0, maximum=MAX_OFFSET
+        return cast(
+            int,
+            parse_int_param(
+                request, self.offset_query_param, default=0, minimum=0, maximum=MAX_OFFSET
+            ),
         )
 
     def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -290,7 +290,7 @@ class ReferencesField(serializers.JSONField):
     """
 
 
-class SessionSerializer(serializers.ModelSerializer):
+class SessionSerializer(serializers.ModelSerializer[Session]):
     """A session as the API returns it (docs/design.md §3.1). Every field is read-only here."""
 
     metadata = MetadataField(read_only=True)
@@ -317,7 +317,7 @@ class SessionSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class SessionCreateSerializer(StrictSerializerMixin, serializers.Serializer):
+class SessionCreateSerializer(StrictSerializerMixin, serializers.Serializer[Any]):
     """Body of ``POST /sessions/``: the host-owned fields, the agent and an optional scope."""
 
     ignored_fields = SESSION_READ_ONLY_FIELDS - {"agent_id", "scope"}
@@ -342,7 +342,7 @@ class SessionCreateSerializer(StrictSerializerMixin, serializers.Serializer):
     )
 
 
-class SessionUpdateSerializer(StrictSerializerMixin, serializers.Serializer):
+class SessionUpdateSerializer(StrictSerializerMixin, serializers.Serializer[Any]):
     """Body of ``PUT``/``PATCH /sessions/{id}/``: only ``title``, ``metadata`` and ``cwd``.
 
     Fields left out are not changed, with ``PUT`` as with ``PATCH``. The other fields of a
@@ -362,7 +362,7 @@ class MetadataPatchField(serializers.JSONField):
     """The ``metadata`` member of a merge patch: an object merged by RFC 7386, or ``null``."""
 
 
-class SessionMergePatchSerializer(StrictSerializerMixin, serializers.Serializer):
+class SessionMergePatchSerializer(StrictSerializerMixin, serializers.Serializer[Any]):
     """Body of ``PATCH /sessions/{id}/`` sent as ``application/merge-patch+json`` (§11.3).
 
     ``title`` and ``cwd`` are replaced when present; ``metadata`` is merged into the stored
@@ -383,7 +383,7 @@ class UpToSeqField(serializers.JSONField):
     (400 ``invalid_up_to_seq`` for every bad value)."""
 
 
-class ForkSerializer(StrictSerializerMixin, serializers.Serializer):
+class ForkSerializer(StrictSerializerMixin, serializers.Serializer[Any]):
     """Body of ``POST /sessions/{id}/fork/`` (docs/design.md §11.1); every field optional, any
     other key is 400 ``unknown_field``."""
 
@@ -405,7 +405,7 @@ class ForkSerializer(StrictSerializerMixin, serializers.Serializer):
     )
 
 
-class ResolveSerializer(StrictSerializerMixin, serializers.Serializer):
+class ResolveSerializer(StrictSerializerMixin, serializers.Serializer[Any]):
     """Body of ``POST /sessions/resolve/`` (docs/design.md §6.1)."""
 
     agent_id = AgentIdField()
@@ -416,13 +416,13 @@ class ResolveSerializer(StrictSerializerMixin, serializers.Serializer):
     )
 
 
-class CountSerializer(serializers.Serializer):
+class CountSerializer(serializers.Serializer[Any]):
     """Response of ``GET /sessions/count/``."""
 
     count = serializers.IntegerField(min_value=0)
 
 
-class MessageSerializer(serializers.ModelSerializer):
+class MessageSerializer(serializers.ModelSerializer[Message]):
     """A stored message (docs/design.md §3.2)."""
 
     session = serializers.UUIDField(source="session_id", read_only=True, allow_null=True)
@@ -435,14 +435,14 @@ class MessageSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class MessageInputSerializer(StrictSerializerMixin, serializers.Serializer):
+class MessageInputSerializer(StrictSerializerMixin, serializers.Serializer[Any]):
     """One message in ``POST /sessions/{id}/messages/`` (docs/design.md §7.3)."""
 
     ignored_fields = MESSAGE_READ_ONLY_FIELDS
 
     role = StrictChoiceField(choices=Message.Role.choices, rule_code="invalid_role")
     content = ContentField()
-    source = StrictChoiceField(
+    source = StrictChoiceField(  # type: ignore[assignment]  # a field named like a Field attribute
         choices=Message.Source.choices,
         rule_code="invalid_source",
         required=False,
@@ -487,7 +487,7 @@ class MessageWithReferencesInputSerializer(MessageInputSerializer):
     )
 
 
-class ReferencePrepareSerializer(StrictSerializerMixin, serializers.Serializer):
+class ReferencePrepareSerializer(StrictSerializerMixin, serializers.Serializer[Any]):
     """Body of ``POST /sessions/{id}/references/prepare/`` (docs/design.md §8.8)."""
 
     content = ContentField(
@@ -496,11 +496,11 @@ class ReferencePrepareSerializer(StrictSerializerMixin, serializers.Serializer):
     references = ReferencesField(required=False)
 
 
-class ReferenceCandidateSerializer(serializers.Serializer):
+class ReferenceCandidateSerializer(serializers.Serializer[Any]):
     """A session the user may mention, for the mention picker (docs/design.md §8.4)."""
 
     session_id = serializers.CharField()
-    label = serializers.CharField(help_text="The session's title, or its id when untitled.")
+    label = serializers.CharField(help_text="The session's title, or its id when untitled.")  # type: ignore[assignment]  # a field named like a Field attribute
     cwd = serializers.CharField(allow_null=True, allow_blank=True)
     created_at = serializers.IntegerField(help_text="Creation time in Unix epoch milliseconds.")
     same_workspace = serializers.BooleanField(
@@ -511,26 +511,27 @@ class ReferenceCandidateSerializer(serializers.Serializer):
     )
 
 
-class ReferenceCandidateListSerializer(serializers.Serializer):
+class ReferenceCandidateListSerializer(serializers.Serializer[Any]):
     """Response of ``GET /sessions/{id}/reference-candidates/``: the candidates in rank order
     (same cwd, then no cwd, then the rest; newest first within a rank)."""
 
     results = ReferenceCandidateSerializer(many=True)
 
 
-def constant_field(value: str, **kwargs: Any) -> serializers.Field:
+def constant_field(value: str, **kwargs: Any) -> serializers.Field[Any, Any, Any, Any]:
     """A read-only string field that always holds ``value``, described as a one-value string
     pattern (an enum would become a named component whose ``role`` collides with messages')."""
     field_class = type("ConstantField", (serializers.CharField,), {})
     schema = {"type": "string", "pattern": f"^{re.escape(value)}$"}
-    return extend_schema_field(schema)(field_class)(read_only=True, **kwargs)
+    field = extend_schema_field(schema)(field_class)(read_only=True, **kwargs)
+    return cast(serializers.Field[Any, Any, Any, Any], field)
 
 
-class ReferenceSourceItemSerializer(serializers.Serializer):
+class ReferenceSourceItemSerializer(serializers.Serializer[Any]):
     """One reference in a context's ``source`` record, with its retention stats (docs/design.md §8.7)."""
 
     session_id = serializers.CharField()
-    label = serializers.CharField(allow_blank=True)
+    label = serializers.CharField(allow_blank=True)  # type: ignore[assignment]  # a field named like a Field attribute
     captured_through_seq = serializers.IntegerField(min_value=0)
     input_index = serializers.IntegerField(min_value=0)
     compacted = serializers.BooleanField()
@@ -541,7 +542,7 @@ class ReferenceSourceItemSerializer(serializers.Serializer):
     truncated = serializers.BooleanField()
 
 
-class ReferenceSourceSerializer(serializers.Serializer):
+class ReferenceSourceSerializer(serializers.Serializer[Any]):
     """The ``source`` record of a reference context (docs/design.md §8.7)."""
 
     kind = constant_field("session-reference")
@@ -550,18 +551,18 @@ class ReferenceSourceSerializer(serializers.Serializer):
     references = ReferenceSourceItemSerializer(many=True)
 
 
-class ReferenceContextSerializer(serializers.Serializer):
+class ReferenceContextSerializer(serializers.Serializer[Any]):
     """The aggregated, untrusted context of a referencing message (docs/design.md §8.7)."""
 
     role = constant_field("user")
-    source = ReferenceSourceSerializer()
+    source = ReferenceSourceSerializer()  # type: ignore[assignment]  # a field named like a Field attribute
     content = BlocksField(
         help_text="One text block: the untrusted-data preamble and the snapshots as JSON "
         "inside <referenced-sessions> tags."
     )
 
 
-class PreparedReferencesSerializer(serializers.Serializer):
+class PreparedReferencesSerializer(serializers.Serializer[Any]):
     """Response of ``POST /sessions/{id}/references/prepare/``: the readable content and zero
     or one context (docs/design.md §8.8)."""
 
@@ -571,7 +572,7 @@ class PreparedReferencesSerializer(serializers.Serializer):
     )
 
 
-class MessageAppendResultSerializer(serializers.Serializer):
+class MessageAppendResultSerializer(serializers.Serializer[Any]):
     """Response of ``POST /sessions/{id}/messages/``: the stored rows and the session's new
     counters."""
 
@@ -579,7 +580,7 @@ class MessageAppendResultSerializer(serializers.Serializer):
     messages = MessageSerializer(many=True)
 
 
-class MessagesDeletedSerializer(serializers.Serializer):
+class MessagesDeletedSerializer(serializers.Serializer[Any]):
     """Response of the message deletes (docs/design.md §11.4): the session's new counters and
     how many messages went."""
 
@@ -587,7 +588,7 @@ class MessagesDeletedSerializer(serializers.Serializer):
     deleted = serializers.IntegerField(min_value=0)
 
 
-class PoppedMessageSerializer(serializers.Serializer):
+class PoppedMessageSerializer(serializers.Serializer[Any]):
     """Response of ``POST /sessions/{id}/messages/pop/`` (docs/design.md §11.4): the removed
     message and the session's new counters."""
 
@@ -595,7 +596,7 @@ class PoppedMessageSerializer(serializers.Serializer):
     message = MessageSerializer()
 
 
-class MessagePageSerializer(serializers.Serializer):
+class MessagePageSerializer(serializers.Serializer[Any]):
     """Response of ``GET /sessions/{id}/messages/``: one page, chronological (by ``seq``)."""
 
     results = MessageSerializer(many=True)
@@ -611,19 +612,19 @@ class MessagePageSerializer(serializers.Serializer):
     )
 
 
-class ErrorItemSerializer(serializers.Serializer):
+class ErrorItemSerializer(serializers.Serializer[Any]):
     """One field error."""
 
     code = serializers.CharField()
     detail = serializers.CharField()
 
 
-class ErrorSerializer(serializers.Serializer):
+class ErrorSerializer(serializers.Serializer[Any]):
     """Body of every error response (docs/design.md §7.3)."""
 
     code = serializers.CharField(help_text="Stable machine-readable code; branch on this.")
     detail = serializers.CharField(help_text="Human-readable explanation; may change.")
-    errors = serializers.DictField(
+    errors = serializers.DictField(  # type: ignore[assignment]  # a field named like a Field attribute
         child=ErrorItemSerializer(many=True),
         required=False,
         help_text="Validation errors by field (nested fields as dotted paths).",

@@ -11,7 +11,7 @@ body, on every endpoint and method (docs/design.md §7.3).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
@@ -194,7 +194,13 @@ MESSAGE_PAGE_PARAMETERS = [
 ]
 
 
-class CortexAPIMixin:
+if TYPE_CHECKING:
+    _ViewBase = viewsets.GenericViewSet[Any]
+else:  # a mixin; the view set it is mixed into brings DRF's behaviour
+    _ViewBase = object
+
+
+class CortexAPIMixin(_ViewBase):
     """Policies every cortex_sessions view sets for itself, independent of the host's defaults:
     the scope permission, the strict JSON parser, the app's exception handler, and strict query
     parameters (docs/design.md §12.4).
@@ -217,7 +223,7 @@ class CortexAPIMixin:
     def allowed_query_parameters(self) -> frozenset[str]:
         """The query parameters the current action and method take."""
         action = getattr(self, "action", None) or ""
-        method = self.request.method.lower()  # type: ignore[attr-defined]
+        method = (self.request.method or "").lower()
         extra = self.query_parameters.get(f"{action}.{method}", self.query_parameters.get(action))
         return self.common_query_parameters | (extra or frozenset())
 
@@ -240,7 +246,7 @@ class CortexAPIMixin:
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         """DRF's checks (authentication, permissions, throttles), then the query parameters."""
-        super().initial(request, *args, **kwargs)  # type: ignore[misc]
+        super().initial(request, *args, **kwargs)
         self.check_query_parameters(request)
 
     def get_exception_handler(self) -> Any:
@@ -250,11 +256,12 @@ class CortexAPIMixin:
     @property
     def scope(self) -> Scope:
         """The request's scope, resolved (and possibly narrowed) by ``HasCortexScope``."""
-        return self.request.cortex_scope  # type: ignore[attr-defined]
+        scope: Scope = cast(Any, self.request).cortex_scope  # set by HasCortexScope
+        return scope
 
 
 @extend_schema(tags=["sessions"], parameters=SCOPE_PARAMETERS)
-class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet):
+class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
     """Sessions and their messages at the request's scope (docs/design.md §7.3)."""
 
     queryset = Session.objects.none()  # schema introspection only; rows come from services

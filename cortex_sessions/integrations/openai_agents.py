@@ -32,7 +32,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 from asgiref.sync import sync_to_async
@@ -116,8 +116,8 @@ def _item_of(role: str, content: Any) -> dict[str, Any] | None:
     for block in content or ():
         if isinstance(block, Mapping) and block.get("type") == ITEM_BLOCK_TYPE:
             if "item" in block:
-                return block["item"]
-            return json.loads(block["item_json"])
+                return cast(dict[str, Any], block["item"])
+            return cast(dict[str, Any], json.loads(block["item_json"]))
     if role in ("user", "assistant", "system"):
         text = content_text(content)
         if text:
@@ -247,7 +247,8 @@ class CortexSession:
         effective = resolve_session_limit(limit, self.session_settings)
         if effective is not None and effective <= 0:
             return []
-        return await self._retry_default(_read_items_async, self.scope, effective)
+        items = await self._retry_default(_read_items_async, self.scope, effective)
+        return cast(list[dict[str, Any]], items)
 
     async def add_items(self, items: list[Any]) -> None:
         """Append items, in order, in one transaction (the SDK's ``Session.add_items``).
@@ -280,7 +281,8 @@ class CortexSession:
         Raises:
             SessionNotFound: the session is out of scope, another agent's, or deleted.
         """
-        return await self._retry_default(_pop_async, self.scope)
+        item = await self._retry_default(_pop_async, self.scope)
+        return cast(dict[str, Any] | None, item)
 
     async def clear_session(self) -> None:
         """Delete every item (the SDK's ``Session.clear_session``).
@@ -401,7 +403,7 @@ def _pop(pk: uuid.UUID, scope: Scope) -> dict[str, Any] | None:
                 return None
             # An SDK-shaped item is returned; a message that reads as none (a tool row some
             # other writer added) is dropped like the SDK's stores drop rows they cannot decode.
-            services.delete_message(scope=scope, session_id=session.pk, seq=message.seq)
+            services.delete_message(scope=scope, session_id=session.pk, seq=cast(int, message.seq))
             item = message_to_item(message)
             if item is not None:
                 return item

@@ -6,12 +6,16 @@ idempotent, so an interrupted run is finished by running ``migrate`` (or the
 ``cortex_sessions_backfill`` command) again.
 """
 
+from __future__ import annotations
+
 from django.db import migrations
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
+from django.db.migrations.state import StateApps
 
 from cortex_sessions.backfill import BACKFILL_MARKER, backfill_default_sessions, reverse_backfill
 
 
-def forward(apps, schema_editor):
+def forward(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     backfill_default_sessions(
         session_model=apps.get_model("cortex_sessions", "Session"),
         message_model=apps.get_model("cortex_sessions", "Message"),
@@ -20,7 +24,7 @@ def forward(apps, schema_editor):
     )
 
 
-def backward(apps, schema_editor):
+def backward(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     reverse_backfill(
         session_model=apps.get_model("cortex_sessions", "Session"),
         message_model=apps.get_model("cortex_sessions", "Message"),

@@ -13,7 +13,11 @@ appends (docs/performance.md).
   Vacuuming after 1% of the rows changed (not 20%) keeps the visibility map current.
 """
 
+from __future__ import annotations
+
 from django.db import migrations, models
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
+from django.db.migrations.state import StateApps
 
 TABLE = "cortex_sessions_session"
 STORAGE = (
@@ -26,7 +30,7 @@ RESET = (
 )
 
 
-def tune(apps, schema_editor):
+def tune(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     if schema_editor.connection.vendor != "postgresql":
         return
     schema_editor.execute(f'ALTER TABLE "{TABLE}" ALTER COLUMN "scope" SET STATISTICS 1000')
@@ -35,7 +39,7 @@ def tune(apps, schema_editor):
     schema_editor.execute(f'ANALYZE "{TABLE}"')
 
 
-def untune(apps, schema_editor):
+def untune(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     if schema_editor.connection.vendor != "postgresql":
         return
     schema_editor.execute(f'ALTER TABLE "{TABLE}" ALTER COLUMN "scope" SET STATISTICS -1')

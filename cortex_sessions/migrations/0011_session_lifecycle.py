@@ -9,11 +9,13 @@ index is PostgreSQL-only, so it is created here with SQL rather than declared on
 """
 
 from django.db import migrations, models
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
+from django.db.migrations.state import StateApps
 
 METADATA_INDEX = "cortex_session_metadata_gin"
 
 
-def create_metadata_index(apps, schema_editor):
+def create_metadata_index(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     if schema_editor.connection.vendor != "postgresql":
         return
     table = schema_editor.quote_name(apps.get_model("cortex_sessions", "Session")._meta.db_table)
@@ -22,7 +24,7 @@ def create_metadata_index(apps, schema_editor):
     )
 
 
-def drop_metadata_index(apps, schema_editor):
+def drop_metadata_index(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     if schema_editor.connection.vendor != "postgresql":
         return
     schema_editor.execute(f"DROP INDEX IF EXISTS {METADATA_INDEX}")

@@ -39,10 +39,10 @@ def validate_max_references(value: object) -> int:
         InvalidReferenceConfig: ``value`` is not an ``int`` from 1 to 3 (``bool`` refused).
     """
     if isinstance(value, bool) or not isinstance(value, int):
-        value_ok = False
-    else:
-        value_ok = 1 <= value <= HARD_MAX_REFERENCES
-    if not value_ok:
+        raise InvalidReferenceConfig(
+            f"MAX_REFERENCES must be an integer from 1 to {HARD_MAX_REFERENCES}: {value!r}."
+        )
+    if not 1 <= value <= HARD_MAX_REFERENCES:
         raise InvalidReferenceConfig(
             f"MAX_REFERENCES must be an integer from 1 to {HARD_MAX_REFERENCES}: {value!r}."
         )

@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 from django.db import connections
 from django.db.models import Model
@@ -172,7 +172,7 @@ def _execute(alias: str, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...
     cursor = _prepared_cursor(connection) if app_settings.PREPARED_STATEMENTS else None
     with cursor or connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return cursor.fetchall()
+        return cast(list[tuple[Any, ...]], cursor.fetchall())
 
 
 @cache
@@ -184,7 +184,7 @@ def _preparing_cursor_class() -> Any:
     class PreparingCursor(ServerBindingCursor):
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
             kwargs["prepare"] = True
-            return super().execute(query, params, **kwargs)
+            return super().execute(query, params, **kwargs)  # type: ignore[misc]  # untyped base
 
     return PreparingCursor
 
@@ -260,7 +260,7 @@ def _instances(model: type[Model], alias: str, rows: Sequence[Sequence[Any]]) ->
         for index, convert in converters:
             if row[index] is not None:
                 row[index] = convert(row[index], None, connection)
-        instances.append(from_db(alias, None, row))
+        instances.append(from_db(alias, None, row))  # type: ignore[arg-type]  # None: all fields
     return instances
 
 

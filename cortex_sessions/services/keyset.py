@@ -99,7 +99,7 @@ def _decode(cursor: Any, ordering: str) -> tuple[Any, uuid.UUID, bool]:
 
 def _ordering_of(queryset: SessionQuerySet) -> str:
     """The sort key of a queryset from :func:`session_queryset` (ordered by key, then id)."""
-    order = list(queryset.query.order_by)
+    order = [str(term) for term in queryset.query.order_by]
     if len(order) != 2 or order[1].lstrip("-") != "id":
         raise ValueError("paginate_keyset needs a queryset from session_queryset().")
     return order[0]

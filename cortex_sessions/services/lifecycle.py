@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django.db import connections, transaction
 from django.utils import timezone
@@ -64,12 +64,12 @@ def _copy_messages(source: Session, fork: Session, up_to_seq: int) -> int:
     quote = connection.ops.quote_name
     meta = Message._meta
     copied = [
-        field.column
+        cast(str, field.column)
         for field in meta.concrete_fields
         if field.name not in _OWN_COLUMNS and not getattr(field, "generated", False)
     ]
     session_column = quote(meta.get_field("session").column)
-    seq_column = quote(meta.get_field("seq").column)
+    seq_column = quote(cast(str, meta.get_field("seq").column))
     columns = ", ".join(quote(column) for column in copied)
     sql = (
         f"INSERT INTO {quote(meta.db_table)} ({session_column}, {seq_column}, {columns}) "
@@ -84,7 +84,7 @@ def _copy_messages(source: Session, fork: Session, up_to_seq: int) -> int:
     ]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return cursor.rowcount
+        return int(cursor.rowcount)
 
 
 def fork_session(

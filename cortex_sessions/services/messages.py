@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django.db import transaction
 from django.db.models import F
@@ -192,7 +192,7 @@ def _append_once(
         record=lambda result: (0, json.dumps([message.pk for message in result.messages])),
     )
     if not outcome.replayed:
-        return outcome.result
+        return cast(AppendResult, outcome.result)
     written = Message.objects.filter(pk__in=json.loads(outcome.response)).order_by("seq")
     return AppendResult(session=get_session(scope=scope, session_id=pk), messages=list(written))
 

@@ -6,7 +6,7 @@ import random
 import time
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
@@ -98,7 +98,9 @@ def session_queryset(
     if archived is not None:
         queryset = queryset.filter(archived_at__isnull=not archived)
     if metadata is not None:
-        queryset = filter_by_metadata(queryset, check_metadata_filter(metadata))
+        queryset = cast(
+            SessionQuerySet, filter_by_metadata(queryset, check_metadata_filter(metadata))
+        )
     ordering = ordering or DEFAULT_ORDERING
     if (
         not isinstance(ordering, str)
@@ -268,7 +270,7 @@ def create_session(
             record=lambda session: (0, str(session.pk)),
         )
         if not outcome.replayed:
-            return outcome.result
+            return cast(Session, outcome.result)
         try:
             return Session.objects.get(pk=outcome.response)
         except Session.DoesNotExist:

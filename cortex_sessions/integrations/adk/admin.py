@@ -20,7 +20,7 @@ from cortex_sessions.admin import CheckedInputAdminMixin
 from .models import AdkAppState, AdkSession, AdkUserState
 
 
-class ReadOnlyAdmin(CheckedInputAdminMixin, admin.ModelAdmin):
+class ReadOnlyAdmin(CheckedInputAdminMixin):
     """Viewable, searchable (NUL-safe, bounded counts), deletable; never added or changed here."""
 
     def has_add_permission(self, request: Any) -> bool:

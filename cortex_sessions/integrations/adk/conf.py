@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.utils.module_loading import import_string
@@ -37,4 +37,4 @@ def scope_mapper() -> Callable[[str, str], Scope | str]:
         value = import_string(value)
     if not callable(value):
         raise TypeError("CORTEX_SESSIONS_ADK_SCOPE must be a callable or a dotted path to one.")
-    return value
+    return cast(Callable[[str, str], Scope | str], value)

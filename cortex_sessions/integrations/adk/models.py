@@ -52,7 +52,7 @@ class AdkAppState(models.Model):
         verbose_name_plural = _("ADK app states")
 
     def __str__(self) -> str:
-        return self.app_name
+        return str(self.app_name)
 
 
 class AdkUserState(models.Model):

@@ -25,7 +25,7 @@ to a scope at or beneath it, or the call is refused with ``ScopeForbidden``.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, cast
 
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, router, transaction
@@ -125,7 +125,12 @@ def message_to_event(message: Message, app_name: str) -> Event | None:
     message as the user's, an ``assistant`` message as the app's; other roles are skipped.
     """
     return _event_of(
-        message.role, message.content, message.seq, message.created_at, message.session_id, app_name
+        message.role,
+        message.content,
+        cast(int, message.seq),  # messages of a session always have one
+        message.created_at,
+        message.session_id,
+        app_name,
     )
 
 
@@ -298,18 +303,20 @@ def _create_shared_state_rows(
 def _update_shared_state(app_name: str, user_id: str, deltas: dict[str, dict[str, Any]]) -> None:
     """Merge ``app``/``user`` deltas into their rows under row locks (same transaction)."""
     if deltas["app"]:
-        row, _ = AdkAppState.objects.select_for_update().get_or_create(app_name=app_name)
-        row.state = {**row.state, **deltas["app"]}
-        row.save(update_fields=["state"])
+        app_row, _ = AdkAppState.objects.select_for_update().get_or_create(app_name=app_name)
+        app_row.state = {**app_row.state, **deltas["app"]}
+        app_row.save(update_fields=["state"])
     if deltas["user"]:
-        row, _ = AdkUserState.objects.select_for_update().get_or_create(
+        user_row, _ = AdkUserState.objects.select_for_update().get_or_create(
             app_name=app_name, user_id=user_id
         )
-        row.state = {**row.state, **deltas["user"]}
-        row.save(update_fields=["state"])
+        user_row.state = {**user_row.state, **deltas["user"]}
+        user_row.save(update_fields=["state"])
 
 
-def _find(service: CortexSessionService, app_name: str, user_id: str, session_id: str):
+def _find(
+    service: CortexSessionService, app_name: str, user_id: str, session_id: str
+) -> tuple[Scope | str, AdkSession | None]:
     """``(scope, row)``: the AdkSession row of the session if its cortex session lies at or
     beneath the mapped scope (one query, the scope checked in the join), else ``(scope, None)``."""
     scope = service.scope_for(app_name, user_id)
@@ -322,7 +329,9 @@ def _find(service: CortexSessionService, app_name: str, user_id: str, session_id
     return scope, row
 
 
-def _build(row: AdkSession, events: list[Event], updated_at: dt.datetime, last_seq: int):
+def _build(
+    row: AdkSession, events: list[Event], updated_at: dt.datetime, last_seq: int
+) -> AdkSessionModel:
     session = AdkSessionModel(
         id=row.adk_id,
         app_name=row.app_name,
@@ -340,7 +349,13 @@ def _set_marker(session: AdkSessionModel, last_seq: int) -> None:
         session._storage_update_marker = str(last_seq)
 
 
-def _create_sync(service, app_name, user_id, state, session_id):
+def _create_sync(
+    service: CortexSessionService,
+    app_name: str,
+    user_id: str,
+    state: dict[str, Any] | None,
+    session_id: str | None,
+) -> AdkSessionModel:
     scope = service.scope_for(app_name, user_id)
     session_id = session_id.strip() if session_id else None
     deltas = _session_util.extract_state_delta(state or {})
@@ -365,7 +380,13 @@ def _create_sync(service, app_name, user_id, state, session_id):
     return _build(row, [], cortex.updated_at, cortex.last_seq)
 
 
-def _get_sync(service, app_name, user_id, session_id, config):
+def _get_sync(
+    service: CortexSessionService,
+    app_name: str,
+    user_id: str,
+    session_id: str,
+    config: GetSessionConfig | None,
+) -> AdkSessionModel | None:
     _scope, row = _find(service, app_name, user_id, session_id)
     if row is None:
         return None
@@ -392,7 +413,9 @@ def _get_sync(service, app_name, user_id, session_id, config):
     return _build(row, events, cortex.updated_at, cortex.last_seq)
 
 
-def _list_sync(service, app_name, user_id):
+def _list_sync(
+    service: CortexSessionService, app_name: str, user_id: str | None
+) -> ListSessionsResponse:
     rows = AdkSession.objects.select_related("session").filter(app_name=app_name)
     if user_id is not None:
         scope = service.scope_for(app_name, user_id)
@@ -406,7 +429,9 @@ def _list_sync(service, app_name, user_id):
     return ListSessionsResponse(sessions=sessions)
 
 
-def _delete_sync(service, app_name, user_id, session_id):
+def _delete_sync(
+    service: CortexSessionService, app_name: str, user_id: str, session_id: str
+) -> None:
     scope, row = _find(service, app_name, user_id, session_id)
     if row is None:
         return
@@ -416,7 +441,7 @@ def _delete_sync(service, app_name, user_id, session_id):
         return
 
 
-def _user_state_sync(service, app_name, user_id):
+def _user_state_sync(service: CortexSessionService, app_name: str, user_id: str) -> dict[str, Any]:
     service.scope_for(app_name, user_id)
     state = (
         AdkUserState.objects.filter(app_name=app_name, user_id=user_id)
@@ -426,7 +451,7 @@ def _user_state_sync(service, app_name, user_id):
     return dict(state or {})
 
 
-def _append_sync(service, session: AdkSessionModel, event: Event) -> None:
+def _append_sync(service: CortexSessionService, session: AdkSessionModel, event: Event) -> None:
     app_name, user_id = session.app_name, session.user_id
     scope, row = _find(service, app_name, user_id, session.id)
     if row is None:

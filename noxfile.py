@@ -1,0 +1,59 @@
+"""The supported Python × Django matrix, each combination's test suite on SQLite: ``nox``.
+
+Combinations (Django 6.0 needs Python 3.12 or later):
+
+- Django 5.2 LTS on Python 3.11, 3.12 and 3.13;
+- Django 6.0 on Python 3.12 and 3.13.
+
+``nox`` needs the interpreters as ``python3.11`` … ``python3.13`` on ``PATH``; the versions a
+pyenv installed (``$PYENV_ROOT/versions/*/bin``, default ``~/.pyenv``) are added to it, so a
+machine with pyenv needs no shims. ``.ci/run`` runs every session; ``nox -l`` lists them and
+``nox -s "tests(3.13-django6.0)"`` runs one. Extra arguments go to pytest (``nox -- -x``). The
+PostgreSQL (and other database) runs stay in ``.ci/run``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from pathlib import Path
+
+import nox
+
+DJANGO = {"5.2": "Django>=5.2,<5.3", "6.0": "Django>=6.0,<6.1"}
+MATRIX = [
+    ("3.11", "5.2"),
+    ("3.12", "5.2"),
+    ("3.12", "6.0"),
+    ("3.13", "5.2"),
+    ("3.13", "6.0"),
+]
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = False
+nox.options.error_on_missing_interpreters = True  # a missing Python is a failure, not a skip
+
+
+def _add_pyenv_interpreters() -> None:
+    """Put every pyenv-installed interpreter's ``bin`` on ``PATH`` (after what is there)."""
+    root = Path(os.environ.get("PYENV_ROOT") or Path("~/.pyenv").expanduser())
+    found = sorted(glob.glob(str(root / "versions" / "*" / "bin")), reverse=True)
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    os.environ["PATH"] = os.pathsep.join([*path, *(d for d in found if d not in path)])
+
+
+_add_pyenv_interpreters()
+
+
+@nox.session
+@nox.parametrize(("python", "django"), MATRIX, ids=[f"{p}-django{d}" for p, d in MATRIX])
+def tests(session: nox.Session, django: str) -> None:
+    """Install the app with the test and demo extras and one Django; run pytest on SQLite."""
+    session.install("-e", ".[test,demo]", DJANGO[django])
+    session.run(
+        "python",
+        "-c",
+        "import django, sys; print('Django', django.get_version(), 'on', sys.version)",
+    )
+    env = {"DATABASE_URL": ""}  # SQLite; tests/settings.py treats an empty URL as unset
+    session.run("pytest", "-q", "-p", "no:cacheprovider", *session.posargs, env=env)
