@@ -651,7 +651,7 @@ def message_list_data(data: Any) -> tuple[list[dict[str, Any]], Any]:
     return (list(validated) if many else [validated]), serializer
 
 
-class EmptyBodySerializer(StrictSerializerMixin, serializers.Serializer):
+class EmptyBodySerializer(StrictSerializerMixin, serializers.Serializer[Any]):
     """The body of an action that takes none (make-default, archive, unarchive, pop): nothing
     or ``{}``; any key is 400 ``unknown_field`` naming it, as on every other endpoint
     (docs/design.md §12.4)."""
