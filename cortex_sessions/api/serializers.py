@@ -26,11 +26,10 @@ from rest_framework.fields import empty
 from cortex_sessions.models import Message, Session
 
 __all__ = [
-    "EmptyBodySerializer",
-    "refuse_body",
     "AgentIdField",
     "ContentField",
     "CountSerializer",
+    "EmptyBodySerializer",
     "ErrorSerializer",
     "ForkSerializer",
     "MessageAppendResultSerializer",
@@ -59,6 +58,7 @@ __all__ = [
     "StrictIntegerField",
     "StrictSerializerMixin",
     "StrictUUIDField",
+    "refuse_body",
 ]
 
 # -- strict input (docs/design.md §12.4) ----------------------------------------------------------
@@ -651,7 +651,7 @@ def message_list_data(data: Any) -> tuple[list[dict[str, Any]], Any]:
     return (list(validated) if many else [validated]), serializer
 
 
-class EmptyBodySerializer(StrictSerializerMixin, serializers.Serializer):
+class EmptyBodySerializer(StrictSerializerMixin, serializers.Serializer[Any]):
     """The body of an action that takes none (make-default, archive, unarchive, pop): nothing
     or ``{}``; any key is 400 ``unknown_field`` naming it, as on every other endpoint
     (docs/design.md §12.4)."""
