@@ -162,9 +162,14 @@ def _sql_append_one() -> str:
     )
 
 
-#: The message columns a page reads: all but ``session_id``, which is the id asked for (no
+#: A page of messages reads every column but ``session_id``, which is the id asked for (no
 #: need to send it and parse it back 50 times).
-_PAGE_FIELDS = tuple(field for field in Message._meta.concrete_fields if field.name != "session")
+_PAGE_OMITS = "session"
+
+
+def _fields(model: type[Model], omit: str | None = None) -> tuple[Any, ...]:
+    """``model``'s concrete fields in order, without the one named ``omit``."""
+    return tuple(field for field in model._meta.concrete_fields if field.name != omit)
 
 
 @cache
@@ -186,7 +191,7 @@ def _sql_messages(after: bool, before: bool, forward: bool) -> str:
     if before:
         bounds += ' AND m."seq" < %s'
     order = "ASC" if forward else "DESC"
-    page_columns = ", ".join(f'p."{field.column}"' for field in _PAGE_FIELDS)
+    page_columns = ", ".join(f'p."{field.column}"' for field in _fields(Message, _PAGE_OMITS))
     return (
         f"SELECT {page_columns} FROM {Session._meta.db_table} s"
         f" LEFT JOIN LATERAL (SELECT {_columns(Message, 'm.')}"
@@ -328,9 +333,10 @@ def _field_converter(field: Any) -> Any:
 
 @cache
 def _row_plan(
-    model: type[Model], fields: tuple[Any, ...]
+    model: type[Model], omit: str | None = None
 ) -> tuple[tuple[str, ...], tuple[tuple[int, Any], ...], bool]:
-    """How rows of ``fields`` (columns in this order) become ``model`` instances.
+    """How rows of ``model``'s concrete fields but ``omit`` (columns in field order) become
+    ``model`` instances.
 
     Returns:
         ``(attnames, (column position, converter) of each field with a ``from_db_value``,
@@ -339,6 +345,7 @@ def _row_plan(
         ``Model.__init__`` would only have set the attributes (a foreign key's ``*_id`` setter
         does nothing more on a new instance).
     """
+    fields = _fields(model, omit)
     attnames = tuple(field.attname for field in fields)
     converters = tuple(
         (index, _field_converter(field))
@@ -356,7 +363,7 @@ def _instances(
     model: type[Model],
     alias: str,
     rows: Sequence[Sequence[Any]],
-    fields: tuple[Any, ...] | None = None,
+    omit: str | None = None,
     **constant: Any,
 ) -> list[Any]:
     """Model instances of ``rows``, equal to what the ORM builds (each field's
@@ -364,8 +371,8 @@ def _instances(
     on ``alias``).
 
     Args:
-        rows: the values of ``fields`` (default: every concrete field, in field order).
-        constant: values of the fields not in ``rows`` (by attname), the same for every row.
+        rows: the values of every concrete field but ``omit``, in field order.
+        constant: the value of the omitted field (by attname), the same for every row.
 
     Without ``pre_init``/``post_init`` receivers on ``model`` (the usual case), the
     instances are built by filling their ``__dict__`` as ``Model.__init__`` would, without
@@ -373,8 +380,7 @@ def _instances(
     (docs/performance.md). With a receiver connected, ``Model.from_db`` builds them, so
     receivers see every instance as before.
     """
-    fields = fields or tuple(model._meta.concrete_fields)
-    attnames, converters, _ = _row_plan(model, fields)
+    attnames, converters, _ = _row_plan(model, omit)
     plain = _plain(model)
     connection = connections[alias]
     instances = []
@@ -393,8 +399,7 @@ def _instances(
 def _plain(model: type[Model]) -> bool:
     """Whether :func:`_loaded` may fill instances' ``__dict__`` (see :func:`_row_plan`): the
     fields allow it and no ``pre_init``/``post_init`` receiver listens."""
-    fields = tuple(model._meta.concrete_fields)
-    return _row_plan(model, fields)[2] and not (
+    return _row_plan(model)[2] and not (
         pre_init.has_listeners(model) or post_init.has_listeners(model)
     )
 
@@ -495,7 +500,7 @@ def append_rows(
     width = len(Session._meta.concrete_fields)
     session = _instance(Session, alias, result[0][:width])
     plain = _plain(Message)
-    cache_session = Message._meta.get_field("session").set_cached_value  # type: ignore[union-attr]
+    cache_session = Message._meta.get_field("session").set_cached_value
     messages = []
     for row, values in zip(rows, result, strict=True):
         message = _loaded(
@@ -552,7 +557,7 @@ def newest_messages(
         Message,
         alias,
         [row for row in result if row[0] is not None],
-        _PAGE_FIELDS,
+        _PAGE_OMITS,
         session_id=session_id,
     )
     if not forward:
