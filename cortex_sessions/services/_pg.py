@@ -449,6 +449,7 @@ def append_rows(
     canonical: str,
     session_id: uuid.UUID,
     rows: Sequence[dict[str, Any]],
+    json_texts: Sequence[tuple[str, str]],
     last_message: str | None,
     updated_at: datetime,
 ) -> tuple[Session, list[Message]] | None:
@@ -456,12 +457,14 @@ def append_rows(
     them) to the session, in one statement (see :func:`_sql_append`; one message:
     :func:`_sql_append_one`).
 
+    Args:
+        json_texts: each row's ``content`` and ``metadata`` as JSON text (validation encoded
+            them already; ``jsonb`` stores the same value whatever the spacing).
+
     Returns:
         ``(session as updated, the new messages in seq order)``, or ``None`` when the session
         does not exist within ``canonical`` (nothing was written).
     """
-    content = Message._meta.get_field("content")
-    metadata = Message._meta.get_field("metadata")
     scope = _scope_params(canonical)
     if len(rows) == 1:
         (row,) = rows
@@ -473,8 +476,7 @@ def append_rows(
             *scope,
             row["role"],
             row["source"],
-            _json_text(content, row["content"]),
-            _json_text(metadata, row["metadata"]),
+            *json_texts[0],
             row["created_at"],
         ]
     else:
@@ -490,8 +492,8 @@ def append_rows(
             count,
             [row["role"] for row in rows],
             [row["source"] for row in rows],
-            [_json_text(content, row["content"]) for row in rows],
-            [_json_text(metadata, row["metadata"]) for row in rows],
+            [content for content, _ in json_texts],
+            [metadata for _, metadata in json_texts],
             [row["created_at"] for row in rows],
         ]
     result = _execute(alias, sql, params)
@@ -519,11 +521,6 @@ def append_rows(
         cache_session(message, session)  # message.session is the session returned
         messages.append(message)
     return session, messages
-
-
-def _json_text(field: Any, value: Any) -> str:
-    """``value`` as the JSON text the ORM would store for ``field`` (its encoder applies)."""
-    return json.dumps(value, cls=field.encoder)
 
 
 def newest_messages(
