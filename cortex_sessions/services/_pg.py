@@ -205,10 +205,8 @@ def _sql_messages(after: bool, before: bool, forward: bool) -> str:
 
 
 def _execute(alias: str, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """Run one statement on database ``alias`` and return all its rows.
-
-    Django's own cursor is used (client-side binding, as for every ORM query) unless
-    ``PREPARED_STATEMENTS`` is on; then see :func:`_prepared_cursor`.
+    """Run one statement on database ``alias`` and return all its rows, through the cursor of
+    :func:`_cursor` (server-side binding; prepared only with ``PREPARED_STATEMENTS``).
 
     Timestamps are parsed by psycopg's own ``timestamptz`` loader (its C one with
     ``psycopg[binary]``) instead of the Python loader Django registers on its connections,
@@ -216,81 +214,85 @@ def _execute(alias: str, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...
     :func:`_instances` then sets the time zone exactly as Django's loader does (see
     :func:`_datetime_value`), so the values are the ORM's.
     """
-    connection = connections[alias]
-    cursor = _prepared_cursor(connection) if app_settings.PREPARED_STATEMENTS else None
-    with cursor or connection.cursor() as cursor:
-        loader = _timestamptz_loader()
-        if loader is not None and hasattr(cursor.cursor, "adapters"):
-            cursor.cursor.adapters.register_loader("timestamptz", loader)
+    with _cursor(connections[alias], prepare=app_settings.PREPARED_STATEMENTS) as cursor:
         cursor.execute(sql, params)
         return cast(list[tuple[Any, ...]], cursor.fetchall())
 
 
 @cache
 def _timestamptz_loader() -> Any:
-    """psycopg 3's default text loader of ``timestamptz`` (``None`` on psycopg 2)."""
-    try:
-        import psycopg
-        from psycopg.postgres import types
-        from psycopg.pq import Format
-    except ImportError:  # pragma: no cover - psycopg 2
-        return None
+    """psycopg 3's default text loader of ``timestamptz``."""
+    import psycopg
+    from psycopg.postgres import types
+    from psycopg.pq import Format
+
     return psycopg.adapters.get_loader(types["timestamptz"].oid, Format.TEXT)
 
 
 @cache
-def _preparing_cursor_class() -> Any:
+def _cursor_class(prepare: bool) -> Any:
     """psycopg 3's server-binding cursor as Django configures it, sending every statement with
-    ``prepare=True``."""
+    ``prepare=prepare`` (``False``: an unnamed statement, parsed and planned each time, as
+    every pooler allows; ``True``: a named one, prepared once per connection)."""
     from django.db.backends.postgresql.base import ServerBindingCursor
 
-    class PreparingCursor(ServerBindingCursor):
+    class HotPathCursor(ServerBindingCursor):
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-            kwargs["prepare"] = True
+            kwargs["prepare"] = prepare
             return super().execute(query, params, **kwargs)  # type: ignore[misc]  # untyped base
 
-    return PreparingCursor
+    return HotPathCursor
 
 
 @cache
 def _debug_wrapper_class() -> Any:
-    """Django's ``CursorDebugWrapper`` logging the statement as written (``%s`` placeholders,
-    parameters alongside): its usual text comes from the client-side cursor's last query,
-    which a server-binding cursor running a prepared statement does not keep."""
+    """Django's ``CursorDebugWrapper`` logging the statement with its parameters inlined, as
+    the ORM's client-side cursors log theirs (``connection.ops.compose_sql``), so that
+    ``CaptureQueriesContext`` and ``django.db.backends`` show a statement one can run: a
+    server-binding cursor keeps only the ``$n`` form."""
     from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 
-    class PreparedDebugWrapper(CursorDebugWrapper):
+    class HotPathDebugWrapper(CursorDebugWrapper):
         def execute(self, sql: Any, params: Any = None) -> Any:
-            with self.debug_sql(sql, params):
+            with self.debug_sql(self.db.ops.compose_sql(sql, params), params):
                 return CursorWrapper.execute(self, sql, params)
 
-    return PreparedDebugWrapper
+    return HotPathDebugWrapper
 
 
-def _prepared_cursor(connection: Any) -> Any:
+def _cursor(connection: Any, *, prepare: bool) -> Any:
     """A Django cursor wrapper (query logging, ``execute_wrapper`` hooks, Django's error
-    classes) around a psycopg 3 cursor that binds parameters on the server and prepares each
-    statement: the first call on a connection prepares it (a ``Parse`` in the same round
-    trip) and later calls only bind and execute, skipping the planner. It mirrors what
-    ``connection.cursor()`` does, with another cursor class.
+    classes) around a psycopg 3 cursor that binds parameters on the server, as
+    ``connection.cursor()`` would build one with another cursor class.
 
-    Prepared statements live in one server session, so they break under a pooler that hands a
-    client's statements to several server sessions (PgBouncer in transaction or statement mode
-    before 1.21, or with ``max_prepared_statements = 0``); hence the setting is off by default.
+    Server-side binding sends the statement text and its parameters apart (``Parse``,
+    ``Bind``, ``Execute`` in one round trip): psycopg does not quote every value into the
+    text, which on an append is a third of the client's CPU, and the server does not parse
+    the values back. Without ``prepare`` the statement is unnamed, which every pooler passes
+    through (PgBouncer in transaction mode included).
+
+    With ``prepare`` (``PREPARED_STATEMENTS``), the first call on a connection prepares the
+    statement and later calls only bind and execute, skipping the planner. Prepared
+    statements live in one server session, so they break under a pooler that hands a client's
+    statements to several server sessions (PgBouncer in transaction or statement mode before
+    1.21, or with ``max_prepared_statements = 0``); hence the setting is off by default.
+
     On psycopg 2 (no server-side binding) Django's ordinary cursor is returned.
     """
+    connection.close_if_health_check_failed()
     connection.ensure_connection()
     with connection.wrap_database_errors:
         raw = connection.connection
         if not hasattr(raw, "prepare_threshold"):  # psycopg 2
             return connection.cursor()
-        if raw.prepare_threshold is None:
+        if prepare and raw.prepare_threshold is None:
             # Django turns psycopg's preparing off (``prepare_threshold = None``) unless the
             # host's OPTIONS set it, and then psycopg ignores ``prepare=True`` too. A threshold
             # no query reaches turns it back on for explicit requests only: Django's own
             # cursors bind client-side and never prepare anything.
             raw.prepare_threshold = 2**31 - 1
-        cursor = _preparing_cursor_class()(raw)
+        cursor = _cursor_class(prepare)(raw)
+        cursor.adapters.register_loader("timestamptz", _timestamptz_loader())
     connection.validate_thread_sharing()
     if connection.queries_logged:
         return _debug_wrapper_class()(cursor, connection)
