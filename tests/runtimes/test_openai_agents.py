@@ -120,6 +120,16 @@ def numbered(count, start=1):
     ]
 
 
+READS = (lambda s: s.get_items(), lambda s: s.get_items(limit=1))
+WRITES = (lambda s: s.add_items([SYSTEM]), lambda s: s.pop_item(), lambda s: s.clear_session())
+
+
+async def assert_each_raises(error, session, operations=(*READS, *WRITES, lambda s: s.resolve())):
+    for operation in operations:
+        with pytest.raises(error):
+            await operation(session)
+
+
 # -- protocol and direct operations ---------------------------------------------------------------
 
 
@@ -564,16 +574,7 @@ async def test_a_deleted_pinned_session_is_not_found_for_every_operation():
     session = session_at(session_id=created.pk)
     await session.add_items([USER_TEXT])
     await services.adelete_session(scope=ALICE, session_id=created.pk)
-    for operation in (
-        session.get_items(),
-        session.get_items(limit=1),
-        session.add_items([USER_TEXT]),
-        session.pop_item(),
-        session.clear_session(),
-        session.resolve(),
-    ):
-        with pytest.raises(SessionNotFound):
-            await operation
+    await assert_each_raises(SessionNotFound, session)
     assert session.session_id == str(created.pk)
     assert await Session.objects.acount() == 0  # no default was made in its place
 
@@ -584,9 +585,7 @@ async def test_an_archived_pinned_session_reads_but_refuses_writes():
     session = session_at(session_id=created.pk)
     await session.add_items([USER_TEXT])
     await services.aarchive_session(scope=ALICE, session_id=created.pk)
-    for operation in (session.add_items([SYSTEM]), session.pop_item(), session.clear_session()):
-        with pytest.raises(SessionArchived):
-            await operation
+    await assert_each_raises(SessionArchived, session, WRITES)
     assert await session.get_items() == [USER_TEXT]
 
 
@@ -602,16 +601,7 @@ async def test_another_scope_or_agent_can_neither_read_nor_write_the_session(sco
     owner = session_at()
     await owner.add_items([USER_TEXT, ASSISTANT_OUTPUT])
     intruder = session_at(scope=scope, agent_id=agent_id, session_id=owner.session_id)
-    for operation in (
-        intruder.get_items(),
-        intruder.get_items(limit=1),
-        intruder.add_items([SYSTEM]),
-        intruder.pop_item(),
-        intruder.clear_session(),
-        intruder.resolve(),
-    ):
-        with pytest.raises(SessionNotFound):
-            await operation
+    await assert_each_raises(SessionNotFound, intruder)
     assert await owner.get_items() == [USER_TEXT, ASSISTANT_OUTPUT]
 
 
