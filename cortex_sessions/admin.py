@@ -10,6 +10,9 @@ delete. Every write goes through :mod:`cortex_sessions.services`:
   :func:`~cortex_sessions.services.recount_sessions`;
 - deleting a session calls :func:`~cortex_sessions.services.delete_session`, deleting a message
   :func:`~cortex_sessions.services.delete_message`, so the counters follow (docs/design.md §5).
+  A message of an archived session is never deleted (docs/design.md §11.2): the delete page and
+  the "Delete selected" action answer with an error message, and the action deletes nothing
+  when any selected message belongs to an archived session (all or nothing).
 
 No form here has a field for the counters, ``last_message``, ``last_seq`` or ``backfilled_by``,
 and the change form has none for ``agent_id``, ``scope`` or ``is_default``: whatever a request
@@ -29,12 +32,13 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.actions import delete_selected
 from django.contrib.admin.options import IncorrectLookupParameters
-from django.contrib.admin.utils import quote
+from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import ERROR_FLAG, ChangeList
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.db import connections
+from django.db import connections, router, transaction
 from django.db.models import Count, QuerySet
 from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -48,7 +52,7 @@ from django.utils.translation import ngettext
 
 from . import services
 from .content import preview
-from .exceptions import CortexSessionsError, MessageNotFound, SessionNotFound
+from .exceptions import CortexSessionsError, MessageNotFound, SessionArchived, SessionNotFound
 from .forms import SessionAddForm, SessionChangeForm
 from .models import ImportedConversation, Message, Session
 
@@ -834,25 +838,103 @@ class MessageAdmin(CheckedInputAdminMixin):
             return False
         return super().has_delete_permission(request, obj)
 
+    def delete_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The delete page; a message of an archived session is refused with an error message
+        and a redirect to its page, never a 500 (docs/design.md §11.2, §12.5).
+
+        Checked before the confirmation page is shown, and again by the service on the
+        confirmed post (the session may be archived in between); the page's transaction,
+        history entry included, is rolled back then.
+        """
+        obj = self.get_object(request, unquote(object_id))
+        if obj is not None and obj.session is not None and obj.session.archived_at is not None:
+            return self._refuse_archived(request, SessionArchived(), obj)
+        try:
+            return super().delete_view(request, object_id, extra_context)
+        except SessionArchived as exc:
+            return self._refuse_archived(request, exc, obj)
+
+    def _refuse_archived(
+        self, request: HttpRequest, exc: SessionArchived, obj: Message | None
+    ) -> HttpResponse:
+        self.message_user(request, exc.message, messages.ERROR)
+        if obj is None:
+            return HttpResponseRedirect(
+                reverse(f"{self.admin_site.name}:cortex_sessions_message_changelist")
+            )
+        return HttpResponseRedirect(
+            reverse(f"{self.admin_site.name}:cortex_sessions_message_change", args=[quote(obj.pk)])
+        )
+
     def delete_model(self, request: HttpRequest, obj: Message) -> None:
-        """Delete one message through ``services.delete_message``; the counters follow."""
+        """Delete one message through ``services.delete_message``; the counters follow.
+
+        Raises:
+            SessionArchived: the session is archived (caught by :meth:`delete_view`).
+        """
         if obj.session is None or obj.seq is None:  # a legacy row: never deleted
             return
         with contextlib.suppress(SessionNotFound, MessageNotFound):  # already gone
             services.delete_message(scope=obj.session.scope, session_id=obj.session.pk, seq=obj.seq)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Message]) -> None:
-        """Delete each selected message through ``services.delete_message``."""
+        """Delete each selected message through ``services.delete_message``, all in one
+        transaction (sessions locked in id order).
+
+        Raises:
+            SessionArchived: a selected message's session is archived; nothing is deleted.
+        """
         rows = (
             queryset.filter(session__isnull=False)
-            .order_by()
+            .order_by("session_id", "seq")
             .values_list("session_id", "session__scope", "seq")
         )
-        for session_id, scope, seq in rows:
-            if session_id is None or seq is None:  # legacy rows are filtered out above
-                continue
-            with contextlib.suppress(SessionNotFound, MessageNotFound):  # deleted meanwhile
-                services.delete_message(scope=scope, session_id=session_id, seq=seq)
+        with transaction.atomic(using=router.db_for_write(Message)):
+            for session_id, scope, seq in rows:
+                if session_id is None or seq is None:  # legacy rows are filtered out above
+                    continue
+                with contextlib.suppress(SessionNotFound, MessageNotFound):  # deleted meanwhile
+                    services.delete_message(scope=scope, session_id=session_id, seq=seq)
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        """The site's actions, with "Delete selected" refusing archived sessions' messages."""
+        actions: dict[str, Any] = dict(super().get_actions(request))
+        site_action = actions.get("delete_selected")
+        if site_action is not None:
+            _func, name, description = site_action
+            actions["delete_selected"] = (type(self)._delete_selected_live, name, description)
+        return actions
+
+    def _delete_selected_live(
+        self, request: HttpRequest, queryset: QuerySet[Message]
+    ) -> HttpResponse | None:
+        """Django's "Delete selected", all or nothing: when any selected message belongs to an
+        archived session, nothing is deleted and the changelist shows an error naming how many
+        (on the confirmation step and on the confirmed post alike)."""
+        archived = queryset.filter(session__archived_at__isnull=False).order_by().count()
+        if archived:
+            self.message_user(
+                request,
+                ngettext(
+                    "%(count)d selected message belongs to an archived session, which is "
+                    "read-only: nothing was deleted. Unarchive it or leave it out.",
+                    "%(count)d selected messages belong to archived sessions, which are "
+                    "read-only: nothing was deleted. Unarchive them or leave them out.",
+                    archived,
+                )
+                % {"count": archived},
+                messages.ERROR,
+            )
+            return None
+        try:
+            # The history entries are written before the deletes: one transaction for both.
+            with transaction.atomic(using=router.db_for_write(Message)):
+                return delete_selected(self, request, queryset)
+        except SessionArchived as exc:  # archived after the check: everything rolled back
+            self.message_user(request, f"{exc.message} Nothing was deleted.", messages.ERROR)
+            return None
 
     @admin.display(description=_("session"), ordering="session_id")
     def session_link(self, obj: Message) -> str:
