@@ -20,7 +20,8 @@ rule and counter of the app holds; each conversation is imported in one transact
 conversation is imported whole or not at all. The export writes the same format, reading
 sessions and messages in bounded chunks, so that export followed by import into an empty
 database reproduces titles, metadata, cwd and messages (role, source, content, metadata,
-created_at) exactly. Session ids, timestamps of sessions and the default flag are not carried.
+created_at) exactly. Session ids, the sessions' ``created_at`` and ``updated_at`` and the default
+flag are not carried (``archived_at`` is, below).
 
 The thread lifecycle (docs/design.md §11.1, §11.2) travels too, as optional keys written only when
 set: ``archived_at`` (ISO 8601; the imported session is archived at that time) and the fork

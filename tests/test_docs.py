@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from cortex_sessions import transfer
+
 ROOT = Path(__file__).resolve().parent.parent
 DESIGN = ROOT / "docs" / "design.md"
 SOURCE_DIRS = ("cortex_sessions", "example_project", "bench", "docs", "tests")
@@ -66,3 +68,12 @@ def test_nothing_points_outside_the_repository(pattern):
         if re.search(pattern, line)
     ]
     assert hits == []
+
+
+def test_the_import_export_page_describes_every_key_of_the_format():
+    """Unknown keys are an import error, so the format table must name every key the import
+    takes and the export writes (the lifecycle keys included, docs/design.md §11.1, §11.2)."""
+    page = (ROOT / "docs" / "import-export.md").read_text(encoding="utf-8")
+    described = set(re.findall(r"^\| `([a-z_\[\].]+)` \|", page, flags=re.MULTILINE))
+    expected = set(transfer.CONVERSATION_KEYS) | {f"messages[].{k}" for k in transfer.MESSAGE_KEYS}
+    assert described == expected

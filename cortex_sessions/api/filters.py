@@ -10,7 +10,7 @@ A bad value is a 400 ``invalid_filter`` listing the parameter, never silently ig
 from __future__ import annotations
 
 import json
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import django_filters
 from django import forms
@@ -131,34 +131,56 @@ def _noop(queryset, name, value):  # type: ignore[no-untyped-def]  # unannotated
     return queryset
 
 
+_FilterT = TypeVar("_FilterT", bound=django_filters.Filter)
+
+
+def with_schema(schema: dict[str, Any], filter_: _FilterT) -> _FilterT:
+    """``filter_`` described in the OpenAPI schema by ``schema``, its ``help_text`` kept as the
+    parameter's description.
+
+    drf-spectacular takes an overridden parameter's description only from the ``description``
+    key of the overriding schema, so ``extend_schema_field`` alone drops the help text.
+
+    Args:
+        schema: the parameter's JSON schema (``type``, ``pattern``, …).
+        filter_: a filter with a ``help_text``.
+
+    Returns:
+        ``filter_`` itself, annotated.
+
+    Raises:
+        KeyError: ``filter_`` has no ``help_text`` (every parameter is described).
+    """
+    described = {**schema, "description": str(filter_.extra["help_text"])}
+    # drf-spectacular's annotation of extend_schema_field takes fields and serializers, not filters
+    return extend_schema_field(described)(filter_)  # type: ignore[type-var]
+
+
 class SessionFilter(django_filters.FilterSet):
     """List filters of docs/design.md §7.2; ``filter_queryset`` delegates to the service.
 
     The request's scope comes from ``request.cortex_scope`` (set by ``HasCortexScope``).
     """
 
-    # drf-spectacular's annotation of extend_schema_field takes fields and serializers, not filters
-    agent_id = extend_schema_field(  # type: ignore[type-var]
-        {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"^[^\u0000]*$"}
-    )(
+    agent_id = with_schema(
+        {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"^[^\u0000]*$"},
         TextFilter(
             method=_noop, max_length=255, strip=False, help_text="Only this agent's sessions."
-        )
+        ),
     )
     exact = StrictBooleanFilter(
         method=_noop,
         help_text="Only sessions stored at the request's scope itself, not beneath it.",
     )
     default_only = StrictBooleanFilter(method=_noop, help_text="Only default sessions.")
-    search = extend_schema_field(  # type: ignore[type-var]
-        {"type": "string", "maxLength": 500, "pattern": r"^[^\u0000]*$"}
-    )(
+    search = with_schema(
+        {"type": "string", "maxLength": 500, "pattern": r"^[^\u0000]*$"},
         TextFilter(
             method=_noop,
             max_length=500,
             strip=False,
             help_text="Case-insensitive substring of the title; % and _ match literally.",
-        )
+        ),
     )
     ordering = django_filters.ChoiceFilter(
         method=_noop,
@@ -170,14 +192,18 @@ class SessionFilter(django_filters.FilterSet):
         choices=[(value, value) for value in ARCHIVED_CHOICES],
         help_text="false (default): live sessions only; true: archived only; any: both.",
     )
-    metadata = extend_schema_field({"type": "string", "format": "json"})(  # type: ignore[type-var]
+    metadata = with_schema(
+        {"type": "string", "format": "json"},
         MetadataFilter(
             method=_noop,
             help_text=(
                 "A JSON object (URL-encoded): sessions whose metadata has each of its "
-                f"top-level keys (at most {MAX_METADATA_FILTER_KEYS}) with an equal JSON value."
+                f"top-level keys (at most {MAX_METADATA_FILTER_KEYS}) with an equal JSON value "
+                "(nested objects compare without regard to key order, 1 equals 1.0, a string "
+                'never equals a number: {"n": 1} does not match "1"). Anything but a JSON '
+                "object is 400 invalid_filter."
             ),
-        )
+        ),
     )
 
     class Meta:

@@ -81,7 +81,6 @@ _ERROR_TEXT = {
     "`permission_denied`.",
     404: "`session_not_found`: missing, out of scope or malformed id, all alike.",
     406: "`not_acceptable`: no renderer matches the Accept header.",
-    409: "`default_conflict`; `session_archived`: the session is archived (read-only).",
     413: "`message_too_large` or `request_too_large`.",
     415: "`unsupported_media_type`: send application/json (PATCH also takes "
     "application/merge-patch+json).",
@@ -107,12 +106,20 @@ _REFERENCE_ERROR_TEXT = {
 }
 
 
+#: The 409 of an operation that writes a session's messages or its default flag (§11.2).
+ARCHIVED_409 = "`session_archived`: the session is archived (read-only); unarchive it first."
+
+
 def errors(*codes: int, text: Mapping[int, str] | None = None) -> dict[int, OpenApiResponse]:
     """OpenAPI error responses for ``codes`` plus those every endpoint may give.
 
     Args:
         codes: statuses the endpoint may answer besides 400, 401, 403, 406 and 503.
-        text: descriptions replacing the default ones, by status.
+        text: descriptions replacing the default ones, by status; a 409 has no default (each
+            operation names its own conflict codes, e.g. :data:`ARCHIVED_409`).
+
+    Raises:
+        KeyError: a status without a description (a 409 not given in ``text``).
     """
     wanted = sorted({400, 401, 403, 406, 503, *codes})
     descriptions = {**_ERROR_TEXT, **(text or {})}
@@ -435,7 +442,16 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
         responses={
             200: OpenApiResponse(SessionSerializer, description="An existing session."),
             201: OpenApiResponse(SessionSerializer, description="The default was just created."),
-            **errors(404, *_BODY_ERRORS),
+            **errors(
+                404,
+                409,
+                *_BODY_ERRORS,
+                text={
+                    409: "`default_conflict`: every retry collided with a concurrent create "
+                    "of the default that was deleted again (a resolve/delete storm); safe to "
+                    "retry."
+                },
+            ),
         },
     )
     @action(detail=False, methods=["post"])
@@ -443,7 +459,8 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
         """The agent's default session at exactly the request's scope, created on first use,
         or the given ``session_id`` if it is the agent's and in scope (docs/design.md §6.1).
 
-        Returns 201 when the default was created, else 200. Errors: 404 ``session_not_found``.
+        Returns 201 when the default was created, else 200. Errors: 404 ``session_not_found``;
+        409 ``default_conflict`` under a resolve/delete storm (docs/design.md §12.3).
         """
         serializer = ResolveSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -534,7 +551,17 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
         summary="Make a session its agent's default",
         parameters=[ID_PARAMETER],
         request=None,
-        responses={200: SessionSerializer, **errors(404, 409)},
+        responses={
+            200: SessionSerializer,
+            **errors(
+                404,
+                409,
+                text={
+                    409: f"{ARCHIVED_409} `default_conflict`: a concurrent make-default "
+                    "outlasted every retry; safe to retry."
+                },
+            ),
+        },
     )
     @action(detail=True, methods=["post"], url_path="make-default")
     def make_default(self, request: Request, pk: str) -> Response:
@@ -654,12 +681,14 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
             201: MessageAppendResultSerializer,
             **errors(
                 404,
+                409,
                 422,
                 500,
                 503,
                 *_BODY_ERRORS,
                 text={
                     **_REFERENCE_ERROR_TEXT,
+                    409: ARCHIVED_409,
                     400: _REFERENCE_ERROR_TEXT[400]
                     + " `references_not_allowed`: resolve_references or references on a list,"
                     " on a role other than user, or references without resolve_references.",
@@ -687,7 +716,10 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
             ),
         ],
         request=None,
-        responses={200: MessagesDeletedSerializer, **errors(404, 409)},
+        responses={
+            200: MessagesDeletedSerializer,
+            **errors(404, 409, text={409: ARCHIVED_409}),
+        },
     )
     @action(detail=True, methods=["get", "post", "delete"])
     def messages(self, request: Request, pk: str) -> Response:
@@ -724,7 +756,8 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
                 422,
                 text={
                     404: "`session_not_found`: missing, out of scope or malformed id, all "
-                    "alike. `message_not_found`: the session has no messages."
+                    "alike. `message_not_found`: the session has no messages.",
+                    409: ARCHIVED_409,
                 },
             ),
         },
@@ -765,7 +798,8 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
                 409,
                 text={
                     404: "`session_not_found`: missing, out of scope or malformed id, all "
-                    "alike. `message_not_found`: no message with that seq."
+                    "alike. `message_not_found`: no message with that seq.",
+                    409: ARCHIVED_409,
                 },
             ),
         },
