@@ -106,26 +106,40 @@ def check_json_value(
         InvalidMetadata / InvalidContent / InvalidInput: nested deeper than ``max_depth``
             (the class follows ``field``).
     """
-    pattern = _SURROGATE if allow_nul else _UNSTORABLE
-    stack: list[tuple[Any, int]] = [(value, 0)]
+    search = (_SURROGATE if allow_nul else _UNSTORABLE).search
+    if isinstance(value, str):
+        if search(value) is not None:
+            _refuse_text(search(value), field)
+        return
+    # Only containers go on the stack; strings are checked as they are met (the append path
+    # runs this on every message).
+    stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, str):
-            found = pattern.search(item)
-            if found is not None:
-                if found.group() == "\x00":
-                    raise NulCharacter(field=field)
-                raise InvalidText(field=field)
-        elif isinstance(item, Mapping | list | tuple):
-            depth += 1
-            if depth > max_depth:
-                error = _JSON_FIELD_ERRORS.get(field, InvalidInput)
-                raise error(f"{field} is nested deeper than {max_depth} levels.", field=field)
-            if isinstance(item, Mapping):
-                stack.extend((key, depth) for key in item)
-                stack.extend((child, depth) for child in item.values())
-            else:
-                stack.extend((child, depth) for child in item)
+        if isinstance(item, list | tuple):
+            children: Any = item
+        elif isinstance(item, Mapping):
+            for key in item:
+                if isinstance(key, str) and search(key) is not None:
+                    _refuse_text(search(key), field)
+            children = item.values()
+        else:
+            continue
+        if depth > max_depth:
+            error = _JSON_FIELD_ERRORS.get(field, InvalidInput)
+            raise error(f"{field} is nested deeper than {max_depth} levels.", field=field)
+        for child in children:
+            if isinstance(child, str):
+                if search(child) is not None:
+                    _refuse_text(search(child), field)
+            elif isinstance(child, dict | list | tuple | Mapping):
+                stack.append((child, depth + 1))
+
+
+def _refuse_text(found: Any, field: str) -> None:
+    if found.group() == "\x00":
+        raise NulCharacter(field=field)
+    raise InvalidText(field=field)
 
 
 def _refuse_constant(name: str) -> Any:
