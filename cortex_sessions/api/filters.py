@@ -263,9 +263,8 @@ class SessionFilter(django_filters.FilterSet):
             help_text=(
                 "A JSON object (URL-encoded): sessions whose metadata has each of its "
                 f"top-level keys (at most {MAX_METADATA_FILTER_KEYS}) with an equal JSON value "
-                "(nested objects compare without regard to key order, 1 equals 1.0, a string "
-                'never equals a number: {"n": 1} does not match "1"). Anything but a JSON '
-                "object is 400 invalid_filter."
+                '(a string never equals a number: {"n": 1} does not match {"n": "1"}). Anything '
+                "but a JSON object is 400 invalid_filter."
             ),
         ),
     )
