@@ -625,6 +625,25 @@ async def test_an_event_with_text_postgresql_cannot_store_round_trips(service):
 
 
 @async_test
+async def test_an_event_nested_deeper_than_the_json_rule_round_trips(service):
+    deep: dict = {"leaf": 1}
+    for _ in range(40):
+        deep = {"d": deep}
+    session = await service.create_session(app_name=APP, user_id="u")
+    event = Event(
+        author="guide",
+        invocation_id="i",
+        content=types.Content(
+            role="user",
+            parts=[types.Part(function_response=types.FunctionResponse(name="f", response=deep))],
+        ),
+    )
+    await service.append_event(session, event)
+    got = await service.get_session(app_name=APP, user_id="u", session_id=session.id)
+    assert got.events == [event]
+
+
+@async_test
 async def test_num_recent_events_counts_events_not_other_messages(service):
     session = await service.create_session(app_name=APP, user_id="u", session_id="s")
     for text in ("a", "b", "c"):

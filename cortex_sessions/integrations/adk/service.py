@@ -46,7 +46,7 @@ from google.adk.sessions.state import State
 from google.genai import types
 
 from cortex_sessions import services
-from cortex_sessions.content import content_text, ensure_storable_text
+from cortex_sessions.content import MAX_JSON_DEPTH, check_json_value, content_text
 from cortex_sessions.exceptions import InvalidInput, ScopeForbidden, SessionNotFound, ValueTooLong
 from cortex_sessions.models import Message
 from cortex_sessions.models import Session as CortexSession
@@ -105,9 +105,11 @@ def _strip(session_id: str | None) -> str | None:
     return session_id.strip() if session_id else session_id
 
 
-def _storable(value: Any) -> bool:
+def _storable(value: Any, *, depth: int = 0) -> bool:
+    """Whether ``value``, stored ``depth`` levels deep inside a message's content, passes the
+    content rule (no NUL, no lone surrogate, not nested too deep; docs/design.md §12.4)."""
     try:
-        ensure_storable_text(value, field="content")
+        check_json_value(value, field="content", max_depth=MAX_JSON_DEPTH - depth)
     except InvalidInput:
         return False
     return True
@@ -121,6 +123,7 @@ def _state_deltas(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
     Raises:
         NulCharacter, InvalidText: a key or string holds NUL or a lone surrogate, which
             PostgreSQL cannot store in JSON (refused on every database alike).
+        InvalidInput: a value is nested deeper than the JSON rule allows (``field="state"``).
     """
     extract = getattr(_session_util, "extract_json_safe_state_delta", None)
     if extract is None:  # pragma: no cover - ADK before the JSON-safe helper
@@ -132,7 +135,8 @@ def _state_deltas(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
         )
     else:
         deltas = extract(state)
-    ensure_storable_text(deltas, field="state")
+    for part in deltas.values():  # each is stored (merged) as one JSON object
+        check_json_value(part, field="state")
     return deltas
 
 
@@ -176,7 +180,7 @@ def event_to_message(event: Event) -> dict[str, Any]:
         content.append({"type": "text", "text": text})
     # The JSON ADK's own database store keeps (its schema v1 ``event_data``).
     data = event.model_dump(mode="json", exclude_none=True)
-    if _storable(data):
+    if _storable(data, depth=2):  # content list > event block > event
         content.append({"type": EVENT_BLOCK_TYPE, "event": data})
     else:
         content.append({"type": EVENT_BLOCK_TYPE, "event_json": json.dumps(data)})
