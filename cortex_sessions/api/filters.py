@@ -9,7 +9,6 @@ A bad value is a 400 ``invalid_filter`` listing the parameter, never silently ig
 
 from __future__ import annotations
 
-import json
 from typing import Any, cast
 
 import django_filters
@@ -20,13 +19,24 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework.exceptions import ErrorDetail
 
 from cortex_sessions import services
-from cortex_sessions.exceptions import InvalidFilter
+from cortex_sessions.content import parse_json
+from cortex_sessions.exceptions import InvalidAgentId, InvalidFilter
 from cortex_sessions.metadata import MAX_METADATA_FILTER_KEYS, check_metadata_filter
 from cortex_sessions.models import Session
 
 from .exceptions import InvalidQuery
+from .serializers import AGENT_ID_PATTERN
 
-__all__ = ["SessionFilter", "SessionFilterBackend", "StrictBooleanField"]
+__all__ = [
+    "EMPTY_VALUE_MESSAGE",
+    "SessionFilter",
+    "SessionFilterBackend",
+    "StrictBooleanField",
+    "text_param",
+]
+
+#: The detail of a query parameter given an empty value where one is required.
+EMPTY_VALUE_MESSAGE = "An empty value is not a filter; leave the parameter out."
 
 ORDERING_CHOICES = [
     (value, value) for field in services.ORDERING_FIELDS for value in (field, f"-{field}")
@@ -65,7 +75,8 @@ class StrictBooleanFilter(django_filters.BooleanFilter):
 
 
 class TextField(forms.CharField):
-    """A text query parameter refusing NUL characters (no database stores them)."""
+    """A text query parameter refusing NUL characters (no database stores them); over
+    ``max_length`` is ``too_long`` (Django's ``max_length``, renamed by the exception handler)."""
 
     def to_python(self, value: Any) -> str:
         """Return the text unchanged (not stripped).
@@ -87,6 +98,62 @@ class TextFilter(django_filters.CharFilter):
     field_class = TextField
 
 
+class AgentIdField(TextField):
+    """The ``agent_id`` query parameter, under the services' rule for an agent id
+    (:func:`cortex_sessions.services.check_agent_id`): every bad one — empty, blank, over 255
+    characters, with a control character — is ``invalid_agent_id``, as in a body
+    (docs/design.md §12.4); a NUL is ``nul_character``, as everywhere."""
+
+    #: The code of every refusal (the empty-value check reads it too).
+    rule_code = InvalidAgentId.code
+
+    def to_python(self, value: Any) -> str:
+        """The agent id, unchanged.
+
+        Raises:
+            ValidationError: a NUL (``nul_character``) or a bad agent id (``invalid_agent_id``).
+        """
+        text = super().to_python(value)
+        if text:
+            try:
+                services.check_agent_id(text)
+            except InvalidAgentId as exc:
+                raise ValidationError(exc.message, code=exc.code) from None
+        return text
+
+
+class AgentIdFilter(django_filters.CharFilter):
+    """A ``CharFilter`` parsed by :class:`AgentIdField`."""
+
+    field_class = AgentIdField
+
+
+def text_param(request: Any, name: str, *, max_length: int) -> str:
+    """Read a free-text query parameter outside a filterset (``q``) under the rule of
+    :class:`TextField`: no NUL (``nul_character``), at most ``max_length`` characters
+    (``too_long``).
+
+    Returns:
+        The text, unchanged; ``""`` when absent.
+
+    Raises:
+        InvalidQuery: the value breaks the rule.
+    """
+    field = TextField(max_length=max_length, required=False, strip=False)
+    try:
+        return cast(str, field.clean(request.query_params.get(name, "")))
+    except ValidationError as exc:
+        raise InvalidQuery(
+            {
+                name: [
+                    ErrorDetail(message, code=error.code)
+                    for error in exc.error_list
+                    for message in error.messages
+                ]
+            }
+        ) from None
+
+
 #: Values of the ``archived`` parameter and what the service takes for each (§11.2).
 ARCHIVED_CHOICES = {"false": False, "true": True, "any": None}
 
@@ -105,7 +172,7 @@ class MetadataFilterField(forms.CharField):
         if text in (None, ""):
             return None
         try:
-            parsed = json.loads(text, parse_constant=_refuse_constant)
+            parsed = parse_json(text)
         except ValueError as exc:
             raise ValidationError(
                 f"metadata must be a JSON object: {exc}.", code="invalid_filter"
@@ -114,10 +181,6 @@ class MetadataFilterField(forms.CharField):
             return check_metadata_filter(parsed)
         except InvalidFilter as exc:
             raise ValidationError(exc.message, code=exc.code) from None
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
 
 
 class MetadataFilter(django_filters.Filter):
@@ -139,12 +202,8 @@ class SessionFilter(django_filters.FilterSet):
 
     # drf-spectacular's annotation of extend_schema_field takes fields and serializers, not filters
     agent_id = extend_schema_field(  # type: ignore[type-var]
-        {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"^[^\u0000]*$"}
-    )(
-        TextFilter(
-            method=_noop, max_length=255, strip=False, help_text="Only this agent's sessions."
-        )
-    )
+        {"type": "string", "minLength": 1, "maxLength": 255, "pattern": AGENT_ID_PATTERN}
+    )(AgentIdFilter(method=_noop, strip=False, help_text="Only this agent's sessions."))
     exact = StrictBooleanFilter(
         method=_noop,
         help_text="Only sessions stored at the request's scope itself, not beneath it.",
@@ -163,7 +222,10 @@ class SessionFilter(django_filters.FilterSet):
     ordering = django_filters.ChoiceFilter(
         method=_noop,
         choices=ORDERING_CHOICES,
-        help_text="Sort key, '-' for descending; default -updated_at (ties broken by id).",
+        help_text=(
+            "One sort key, '-' for descending; default -updated_at (ties broken by id). A "
+            "list of keys (title,-created_at) is refused: 400 invalid_filter."
+        ),
     )
     archived = django_filters.ChoiceFilter(
         method=_noop,
@@ -235,8 +297,8 @@ class SessionFilterBackend(DjangoFilterBackend):
             blank = {
                 name: [
                     ErrorDetail(
-                        "An empty value is not a filter; leave the parameter out.",
-                        code="invalid",
+                        EMPTY_VALUE_MESSAGE,
+                        code=getattr(filterset.form.fields[name], "rule_code", "invalid"),
                     )
                 ]
                 for name in filterset.filters
