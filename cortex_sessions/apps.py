@@ -5,11 +5,24 @@ from django.utils.translation import gettext_lazy as _
 
 
 class CortexSessionsConfig(AppConfig):
-    """App config: registers the system checks of docs/design.md §9."""
+    """App config: registers the system checks of docs/design.md §9 and the SQL function the
+    metadata filter needs on SQLite (:mod:`cortex_sessions.sqlite_json`, §11.3)."""
 
     name = "cortex_sessions"
     verbose_name = _("Cortex sessions")
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401 - registers the checks
+        from django.db import connections
+        from django.db.backends.signals import connection_created
+
+        from . import (
+            checks,  # noqa: F401 - registers the checks
+            sqlite_json,
+        )
+
+        connection_created.connect(sqlite_json.register, dispatch_uid=sqlite_json.SQL_FUNCTION)
+        # A connection opened before the app was ready never sends the signal again.
+        for connection in connections.all(initialized_only=True):
+            if connection.connection is not None:
+                sqlite_json.register(connection=connection)

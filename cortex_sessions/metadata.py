@@ -17,6 +17,7 @@ from django.db.models.fields.json import KeyTransform
 
 from .content import check_json_value, json_bytes
 from .exceptions import InvalidFilter, InvalidInput
+from .sqlite_json import SQL_FUNCTION, canonical_json
 
 __all__ = [
     "MAX_METADATA_FILTER_KEYS",
@@ -72,9 +73,10 @@ def filter_by_metadata(queryset: QuerySet[Any], value: Mapping[str, Any]) -> Que
     object or array value an exact comparison of that key is added (containment alone would
     also match a larger object or array). On MariaDB each key is compared with ``JSON_EQUALS``
     (see :func:`_mysql_equal`), with the same results as PostgreSQL. On SQLite each key is
-    compared with Django's JSON key lookup and its JSON type, so ``true`` never matches ``1``
-    nor ``null`` the string ``"null"``; an object value is compared there as stored JSON text,
-    so its key order counts (docs/design.md §15.6).
+    compared with its JSON type, so ``true`` never matches ``1`` nor ``null`` the string
+    ``"null"``, and a scalar with Django's JSON key lookup; an object or array value is compared
+    there in canonical form (:mod:`cortex_sessions.sqlite_json`: keys sorted, numbers by value),
+    so key order does not count and ``1`` equals ``1.0`` at any depth, as in ``jsonb``.
 
     Args:
         queryset: a ``Session`` queryset.
@@ -102,10 +104,15 @@ def filter_by_metadata(queryset: QuerySet[Any], value: Mapping[str, Any]) -> Que
             queryset = queryset.filter(_mysql_equal(key, expected, connections[queryset.db]))
             continue
         name = f"_metadata_{index}"
-        # An alias, not ``metadata__<key>``: a key may contain ``__`` or name a lookup.
-        queryset = queryset.alias(**{name: KeyTransform(_ObjectKey(key), "metadata")}).filter(
-            **{name: expected}
-        )
+        if vendor == "sqlite" and isinstance(expected, dict | list):
+            queryset = queryset.alias(**{name: _sqlite_canonical_member(key)}).filter(
+                **{name: canonical_json(expected)}
+            )
+        else:
+            # An alias, not ``metadata__<key>``: a key may contain ``__`` or name a lookup.
+            queryset = queryset.alias(**{name: KeyTransform(_ObjectKey(key), "metadata")}).filter(
+                **{name: expected}
+            )
         if vendor == "sqlite":
             type_name = f"_metadata_type_{index}"
             queryset = queryset.alias(
@@ -193,6 +200,21 @@ class _ObjectKey(str):
 
     def __int__(self) -> int:
         raise ValueError("a metadata key names an object member, never an array index")
+
+
+def _sqlite_canonical_member(key: str) -> Func:
+    """``metadata``'s member ``key`` in canonical JSON form, on SQLite: the deterministic SQL
+    function :data:`cortex_sessions.sqlite_json.SQL_FUNCTION` over ``JSON_EXTRACT``'s text of an
+    object or array member (``NULL`` when the member is missing, which equals nothing).
+
+    SQLite keeps JSON as text, so comparing a member with Django's key lookup compared texts:
+    an object matched only with its keys in the stored order, and ``{"n": 1.0}`` never matched
+    ``{"n": 1}``. Both sides in canonical form compare as ``jsonb`` values do."""
+    text = CharField()
+    member = Func(
+        F("metadata"), Value(_sqlite_key_path(key)), function="JSON_EXTRACT", output_field=text
+    )
+    return Func(member, function=SQL_FUNCTION, output_field=text)
 
 
 def _sqlite_key_path(key: str) -> str:

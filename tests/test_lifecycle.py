@@ -387,10 +387,9 @@ def test_metadata_filter_names_a_key_each_database_can_address_or_refuses_it(tag
 
 
 def test_metadata_filter_compares_an_object_value_whatever_its_key_order(tagged):
-    # docs/design.md §15.6: PostgreSQL and MariaDB compare JSON values; SQLite compares an
-    # object value as its stored JSON text, so there only the same key order matches.
+    # docs/design.md §15.6: every database compares JSON values (SQLite in canonical form).
     found = {s.title for s in services.list_sessions(scope=SCOPE, metadata={"o": {"a": 1, "b": 2}})}
-    assert found == (set() if connection.vendor == "sqlite" else {"order"})
+    assert found == {"order"}
     found = {s.title for s in services.list_sessions(scope=SCOPE, metadata={"o": {"b": 2, "a": 1}})}
     assert found == {"order"}
 

@@ -262,9 +262,11 @@ class SessionFilter(django_filters.FilterSet):
             method=_noop,
             help_text=(
                 "A JSON object (URL-encoded): sessions whose metadata has each of its "
-                f"top-level keys (at most {MAX_METADATA_FILTER_KEYS}) with an equal JSON value "
-                '(a string never equals a number: {"n": 1} does not match {"n": "1"}). Anything '
-                "but a JSON object is 400 invalid_filter."
+                f"top-level keys (at most {MAX_METADATA_FILTER_KEYS}) with an equal JSON value, "
+                "compared as PostgreSQL's jsonb compares them on every database: object keys in "
+                'any order, 1 equal to 1.0, a string never equal to a number ({"n": 1} does not '
+                'match {"n": "1"}), arrays in order. Anything but a JSON object is 400 '
+                "invalid_filter."
             ),
         ),
     )
