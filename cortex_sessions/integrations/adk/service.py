@@ -42,7 +42,7 @@ from google.adk.sessions.state import State
 from google.genai import types
 
 from cortex_sessions import services
-from cortex_sessions.content import content_text
+from cortex_sessions.content import check_json_object, content_text
 from cortex_sessions.exceptions import ScopeForbidden, SessionNotFound
 from cortex_sessions.models import Message
 from cortex_sessions.models import Session as CortexSession
@@ -206,6 +206,8 @@ class CortexSessionService(BaseSessionService):
 
         Raises:
             AlreadyExistsError: ``session_id`` is taken for this app and user.
+            NulCharacter, InvalidText, InvalidInput: ``state`` holds NUL, a lone surrogate,
+                NaN or infinity, or nests deeper than ``MAX_JSON_DEPTH``; nothing is written.
         """
         return await _create(self, app_name, user_id, state, session_id)
 
@@ -249,6 +251,9 @@ class CortexSessionService(BaseSessionService):
             SessionNotFoundError: the session does not exist (or is another tenant's).
             StaleSessionError: the stored session moved on (another writer appended) since
                 ``session`` was read; read it again.
+            NulCharacter, InvalidText, InvalidInput, InvalidContent: the event or its state
+                delta breaks the rule of stored JSON (NUL, lone surrogate, NaN, too deep);
+                nothing is written.
         """
         if event.partial:
             return event
@@ -349,6 +354,19 @@ def _set_marker(session: AdkSessionModel, last_seq: int) -> None:
         session._storage_update_marker = str(last_seq)
 
 
+def _check_state(deltas: dict[str, dict[str, Any]]) -> None:
+    """Check state before anything is written, by the rule of every JSON value the app stores
+    (``check_json_object``, docs/design.md §12.4): no NUL or lone surrogate, no NaN or
+    infinity, nested at most ``MAX_JSON_DEPTH`` deep. Without it the database refused such
+    state with its own error (PostgreSQL: NUL, NaN; SQLite: NaN; MariaDB: NaN, deep nesting).
+
+    Raises:
+        NulCharacter, InvalidText, InvalidInput: a delta breaks the rule (field ``state``).
+    """
+    for part in deltas.values():
+        check_json_object(part, field="state")
+
+
 def _create_sync(
     service: CortexSessionService,
     app_name: str,
@@ -359,6 +377,7 @@ def _create_sync(
     scope = service.scope_for(app_name, user_id)
     session_id = session_id.strip() if session_id else None
     deltas = _session_util.extract_state_delta(state or {})
+    _check_state(deltas)
     _create_shared_state_rows(app_name, user_id, deltas)
     try:
         with transaction.atomic(using=_db()):
@@ -459,6 +478,7 @@ def _append_sync(service: CortexSessionService, session: AdkSessionModel, event:
     deltas = _session_util.extract_state_delta(
         (event.actions.state_delta if event.actions else None) or {}
     )
+    _check_state(deltas)
     marker = getattr(session, "_storage_update_marker", None)
     _create_shared_state_rows(app_name, user_id, deltas)
     with transaction.atomic(using=_db()):
