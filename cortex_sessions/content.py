@@ -75,7 +75,8 @@ _SURROGATE = regex.compile(r"[\ud800-\udfff]")
 #: (docs/design.md §12.4, §15). A top-level object or array counts as level 1.
 MAX_JSON_DEPTH = 31
 
-#: The error a JSON value of each field raises for nesting too deep (``InvalidInput`` otherwise).
+#: The error a JSON value of each field raises when it is not JSON or nested too deep
+#: (``InvalidInput`` for any other field, e.g. an ADK ``state``).
 _JSON_FIELD_ERRORS: dict[str, type[InvalidInput]] = {
     "metadata": InvalidMetadata,
     "content": InvalidContent,
@@ -155,13 +156,26 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"the key {key!r} is given twice in one object")
+            seen.add(key)
+    return value
+
+
 def parse_json(text: str) -> Any:
     """Parse JSON text strictly: the one parser of every JSON text the app is given (API
     bodies, the admin's JSON boxes, the ``metadata`` query parameter).
 
     Unlike ``json.loads`` it refuses ``NaN``, ``Infinity`` and numbers out of float range
-    (``1e999``), which no database stores as JSON, and nesting deep enough to exhaust Python's
-    recursion limit is a ``ValueError`` like any other malformed text, never a
+    (``1e999``), which no database stores as JSON, and a key given twice in one object (``{"a":
+    1, "a": 2}``), which ``json.loads`` would silently read as its last value — as a query
+    parameter given twice is refused (docs/design.md §12.4). Nesting deep enough to exhaust
+    Python's recursion limit is a ``ValueError`` like any other malformed text, never a
     ``RecursionError``. Check the value with :func:`check_json_value` before using it.
 
     Args:
@@ -171,11 +185,16 @@ def parse_json(text: str) -> Any:
         The parsed value.
 
     Raises:
-        ValueError: malformed JSON (``json.JSONDecodeError``), a non-finite number, or nesting
-            too deep to parse.
+        ValueError: malformed JSON (``json.JSONDecodeError``), a non-finite number, a repeated
+            key, or nesting too deep to parse.
     """
     try:
-        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        return json.loads(
+            text,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+            object_pairs_hook=_unique_keys,
+        )
     except RecursionError:
         raise ValueError("nested too deep to parse") from None
 
@@ -185,13 +204,13 @@ def json_text(value: Any, *, field: str) -> str:
     write stores and :func:`json_bytes` measures.
 
     Raises:
-        InvalidContent / InvalidMetadata: ``value`` is not JSON (e.g. a set, NaN, infinity);
-            the class follows ``field``.
+        InvalidMetadata / InvalidContent / InvalidInput: ``value`` is not JSON (e.g. a set,
+            NaN, infinity); the class follows ``field`` as in :func:`check_json_value`.
     """
     try:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
-        error = InvalidMetadata if field == "metadata" else InvalidContent
+        error = _JSON_FIELD_ERRORS.get(field, InvalidInput)
         raise error(f"{field} is not valid JSON: {exc}", field=field) from exc
 
 

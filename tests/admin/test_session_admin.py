@@ -382,6 +382,7 @@ BAD_METADATA_TEXT = {
     "nan": '{"a": NaN}',
     "infinity": '{"a": -Infinity}',
     "out-of-range": '{"a": 1e999}',
+    "repeated-key": '{"a": 1, "a": 2}',
 }
 
 

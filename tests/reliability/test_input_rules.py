@@ -400,6 +400,32 @@ def test_a_parameter_given_once_with_its_valid_value_is_accepted(api, session, a
         assert response.status_code == 200, (url, parameter, response.content)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"agent_id": "a", "agent_id": "b"}',
+        '{"agent_id": "a", "metadata": {"team": "x", "team": "y"}}',
+        '{"agent_id": "a", "metadata": {"k": [{"v": 1, "v": 1}]}}',
+    ],
+)
+def test_a_key_given_twice_in_a_body_is_refused_never_read_as_its_last_value(api, session, text):
+    """The body twin of a repeated query parameter: JSON objects with a repeated name are
+    refused wherever JSON text is parsed, not read as the last value."""
+    response = api.post(BASE, text, content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json()["code"] == "parse_error"
+    assert "twice" in response.json()["detail"]
+    _unchanged(session)
+
+
+def test_a_key_given_twice_in_the_metadata_filter_is_refused(api, session):
+    response = api.get(BASE, {"metadata": '{"keep": 1, "keep": 2}'})
+
+    assert response.status_code == 400
+    assert _codes(response) == ("invalid_filter", {"invalid_filter"})
+
+
 # -- Idempotency-Key: two headers are detectable -----------------------------------------------------
 
 

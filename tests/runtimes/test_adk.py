@@ -35,7 +35,8 @@ from google.genai import types
 from rest_framework.test import APIClient
 
 from cortex_sessions import services
-from cortex_sessions.exceptions import InvalidScope, NulCharacter, ScopeForbidden
+from cortex_sessions.content import MAX_JSON_DEPTH
+from cortex_sessions.exceptions import InvalidInput, InvalidScope, NulCharacter, ScopeForbidden
 from cortex_sessions.integrations.adk import CortexSessionService
 from cortex_sessions.integrations.adk.models import (
     AdkAppState,
@@ -192,6 +193,51 @@ async def test_session_state_follows_adks_prefix_rules(service):
     }
     assert await service.get_user_state(app_name=APP, user_id="user1") == {"key1": "value1"}
     assert await service.get_user_state(app_name=APP, user_id="user2") == {}
+
+
+def _deep(levels: int) -> object:
+    value: object = 1
+    for _ in range(levels):
+        value = {"k": value}
+    return value
+
+
+#: State no database stores as JSON, each refused by some database with its own error before:
+#: NUL and NaN on PostgreSQL, NaN on SQLite, NaN and 32-deep nesting on MariaDB.
+BAD_STATE = {
+    "nul": {"k": "a\x00b"},
+    "nul-in-user-state": {"user:k": "\x00"},
+    "nul-key": {"app:\x00": 1},
+    "nan": {"k": float("nan")},
+    "infinity-in-app-state": {"app:k": float("inf")},
+    "too-deep": {"k": _deep(MAX_JSON_DEPTH)},
+}
+
+
+@pytest.mark.parametrize("state", BAD_STATE.values(), ids=BAD_STATE.keys())
+def test_state_no_database_stores_is_refused_with_the_apps_error_and_nothing_written(
+    service, state
+):
+    with pytest.raises(InvalidInput) as raised:
+        run(service.create_session, app_name=APP, user_id="u", state=state, session_id="s")
+    assert raised.value.field == "state"
+    assert not AdkSession.objects.exists()
+    assert not AdkAppState.objects.exists() and not AdkUserState.objects.exists()
+    assert not Session.objects.exists()
+
+    session = run(service.create_session, app_name=APP, user_id="u", session_id="t")
+    event = text_event("x", actions=EventActions(state_delta=state))
+    with pytest.raises(InvalidInput):
+        run(service.append_event, session=session, event=event)
+    assert AdkSession.objects.get().state == {}
+    assert not Message.objects.exists()
+    assert all(row.state == {} for row in [*AdkAppState.objects.all(), *AdkUserState.objects.all()])
+
+
+def test_state_as_deep_as_every_database_stores_is_kept(service):
+    state = {"k": _deep(MAX_JSON_DEPTH - 1)}  # the state object is the first level
+    session = run(service.create_session, app_name=APP, user_id="u", state=state)
+    assert run(service.get_session, app_name=APP, user_id="u", session_id=session.id).state == state
 
 
 @async_test

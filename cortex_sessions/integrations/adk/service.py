@@ -46,7 +46,12 @@ from google.adk.sessions.state import State
 from google.genai import types
 
 from cortex_sessions import services
-from cortex_sessions.content import MAX_JSON_DEPTH, check_json_value, content_text
+from cortex_sessions.content import (
+    MAX_JSON_DEPTH,
+    check_json_object,
+    check_json_value,
+    content_text,
+)
 from cortex_sessions.exceptions import InvalidInput, ScopeForbidden, SessionNotFound, ValueTooLong
 from cortex_sessions.models import Message
 from cortex_sessions.models import Session as CortexSession
@@ -120,10 +125,14 @@ def _state_deltas(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
     store makes them (``_session_util.extract_json_safe_state_delta``: datetimes, pydantic
     models, bytes … serialized faithfully; what cannot be, by its string form).
 
+    Each delta is checked by the rule of every stored JSON object (``check_json_object``,
+    docs/design.md §12.4) before anything is written.
+
     Raises:
         NulCharacter, InvalidText: a key or string holds NUL or a lone surrogate, which
             PostgreSQL cannot store in JSON (refused on every database alike).
-        InvalidInput: a value is nested deeper than the JSON rule allows (``field="state"``).
+        InvalidInput: a value is nested deeper than the JSON rule allows, or is NaN or an
+            infinity, which no database stores as JSON (``field="state"``).
     """
     extract = getattr(_session_util, "extract_json_safe_state_delta", None)
     if extract is None:  # pragma: no cover - ADK before the JSON-safe helper
@@ -136,7 +145,7 @@ def _state_deltas(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
     else:
         deltas = extract(state)
     for part in deltas.values():  # each is stored (merged) as one JSON object
-        check_json_value(part, field="state")
+        check_json_object(part, field="state")
     return deltas
 
 
