@@ -16,7 +16,7 @@ import yaml
 from django.core import signals
 from django.core.handlers.wsgi import WSGIHandler
 from django.core.management import call_command
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
@@ -228,6 +228,8 @@ def test_api_conforms_to_its_schema(wsgi_app, path, method):
         database=None,
     )
     def check(case):
+        if case.query and "q" in case.query and connection.vendor == "mysql":
+            del case.query["q"]  # a documented 400 there (tests/test_search_databases.py)
         if "{id}" in path:  # aim at a real session; random ids are 404s tested elsewhere
             case.path_parameters = {
                 **(case.path_parameters or {}),
@@ -369,6 +371,15 @@ def test_schema_and_server_agree_under_every_check(wsgi_app, path, method, mode)
             # schema can say "string" but not "a JSON object's text" (its rules are tested in
             # tests/api/test_lifecycle_api.py). A valid one is sent instead of the drawn text.
             case.query["metadata"] = '{"k": "v"}'
+        if (
+            case.query
+            and "q" in case.query
+            and connection.vendor == "mysql"
+            and mode is GenerationMode.POSITIVE
+        ):
+            # MySQL/MariaDB have no message search: a valid q is a documented 400
+            # invalid_filter there (tests/test_search_databases.py), not an acceptance.
+            del case.query["q"]
         if case.headers and "Idempotency-Key" in case.headers and mode is GenerationMode.POSITIVE:
             # A key reused with another body is 422 by design; each example is a new request.
             case.headers["Idempotency-Key"] = uuid.uuid4().hex
