@@ -497,7 +497,12 @@ def _conversation_q() -> models.Q:
 
 
 def filter_sessions(
-    queryset: Any, *, q: str, scope_q: models.Q, connection: BaseDatabaseWrapper
+    queryset: Any,
+    *,
+    q: str,
+    scope_q: models.Q,
+    connection: BaseDatabaseWrapper,
+    annotate: bool = True,
 ) -> Any:
     """``queryset`` (sessions) narrowed to those whose conversation messages or title match
     ``q``, annotated with ``search_rank`` (PostgreSQL; ``NULL`` on SQLite) and ``search_hit``
@@ -517,6 +522,7 @@ def filter_sessions(
         scope_q: the caller's scope predicate (``scope_q(scope, exact=…)``), applied to the
             messages searched as well.
         connection: the database the queryset reads.
+        annotate: add ``search_rank`` and ``search_hit`` (``False`` for a count).
 
     Raises:
         InvalidFilter: the database has no search (MySQL/MariaDB).
@@ -537,6 +543,8 @@ def filter_sessions(
         queryset = queryset.filter(pk__in=message_hits.union(title_hits, all=True))
     else:  # SQLite: no LIMIT inside UNION; the title is checked row by row
         queryset = queryset.filter(models.Q(pk__in=message_hits) | models.Q(search.title_matches()))
+    if not annotate:
+        return queryset
     best = matching.filter(session=models.OuterRef("pk"))
     rank: Any = models.Value(None, output_field=models.FloatField())
     if search.postgres:

@@ -195,20 +195,24 @@ def count_sessions(
         NoScope, InvalidScope.
         InvalidFilter: a bad filter (as :func:`session_queryset`).
     """
-    return (
-        session_queryset(
-            scope=scope,
-            agent_id=agent_id,
-            exact=exact,
-            default_only=default_only,
-            search=search,
-            archived=archived,
-            metadata=metadata,
-            q=q,
-        )
-        .order_by()
-        .count()
+    queryset = session_queryset(
+        scope=scope,
+        agent_id=agent_id,
+        exact=exact,
+        default_only=default_only,
+        search=search,
+        archived=archived,
+        metadata=metadata,
     )
+    if q is not None:  # the matches without their rank and snippet
+        queryset = filter_sessions(
+            queryset,
+            q=check_query(q),
+            scope_q=scope_q(scope, exact=exact),
+            connection=connections[queryset.db],
+            annotate=False,
+        )
+    return queryset.order_by().count()
 
 
 def get_session(

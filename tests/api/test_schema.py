@@ -92,7 +92,14 @@ def test_schema_documents_every_filter_and_error(schema_document):
     } <= list_params
     count_params = {p["name"] for p in paths["/api/cortex/sessions/count/"]["get"]["parameters"]}
     assert {"agent_id", "exact", "default_only", "search", "archived", "metadata"} <= count_params
-    assert {"archived", "metadata"} <= list_params
+    assert {"archived", "metadata", "q"} <= list_params
+    assert "q" in count_params
+    messages = paths["/api/cortex/sessions/{id}/messages/"]["get"]
+    (q,) = [p for p in messages["parameters"] if p["name"] == "q"]
+    assert q["schema"]["maxLength"] == 1000 and q["schema"]["minLength"] == 1
+    page = schema_document["components"]["schemas"]["MessagePage"]["properties"]["results"]
+    listed = schema_document["components"]["schemas"][page["items"]["$ref"].rsplit("/", 1)[1]]
+    assert "match" in listed["properties"] and "match" not in listed.get("required", [])
     patch = paths["/api/cortex/sessions/{id}/"]["patch"]["requestBody"]["content"]
     assert {"application/json", "application/merge-patch+json"} <= set(patch)
     for path, method in [

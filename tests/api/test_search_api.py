@@ -91,6 +91,7 @@ def test_a_listed_session_sent_back_with_its_match_is_accepted(api, alice_scope)
         ("messages", "q=", "invalid"),
         ("list", "q=%20%09", "invalid"),
         ("list", "q=" + "x" * 1001, "too_long"),
+        ("list", "q=" + "word+" * 2048, "too_long"),  # 10 kB of words
         ("messages", "q=" + "x" * 1001, "too_long"),
         ("list", "q=a%00b", "nul_character"),
         ("messages", "q=a%00b", "nul_character"),
