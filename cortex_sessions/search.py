@@ -380,9 +380,9 @@ class _Search:
             output_field=models.TextField(),
         )
 
-    def _at_at(self, vector: Any) -> models.Func:
+    def _at_at(self, vector: Any, *, indexed: bool = True) -> models.Func:
         return _func(
-            "(%(expressions)s)",
+            "(%(expressions)s)" if indexed else "((%(expressions)s) IS TRUE)",
             vector,
             self._tsquery(),
             output_field=models.BooleanField(),
@@ -431,11 +431,18 @@ class _Search:
         template = message_text_sql("%(expressions)s") if self.postgres else _SQLITE_TEXT
         return _func(template, models.F("content"), output_field=models.TextField())
 
-    def message_conditions(self) -> list[Any]:
+    def message_conditions(self, *, indexed: bool = True) -> list[Any]:
         """The conditions "this message matches" (conversation messages only: on PostgreSQL
-        every other message has no vector)."""
+        every other message has no vector).
+
+        Args:
+            indexed: ``False`` for the messages of one session, read by its ``(session, seq)``
+                index: the condition is then written so that PostgreSQL does not also read the
+                GIN index for every session (a ``BitmapAnd`` costing the word's whole posting
+                list per session).
+        """
         if self.postgres:
-            return [self._at_at(self._vector())]
+            return [self._at_at(self._vector(), indexed=indexed)]
         return [_conversation_q(), self._contains(self.message_text())]
 
     def title_matches(self) -> Any:
@@ -545,7 +552,9 @@ def filter_sessions(
         queryset = queryset.filter(models.Q(pk__in=message_hits) | models.Q(search.title_matches()))
     if not annotate:
         return queryset
-    best = matching.filter(session=models.OuterRef("pk"))
+    best = Message.objects.filter(
+        *search.message_conditions(indexed=False), session=models.OuterRef("pk")
+    ).order_by()
     rank: Any = models.Value(None, output_field=models.FloatField())
     if search.postgres:
         best = best.annotate(rank=search.message_rank()).order_by("-rank", "-seq")
