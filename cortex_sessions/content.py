@@ -22,8 +22,10 @@ __all__ = [
     "is_conversation",
     "is_grapheme_boundary",
     "json_bytes",
+    "json_text",
     "normalize_content",
     "preview",
+    "utf8_size",
 ]
 
 #: Sources of a ``user`` message that count as conversation (docs/design.md §3.2).
@@ -84,19 +86,34 @@ def ensure_storable_text(value: Any, *, field: str) -> None:
             stack.extend(item)
 
 
-def json_bytes(value: Any, *, field: str) -> int:
-    """UTF-8 byte length of the compact JSON encoding of ``value``.
+def json_text(value: Any, *, field: str) -> str:
+    """The compact JSON encoding of ``value`` (no spaces, non-ASCII kept as is), the text a
+    write stores and :func:`json_bytes` measures.
 
     Raises:
         InvalidContent / InvalidMetadata: ``value`` is not JSON (e.g. a set, NaN, infinity);
             the class follows ``field``.
     """
     try:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         error = InvalidMetadata if field == "metadata" else InvalidContent
         raise error(f"{field} is not valid JSON: {exc}", field=field) from exc
-    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def utf8_size(text: str) -> int:
+    """UTF-8 byte length of ``text`` (lone surrogates counted as three bytes each)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def json_bytes(value: Any, *, field: str) -> int:
+    """UTF-8 byte length of the compact JSON encoding of ``value`` (:func:`json_text`).
+
+    Raises:
+        InvalidContent / InvalidMetadata: ``value`` is not JSON (e.g. a set, NaN, infinity);
+            the class follows ``field``.
+    """
+    return utf8_size(json_text(value, field=field))
 
 
 def check_json_object(value: Any, *, field: str = "metadata") -> dict[str, Any]:

@@ -79,10 +79,17 @@ def filter_by_metadata(queryset: QuerySet[Any], value: Mapping[str, Any]) -> Que
 
     Returns:
         The filtered queryset (``queryset`` itself for ``{}``).
+
+    Raises:
+        InvalidFilter: a key this database's JSON paths cannot name (code ``invalid_filter``,
+            field ``metadata``): on SQLite a key holding ``"``, on MySQL/MariaDB a key starting
+            with ``-``. Refused rather than matched wrongly (docs/design.md §15).
     """
     if not value:
         return queryset
     vendor = connections[queryset.db].vendor
+    for key in value:
+        _check_addressable(vendor, key)
     if vendor == "postgresql":
         queryset = queryset.filter(metadata__contains=dict(value))
     for index, (key, expected) in enumerate(value.items()):
@@ -90,7 +97,7 @@ def filter_by_metadata(queryset: QuerySet[Any], value: Mapping[str, Any]) -> Que
             continue
         name = f"_metadata_{index}"
         # An alias, not ``metadata__<key>``: a key may contain ``__`` or name a lookup.
-        queryset = queryset.alias(**{name: KeyTransform(key, "metadata")}).filter(
+        queryset = queryset.alias(**{name: KeyTransform(_ObjectKey(key), "metadata")}).filter(
             **{name: expected}
         )
         json_type = _sqlite_json_types(expected) if vendor == "sqlite" else None
@@ -107,6 +114,45 @@ def filter_by_metadata(queryset: QuerySet[Any], value: Mapping[str, Any]) -> Que
                 }
             ).filter(**{f"{type_name}__in": json_type})
     return queryset
+
+
+def _check_addressable(vendor: str, key: str) -> None:
+    """Refuse a top-level key that ``vendor``'s JSON path syntax cannot name.
+
+    SQLite's path labels have no escape, so a key holding ``"`` cannot be quoted; MariaDB reads
+    a quoted label that starts with ``-`` as nothing (``$."-1"`` finds no member). PostgreSQL
+    names every key (``->`` takes the key as a value).
+
+    Raises:
+        InvalidFilter: as :func:`filter_by_metadata` describes.
+    """
+    if vendor == "sqlite" and '"' in key:
+        reason = 'SQLite cannot filter on a metadata key containing "'
+    elif vendor == "mysql" and key.startswith("-"):
+        reason = "MySQL/MariaDB cannot filter on a metadata key starting with -"
+    else:
+        return
+    raise InvalidFilter(f"{reason}: {key!r}.", field="metadata")
+
+
+class _ObjectKey(str):
+    """A top-level metadata key that Django's JSON key transforms always treat as an object
+    member name.
+
+    ``KeyTransform`` reads any key that ``int()`` accepts (``"1"``, ``"-1"``, ``" 2 "``) as an
+    array index: ``$[1]`` on SQLite and MySQL, ``-> 1`` on PostgreSQL, which never match an
+    object's member. Refusing ``int()`` makes every backend build a quoted member path
+    (``$."1"``, ``-> '1'``) instead. ``__str__`` returns the key itself because
+    ``KeyTransform`` stores ``str(key_name)``.
+    """
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        return self
+
+    def __int__(self) -> int:
+        raise ValueError("a metadata key names an object member, never an array index")
 
 
 def _sqlite_key_path(key: str) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from django.db import connection
+from django.db import connection, models
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
@@ -235,3 +235,67 @@ def test_get_and_resolve_return_the_stored_row(path, session):
     assert (was_created, again_created) == (True, False)
     assert _fields(again) == _fields(created)
     assert again.metadata == {} and session.metadata == {"a": 1}
+
+
+def test_timestamps_carry_the_orms_time_zone(path, session):
+    # The hand-written path parses timestamps with psycopg's own loader and sets the time
+    # zone as Django's loader does: the same tzinfo object, not merely an equal instant.
+    result = services.append_messages(
+        scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "t"}]
+    )
+    stored_session = Session.objects.get(pk=session.pk)
+    stored_message = Message.objects.get(session=session)
+    (page,) = services.list_messages(scope=SCOPE, session_id=session.pk)
+    got = services.get_session(scope=SCOPE, session_id=session.pk)
+    for name in ("created_at", "updated_at"):
+        expected = getattr(stored_session, name)
+        assert getattr(got, name) == expected
+        assert getattr(got, name).tzinfo is expected.tzinfo
+        assert getattr(result.session, name).tzinfo is expected.tzinfo
+    assert page.created_at == stored_message.created_at
+    assert page.created_at.tzinfo is stored_message.created_at.tzinfo
+    with override_settings(USE_TZ=False):  # naive datetimes, as the ORM returns them then
+        (naive_page,) = services.list_messages(scope=SCOPE, session_id=session.pk)
+        naive_session = services.get_session(scope=SCOPE, session_id=session.pk)
+        assert naive_page.created_at == Message.objects.get(session=session).created_at
+        assert naive_page.created_at.tzinfo is None
+        assert naive_session.updated_at == Session.objects.get(pk=session.pk).updated_at
+        assert naive_session.updated_at.tzinfo is None
+
+
+def test_init_receivers_see_every_instance(path, session):
+    # Instances are built without Model.__init__ only while no pre_init/post_init receiver
+    # listens; with one connected, every instance the services return went through it.
+    seen: list = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(instance)
+
+    models.signals.post_init.connect(receiver, sender=Message)
+    models.signals.post_init.connect(receiver, sender=Session)
+    try:
+        result = services.append_messages(
+            scope=SCOPE,
+            session_id=session.pk,
+            messages=[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],
+        )
+        page = services.list_messages(scope=SCOPE, session_id=session.pk)
+        got = services.get_session(scope=SCOPE, session_id=session.pk)
+    finally:
+        models.signals.post_init.disconnect(receiver, sender=Message)
+        models.signals.post_init.disconnect(receiver, sender=Session)
+    for instance in [result.session, *result.messages, *page, got]:
+        assert any(instance is other for other in seen)
+    assert [m.seq for m in page] == [1, 2]
+    assert not page[0]._state.adding and page[0]._state.db == "default"
+
+
+def test_empty_metadata_is_a_new_dict_for_each_message(path, session):
+    services.append_messages(
+        scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "x"}] * 2
+    )
+    first, second = services.list_messages(scope=SCOPE, session_id=session.pk)
+    assert first.metadata == {} and second.metadata == {}
+    first.metadata["k"] = 1
+    assert second.metadata == {}
+    assert services.list_messages(scope=SCOPE, session_id=session.pk)[0].metadata == {}

@@ -312,6 +312,9 @@ def tagged():
         "nested": {"team": "x", "tags": ["a", "b"], "obj": {"k": 1}},
         "null": {"team": None},
         "empty": {},
+        # Keys that JSON paths would read as array indexes or path syntax.
+        "numeric": {"1": "one", "-1": {"k": "minus"}, "0": [0]},
+        "syntax": {"a.b": 1, "$": "root", "a b": True, "a__b": "dunder", "": "blank"},
     }
     return {name: _session(title=name, metadata=metadata) for name, metadata in rows.items()}
 
@@ -319,7 +322,7 @@ def tagged():
 @pytest.mark.parametrize(
     ("filter_", "expected"),
     [
-        ({}, {"x", "y", "nested", "null", "empty"}),
+        ({}, {"x", "y", "nested", "null", "empty", "numeric", "syntax"}),
         ({"team": "x"}, {"x", "nested"}),
         ({"team": "x", "n": 1}, {"x"}),
         ({"n": 1}, {"x", "y"}),
@@ -330,12 +333,36 @@ def tagged():
         ({"obj": {"k": 1}}, {"nested"}),
         ({"obj": {}}, set()),
         ({"missing": "z"}, set()),
+        ({"1": "one"}, {"numeric"}),
+        ({"0": [0]}, {"numeric"}),
+        ({"1": "two"}, set()),
+        ({"a.b": 1}, {"syntax"}),
+        ({"$": "root"}, {"syntax"}),
+        ({"a b": True}, {"syntax"}),
+        ({"a__b": "dunder"}, {"syntax"}),
+        ({"": "blank"}, {"syntax"}),
     ],
 )
 def test_metadata_filter_matches_every_key_with_an_equal_value(tagged, filter_, expected):
     found = services.list_sessions(scope=SCOPE, metadata=filter_)
     assert {session.title for session in found} == expected
     assert services.count_sessions(scope=SCOPE, metadata=filter_) == len(expected)
+
+
+def test_metadata_filter_names_a_key_each_database_can_address_or_refuses_it(tagged):
+    # docs/design.md §15: a key the database's JSON paths cannot name is refused, never
+    # matched wrongly. PostgreSQL names every key.
+    vendor = connection.vendor
+    for key, value, expected in [('q"uote', True, "syntax_pg"), ("-1", {"k": "minus"}, "numeric")]:
+        _session(title=expected, metadata={key: value})
+        refused = (vendor == "sqlite" and '"' in key) or (vendor == "mysql" and key[0] == "-")
+        if refused:
+            with pytest.raises(InvalidFilter) as caught:
+                services.list_sessions(scope=SCOPE, metadata={key: value})
+            assert caught.value.code == "invalid_filter"
+        else:
+            found = services.list_sessions(scope=SCOPE, metadata={key: value})
+            assert {session.title for session in found} == {expected}
 
 
 def test_metadata_filter_does_not_take_one_for_true(tagged):

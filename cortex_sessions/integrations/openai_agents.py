@@ -32,6 +32,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import Mapping
+from functools import cache
 from typing import Any, cast
 
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
@@ -321,28 +322,40 @@ def _rows(pk: uuid.UUID, scope: Scope) -> Any:
     )
 
 
-def _newest_rows_postgresql(pk: uuid.UUID, scope: Scope, limit: int) -> list[tuple[int, str, Any]]:
-    """The newest ``limit`` rows as ``(seq, role, content)``, newest first, in one
-    hand-written statement on the runtime's hottest read (SQLite keeps the ORM path).
+def _newest_rows_postgresql(
+    pk: uuid.UUID, scope: Scope, limit: int, before: int | None
+) -> list[tuple[int, str, Any]]:
+    """The newest ``limit`` rows (below ``seq`` ``before``, if given) as ``(seq, role,
+    content)``, newest first, in one hand-written statement on the runtime's hottest read
+    (SQLite keeps the ORM path).
 
     The scope predicate is §2.3's rule written out: the row's scope is ``S`` or starts with
     ``S/`` — as a range ``'S' <= scope < 'S0'`` (``'0'`` follows ``'/'``) for the index,
     narrowed to ``scope = 'S' OR scope >= 'S/'`` to drop siblings such as ``S-x``.
     """
     canonical = scope.canonical
-    table = _connection_for_read().ops.quote_name(Message._meta.db_table)
-    sql = (
-        f"SELECT seq, role, content FROM {table} "
-        "WHERE session_id = %s AND scope >= %s AND scope < %s AND (scope = %s OR scope >= %s) "
-        "ORDER BY seq DESC LIMIT %s"
-    )
-    params = [pk, canonical, canonical + "0", canonical, canonical + "/", limit]
-    with _connection_for_read().cursor() as cursor:
-        cursor.execute(sql, params)
+    connection = _connection_for_read()
+    params: list[Any] = [pk, canonical, canonical + "0", canonical, canonical + "/"]
+    if before is not None:
+        params.append(before)
+    params.append(limit)
+    with connection.cursor() as cursor:
+        cursor.execute(_newest_sql(connection.ops.quote_name, before is not None), params)
         return [
             (seq, role, json.loads(content) if isinstance(content, str) else content)
             for seq, role, content in cursor.fetchall()
         ]
+
+
+@cache
+def _newest_sql(quote_name: Any, before: bool) -> str:
+    """The statement of :func:`_newest_rows_postgresql`, built once (the same text each call)."""
+    return (
+        f"SELECT seq, role, content FROM {quote_name(Message._meta.db_table)} "
+        "WHERE session_id = %s AND scope >= %s AND scope < %s AND (scope = %s OR scope >= %s) "
+        + ("AND seq < %s " if before else "")
+        + "ORDER BY seq DESC LIMIT %s"
+    )
 
 
 def _connection_for_read() -> Any:
@@ -375,13 +388,14 @@ def _read_items(pk: uuid.UUID, scope: Scope, limit: int | None) -> list[dict[str
                 return items
             after = page[-1][0]
     newest_first: list[dict[str, Any]] = []
-    rows = _rows(pk, scope).order_by("-seq")
+    postgresql = _connection_for_read().vendor == "postgresql"
     before: int | None = None
     while len(newest_first) < limit:
         want = limit - len(newest_first)
-        if before is None and _connection_for_read().vendor == "postgresql":
-            page = _newest_rows_postgresql(pk, scope, want)
+        if postgresql:
+            page = _newest_rows_postgresql(pk, scope, want, before)
         else:
+            rows = _rows(pk, scope).order_by("-seq")
             page = list((rows if before is None else rows.filter(seq__lt=before))[:want])
         if not page and before is None:
             _check_session(pk, scope)

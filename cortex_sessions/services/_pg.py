@@ -6,7 +6,8 @@ database) goes through the ORM. The service functions in ``messages.py`` and ``s
 validate their arguments exactly as before, then call :func:`enabled` and, on PostgreSQL, the
 functions of this module instead of building querysets. The rules live in the service
 functions; this module only sends SQL and turns rows into the same model instances the ORM
-would have built (``Model.from_db`` with each field's ``from_db_value``).
+would have built (``Model.from_db`` with each field's ``from_db_value``; see :func:`_instances`
+for how they are built faster with the same result).
 
 Why hand-written SQL: on a sub-millisecond statement, Django's fixed cost (building and
 compiling a queryset, client-side binding) is 2-3 times the database's own time, and the ORM
@@ -15,10 +16,11 @@ statement; the ORM path needs three (lock, insert, update). See docs/performance
 
 Statements go through a Django cursor wrapper, so ``CaptureQueriesContext``,
 ``connection.execute_wrapper`` hooks, ``django.db.backends`` logging and Django's database
-error classes behave as for any ORM query. With ``CORTEX_SESSIONS["PREPARED_STATEMENTS"]``
-(default off) the statements are sent with server-side binding and prepared once per
-connection (``prepare=True`` in psycopg 3); see :func:`_cursor` and docs/performance.md for the
-PgBouncer caveat.
+error classes behave as for any ORM query. They are sent with server-side binding (psycopg 3)
+as unnamed statements, which any pooler passes through; with
+``CORTEX_SESSIONS["PREPARED_STATEMENTS"]`` (default off) they are prepared once per connection
+instead (``prepare=True``); see :func:`_cursor` and docs/performance.md for the PgBouncer
+caveat.
 
 The scope predicate is the one :func:`cortex_sessions.scope.scope_q` builds: an index range on
 the canonical string (the column has ``COLLATE "C"``) plus a filter that keeps exactly the
@@ -35,7 +37,9 @@ from functools import cache
 from typing import Any, cast
 
 from django.db import connections
-from django.db.models import Model
+from django.db.models import DateTimeField, JSONField, Model
+from django.db.models.base import ModelState
+from django.db.models.signals import post_init, pre_init
 
 from ..conf import app_settings
 from ..models import Message, Session
@@ -132,6 +136,45 @@ def _sql_append() -> str:
 
 
 @cache
+def _sql_append_one() -> str:
+    """:func:`_sql_append` for one message, the common case of a runtime's turn: the same
+    statement with scalar parameters instead of ``unnest`` over arrays, which the server
+    parses and plans in well under the time of the array form (docs/performance.md).
+
+    Parameters: updated_at, last_message (NULL: keep), id, the four scope parameters, role,
+    source, content (JSON text), metadata (JSON text), created_at.
+    """
+    table = Session._meta.db_table
+    return (
+        f"WITH s AS ("
+        f' UPDATE {table} s SET "last_seq" = s."last_seq" + 1,'
+        f' "message_count" = s."message_count" + 1,'
+        f' "updated_at" = %s,'
+        f' "last_message" = COALESCE(%s, s."last_message")'
+        f' WHERE s."id" = %s AND s."archived_at" IS NULL AND {_WITHIN}'
+        f" RETURNING {_columns(Session, 's.')}"
+        f"), m AS ("
+        f" INSERT INTO {Message._meta.db_table}"
+        f' ("session_id", "agent_id", "scope", "seq", "role", "source", "content", "metadata",'
+        f' "created_at")'
+        f' SELECT s."id", s."agent_id", s."scope", s."last_seq", %s, %s, %s::jsonb, %s::jsonb,'
+        f" %s FROM s"
+        f' RETURNING "id", "seq"'
+        f') SELECT {_columns(Session, "s.")}, m."id", m."seq" FROM s, m'
+    )
+
+
+#: A page of messages reads every column but ``session_id``, which is the id asked for (no
+#: need to send it and parse it back 50 times).
+_PAGE_OMITS = "session"
+
+
+def _fields(model: type[Model], omit: str | None = None) -> tuple[Any, ...]:
+    """``model``'s concrete fields in order, without the one named ``omit``."""
+    return tuple(field for field in model._meta.concrete_fields if field.name != omit)
+
+
+@cache
 def _sql_messages(after: bool, before: bool, forward: bool) -> str:
     """A page of one in-scope session's messages, with the scope check, in one statement.
 
@@ -150,8 +193,9 @@ def _sql_messages(after: bool, before: bool, forward: bool) -> str:
     if before:
         bounds += ' AND m."seq" < %s'
     order = "ASC" if forward else "DESC"
+    page_columns = ", ".join(f'p."{field.column}"' for field in _fields(Message, _PAGE_OMITS))
     return (
-        f"SELECT {_columns(Message, 'p.')} FROM {Session._meta.db_table} s"
+        f"SELECT {page_columns} FROM {Session._meta.db_table} s"
         f" LEFT JOIN LATERAL (SELECT {_columns(Message, 'm.')}"
         f' FROM {Message._meta.db_table} m WHERE m."session_id" = %s{bounds}'
         f' ORDER BY m."seq" {order} LIMIT %s) p ON TRUE'
@@ -163,71 +207,94 @@ def _sql_messages(after: bool, before: bool, forward: bool) -> str:
 
 
 def _execute(alias: str, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """Run one statement on database ``alias`` and return all its rows.
+    """Run one statement on database ``alias`` and return all its rows, through the cursor of
+    :func:`_cursor` (server-side binding; prepared only with ``PREPARED_STATEMENTS``).
 
-    Django's own cursor is used (client-side binding, as for every ORM query) unless
-    ``PREPARED_STATEMENTS`` is on; then see :func:`_prepared_cursor`.
+    Timestamps are parsed by psycopg's own ``timestamptz`` loader (its C one with
+    ``psycopg[binary]``) instead of the Python loader Django registers on its connections,
+    which costs several microseconds a value (a third of a 50-message page's Python time);
+    :func:`_instances` then sets the time zone exactly as Django's loader does (see
+    :func:`_datetime_value`), so the values are the ORM's.
     """
-    connection = connections[alias]
-    cursor = _prepared_cursor(connection) if app_settings.PREPARED_STATEMENTS else None
-    with cursor or connection.cursor() as cursor:
+    with _cursor(connections[alias], prepare=app_settings.PREPARED_STATEMENTS) as cursor:
         cursor.execute(sql, params)
         return cast(list[tuple[Any, ...]], cursor.fetchall())
 
 
 @cache
-def _preparing_cursor_class() -> Any:
+def _timestamptz_loader() -> Any:
+    """psycopg 3's default text loader of ``timestamptz``."""
+    import psycopg
+    from psycopg.postgres import types
+    from psycopg.pq import Format
+
+    return psycopg.adapters.get_loader(types["timestamptz"].oid, Format.TEXT)
+
+
+@cache
+def _cursor_class(prepare: bool) -> Any:
     """psycopg 3's server-binding cursor as Django configures it, sending every statement with
-    ``prepare=True``."""
+    ``prepare=prepare`` (``False``: an unnamed statement, parsed and planned each time, as
+    every pooler allows; ``True``: a named one, prepared once per connection)."""
     from django.db.backends.postgresql.base import ServerBindingCursor
 
-    class PreparingCursor(ServerBindingCursor):
+    class HotPathCursor(ServerBindingCursor):
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-            kwargs["prepare"] = True
+            kwargs["prepare"] = prepare
             return super().execute(query, params, **kwargs)  # type: ignore[misc]  # untyped base
 
-    return PreparingCursor
+    return HotPathCursor
 
 
 @cache
 def _debug_wrapper_class() -> Any:
-    """Django's ``CursorDebugWrapper`` logging the statement as written (``%s`` placeholders,
-    parameters alongside): its usual text comes from the client-side cursor's last query,
-    which a server-binding cursor running a prepared statement does not keep."""
+    """Django's ``CursorDebugWrapper`` logging the statement with its parameters inlined, as
+    the ORM's client-side cursors log theirs (``connection.ops.compose_sql``), so that
+    ``CaptureQueriesContext`` and ``django.db.backends`` show a statement one can run: a
+    server-binding cursor keeps only the ``$n`` form."""
     from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 
-    class PreparedDebugWrapper(CursorDebugWrapper):
+    class HotPathDebugWrapper(CursorDebugWrapper):
         def execute(self, sql: Any, params: Any = None) -> Any:
-            with self.debug_sql(sql, params):
+            with self.debug_sql(self.db.ops.compose_sql(sql, params), params):
                 return CursorWrapper.execute(self, sql, params)
 
-    return PreparedDebugWrapper
+    return HotPathDebugWrapper
 
 
-def _prepared_cursor(connection: Any) -> Any:
+def _cursor(connection: Any, *, prepare: bool) -> Any:
     """A Django cursor wrapper (query logging, ``execute_wrapper`` hooks, Django's error
-    classes) around a psycopg 3 cursor that binds parameters on the server and prepares each
-    statement: the first call on a connection prepares it (a ``Parse`` in the same round
-    trip) and later calls only bind and execute, skipping the planner. It mirrors what
-    ``connection.cursor()`` does, with another cursor class.
+    classes) around a psycopg 3 cursor that binds parameters on the server, as
+    ``connection.cursor()`` would build one with another cursor class.
 
-    Prepared statements live in one server session, so they break under a pooler that hands a
-    client's statements to several server sessions (PgBouncer in transaction or statement mode
-    before 1.21, or with ``max_prepared_statements = 0``); hence the setting is off by default.
+    Server-side binding sends the statement text and its parameters apart (``Parse``,
+    ``Bind``, ``Execute`` in one round trip): psycopg does not quote every value into the
+    text, which on an append is a third of the client's CPU, and the server does not parse
+    the values back. Without ``prepare`` the statement is unnamed, which every pooler passes
+    through (PgBouncer in transaction mode included).
+
+    With ``prepare`` (``PREPARED_STATEMENTS``), the first call on a connection prepares the
+    statement and later calls only bind and execute, skipping the planner. Prepared
+    statements live in one server session, so they break under a pooler that hands a client's
+    statements to several server sessions (PgBouncer in transaction or statement mode before
+    1.21, or with ``max_prepared_statements = 0``); hence the setting is off by default.
+
     On psycopg 2 (no server-side binding) Django's ordinary cursor is returned.
     """
+    connection.close_if_health_check_failed()
     connection.ensure_connection()
     with connection.wrap_database_errors:
         raw = connection.connection
         if not hasattr(raw, "prepare_threshold"):  # psycopg 2
             return connection.cursor()
-        if raw.prepare_threshold is None:
+        if prepare and raw.prepare_threshold is None:
             # Django turns psycopg's preparing off (``prepare_threshold = None``) unless the
             # host's OPTIONS set it, and then psycopg ignores ``prepare=True`` too. A threshold
             # no query reaches turns it back on for explicit requests only: Django's own
             # cursors bind client-side and never prepare anything.
             raw.prepare_threshold = 2**31 - 1
-        cursor = _preparing_cursor_class()(raw)
+        cursor = _cursor_class(prepare)(raw)
+        cursor.adapters.register_loader("timestamptz", _timestamptz_loader())
     connection.validate_thread_sharing()
     if connection.queries_logged:
         return _debug_wrapper_class()(cursor, connection)
@@ -237,31 +304,123 @@ def _prepared_cursor(connection: Any) -> Any:
 # -- rows to instances ----------------------------------------------------------------------------
 
 
+def _json_value(text: Any, connection: Any) -> Any:
+    """What ``JSONField.from_db_value`` (no custom decoder) makes of the column's text: the
+    decoded JSON, or text that is not JSON as it is. ``{}`` (the usual ``metadata``) is not
+    sent through the decoder."""
+    if text == "{}":
+        return {}
+    try:
+        return _loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+_loads = json.loads
+
+
+def _datetime_value(value: Any, connection: Any) -> Any:
+    """A ``timestamptz`` as Django's loader returns it: psycopg's value (in the session's time
+    zone, which Django sets) with the connection's ``timezone`` (UTC, or naive without
+    ``USE_TZ``), as ``BaseTzLoader.load`` does. See :func:`_execute`."""
+    return value.replace(tzinfo=connection.timezone)
+
+
+def _field_converter(field: Any) -> Any:
+    if isinstance(field, JSONField) and field.decoder is None:
+        return _json_value
+    if isinstance(field, DateTimeField):
+        return _datetime_value
+    convert = field.from_db_value
+    return lambda value, connection: convert(value, None, connection)
+
+
 @cache
-def _converters(model: type[Model]) -> tuple[tuple[int, Any], ...]:
-    """``(column position, from_db_value)`` of each concrete field that has one (JSON text →
-    Python for ``JSONField``); the other columns come from psycopg as the ORM gets them."""
-    return tuple(
-        (index, field.from_db_value)
-        for index, field in enumerate(model._meta.concrete_fields)
-        if hasattr(field, "from_db_value")
+def _row_plan(
+    model: type[Model], omit: str | None = None
+) -> tuple[tuple[str, ...], tuple[tuple[int, Any], ...], bool]:
+    """How rows of ``model``'s concrete fields but ``omit`` (columns in field order) become
+    ``model`` instances.
+
+    Returns:
+        ``(attnames, (column position, converter) of each field with a ``from_db_value``,
+        whether an instance may be built by filling its ``__dict__``)``. The last is ``True``
+        when every field's attribute is a plain one (as Django's own fields are), so that
+        ``Model.__init__`` would only have set the attributes (a foreign key's ``*_id`` setter
+        does nothing more on a new instance).
+    """
+    fields = _fields(model, omit)
+    attnames = tuple(field.attname for field in fields)
+    converters = tuple(
+        (index, _field_converter(field))
+        for index, field in enumerate(fields)
+        if hasattr(field, "from_db_value") or isinstance(field, DateTimeField)
     )
+    plain = all(
+        field.is_relation or not hasattr(type(getattr(model, field.attname, None)), "__set__")
+        for field in model._meta.concrete_fields
+    )
+    return attnames, converters, plain
 
 
-def _instances(model: type[Model], alias: str, rows: Sequence[Sequence[Any]]) -> list[Any]:
-    """Model instances of ``rows`` (all concrete columns, in field order), as the ORM builds
-    them: each field's ``from_db_value``, then ``Model.from_db``."""
+def _instances(
+    model: type[Model],
+    alias: str,
+    rows: Sequence[Sequence[Any]],
+    omit: str | None = None,
+    **constant: Any,
+) -> list[Any]:
+    """Model instances of ``rows``, equal to what the ORM builds (each field's
+    ``from_db_value``, then ``Model.from_db``: every concrete field loaded, not ``adding``,
+    on ``alias``).
+
+    Args:
+        rows: the values of every concrete field but ``omit``, in field order.
+        constant: the value of the omitted field (by attname), the same for every row.
+
+    Without ``pre_init``/``post_init`` receivers on ``model`` (the usual case), the
+    instances are built by filling their ``__dict__`` as ``Model.__init__`` would, without
+    calling it: for a page of 50 messages that is most of the Python time
+    (docs/performance.md). With a receiver connected, ``Model.from_db`` builds them, so
+    receivers see every instance as before.
+    """
+    attnames, converters, _ = _row_plan(model, omit)
+    plain = _plain(model)
     connection = connections[alias]
-    converters = _converters(model)
-    from_db = model.from_db
     instances = []
     for values in rows:
         row = list(values)
         for index, convert in converters:
-            if row[index] is not None:
-                row[index] = convert(row[index], None, connection)
-        instances.append(from_db(alias, None, row))  # type: ignore[arg-type]  # None: all fields
+            value = row[index]
+            if value is not None:
+                row[index] = convert(value, connection)
+        loaded = dict(zip(attnames, row, strict=True))
+        loaded.update(constant)
+        instances.append(_loaded(model, alias, loaded, plain))
     return instances
+
+
+def _plain(model: type[Model]) -> bool:
+    """Whether :func:`_loaded` may fill instances' ``__dict__`` (see :func:`_row_plan`): the
+    fields allow it and no ``pre_init``/``post_init`` receiver listens."""
+    return _row_plan(model)[2] and not (
+        pre_init.has_listeners(model) or post_init.has_listeners(model)
+    )
+
+
+def _loaded(model: type[Model], alias: str, values: dict[str, Any], plain: bool) -> Any:
+    """One instance of ``model`` with every concrete field's value (by attname) loaded, as
+    ``Model.from_db`` returns it; ``plain`` (from :func:`_plain`): without calling
+    ``Model.__init__``, which would only set the same attributes."""
+    if not plain:
+        full = [values[field.attname] for field in model._meta.concrete_fields]
+        return model.from_db(alias, None, full)  # type: ignore[arg-type]  # None: all fields
+    instance = model.__new__(model)
+    state = instance.__dict__["_state"] = ModelState()
+    state.adding = False
+    state.db = alias
+    instance.__dict__.update(values)
+    return instance
 
 
 def _instance(model: type[Model], alias: str, values: Sequence[Any]) -> Any:
@@ -294,57 +453,78 @@ def append_rows(
     canonical: str,
     session_id: uuid.UUID,
     rows: Sequence[dict[str, Any]],
+    json_texts: Sequence[tuple[str, str]],
     last_message: str | None,
     updated_at: datetime,
 ) -> tuple[Session, list[Message]] | None:
     """Append validated message ``rows`` (column values as ``messages._build_message`` makes
-    them) to the session, in one statement (see :func:`_sql_append`).
+    them) to the session, in one statement (see :func:`_sql_append`; one message:
+    :func:`_sql_append_one`).
+
+    Args:
+        json_texts: each row's ``content`` and ``metadata`` as JSON text (validation encoded
+            them already; ``jsonb`` stores the same value whatever the spacing).
 
     Returns:
         ``(session as updated, the new messages in seq order)``, or ``None`` when the session
         does not exist within ``canonical`` (nothing was written).
     """
-    content = Message._meta.get_field("content")
-    metadata = Message._meta.get_field("metadata")
-    count = len(rows)
-    params = [
-        count,
-        count,
-        updated_at,
-        last_message,
-        session_id,
-        *_scope_params(canonical),
-        count,
-        [row["role"] for row in rows],
-        [row["source"] for row in rows],
-        [_json_text(content, row["content"]) for row in rows],
-        [_json_text(metadata, row["metadata"]) for row in rows],
-        [row["created_at"] for row in rows],
-    ]
-    result = _execute(alias, _sql_append(), params)
+    scope = _scope_params(canonical)
+    if len(rows) == 1:
+        (row,) = rows
+        sql = _sql_append_one()
+        params = [
+            updated_at,
+            last_message,
+            session_id,
+            *scope,
+            row["role"],
+            row["source"],
+            *json_texts[0],
+            row["created_at"],
+        ]
+    else:
+        count = len(rows)
+        sql = _sql_append()
+        params = [
+            count,
+            count,
+            updated_at,
+            last_message,
+            session_id,
+            *scope,
+            count,
+            [row["role"] for row in rows],
+            [row["source"] for row in rows],
+            [content for content, _ in json_texts],
+            [metadata for _, metadata in json_texts],
+            [row["created_at"] for row in rows],
+        ]
+    result = _execute(alias, sql, params)
     if not result:
         return None
     width = len(Session._meta.concrete_fields)
     session = _instance(Session, alias, result[0][:width])
+    plain = _plain(Message)
+    cache_session = Message._meta.get_field("session").set_cached_value
     messages = []
     for row, values in zip(rows, result, strict=True):
-        message = Message(
-            id=values[width],
-            session=session,
-            agent_id=session.agent_id,
-            scope=session.scope,
-            seq=values[width + 1],
-            **row,
+        message = _loaded(
+            Message,
+            alias,
+            {
+                "id": values[width],
+                "session_id": session.pk,
+                "agent_id": session.agent_id,
+                "scope": session.scope,
+                "seq": values[width + 1],
+                **row,
+            },
+            plain,
         )
-        message._state.adding = False
-        message._state.db = alias
+        cache_session(message, session)  # message.session is the session returned
         messages.append(message)
     return session, messages
-
-
-def _json_text(field: Any, value: Any) -> str:
-    """``value`` as the JSON text the ORM would store for ``field`` (its encoder applies)."""
-    return json.dumps(value, cls=field.encoder)
 
 
 def newest_messages(
@@ -374,7 +554,13 @@ def newest_messages(
     result = _execute(alias, sql, params)
     if not result:
         return None
-    messages = _instances(Message, alias, [row for row in result if row[0] is not None])
+    messages = _instances(
+        Message,
+        alias,
+        [row for row in result if row[0] is not None],
+        _PAGE_OMITS,
+        session_id=session_id,
+    )
     if not forward:
         messages.reverse()
     return messages

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from .. import signals
 from ..conf import app_settings
-from ..content import json_bytes, normalize_content
+from ..content import json_text, normalize_content, utf8_size
 from ..counters import last_message_of, newest_conversation_text
 from ..exceptions import (
     InvalidInput,
@@ -71,8 +71,19 @@ class AppendResult:
     messages: list[Message] = field(default_factory=list)
 
 
+#: Roles and sources a message may have (``Model.TextChoices.values`` builds a list each time).
+_ROLES = tuple(Message.Role.values)
+_SOURCES = tuple(Message.Source.values)
+#: Keys of a built message that are not columns: whether ``created_at`` was given, and the
+#: JSON text of ``content`` and ``metadata`` as validation encoded it (the PostgreSQL path
+#: sends it as is rather than encoding the values again).
+_NOT_COLUMNS = ("explicit_time", "content_json", "metadata_json")
+_JSON_TEXTS = ("content_json", "metadata_json")
+
+
 def _build_message(item: MessageInput | Mapping[str, Any], index: int) -> dict[str, Any]:
-    """Validate one message input; returns the column values (without session and seq)."""
+    """Validate one message input; returns the column values (without session and seq), plus
+    the keys of ``_NOT_COLUMNS``."""
     if isinstance(item, Mapping):
         unknown = set(item) - {"role", "content", "source", "metadata", "created_at"}
         if unknown:
@@ -89,22 +100,24 @@ def _build_message(item: MessageInput | Mapping[str, Any], index: int) -> dict[s
         )
     elif not isinstance(item, MessageInput):
         raise InvalidInput(f"messages[{index}] must be an object.", field="messages")
-    if item.role not in Message.Role.values:
+    if item.role not in _ROLES:
         raise InvalidRole(
-            f"role must be one of {', '.join(Message.Role.values)}; got {item.role!r}.",
+            f"role must be one of {', '.join(_ROLES)}; got {item.role!r}.",
             field="role",
         )
     source = item.source
     if source is None:
         source = Message.Source.USER if item.role == Message.Role.USER else Message.Source.HOST
-    if source not in Message.Source.values:
+    if source not in _SOURCES:
         raise InvalidSource(
-            f"source must be one of {', '.join(Message.Source.values)}; got {source!r}.",
+            f"source must be one of {', '.join(_SOURCES)}; got {source!r}.",
             field="source",
         )
     content = normalize_content(item.content)
     metadata = _check_metadata(item.metadata)
-    size = json_bytes(content, field="content") + json_bytes(metadata, field="metadata")
+    content_json = json_text(content, field="content")
+    metadata_json = json_text(metadata, field="metadata")
+    size = utf8_size(content_json) + utf8_size(metadata_json)
     limit = app_settings.MAX_MESSAGE_BYTES
     if size > limit:
         raise MessageTooLarge(
@@ -123,6 +136,8 @@ def _build_message(item: MessageInput | Mapping[str, Any], index: int) -> dict[s
         "metadata": metadata,
         "created_at": created_at or timezone.now(),
         "explicit_time": created_at is not None,
+        "content_json": content_json,
+        "metadata_json": metadata_json,
     }
 
 
@@ -182,7 +197,11 @@ def _append_once(
     """:func:`append_messages` with an idempotency key (docs/design.md §12.1)."""
     pk = _session_id(session_id)
     inputs = [
-        {**row, "created_at": row["created_at"] if row["explicit_time"] else None} for row in rows
+        {
+            **{k: v for k, v in row.items() if k not in _JSON_TEXTS},
+            "created_at": row["created_at"] if row["explicit_time"] else None,
+        }
+        for row in rows
     ]
     outcome = run_once(
         scope=scope,
@@ -202,10 +221,11 @@ def _append_rows(
     scope: Scope | str, session_id: uuid.UUID | str, rows: list[dict[str, Any]]
 ) -> AppendResult:
     """Write validated rows at the end of the session, in one transaction (docs/design.md §5)."""
-    rows = [{k: v for k, v in row.items() if k != "explicit_time"} for row in rows]
+    texts = [(row["content_json"], row["metadata_json"]) for row in rows]
+    rows = [{k: v for k, v in row.items() if k not in _NOT_COLUMNS} for row in rows]
     alias = _db_for_write()
     if _pg.enabled(alias):  # one statement (docs/design.md §14)
-        return _append_pg(alias, scope, session_id, rows)
+        return _append_pg(alias, scope, session_id, rows, texts)
     with transaction.atomic(using=alias):
         session = _check_live(_locked_session(scope, session_id))
         created = Message.objects.bulk_create(
@@ -238,7 +258,11 @@ def _append_rows(
 
 
 def _append_pg(
-    alias: str, scope: Scope | str, session_id: uuid.UUID | str, rows: list[dict[str, Any]]
+    alias: str,
+    scope: Scope | str,
+    session_id: uuid.UUID | str,
+    rows: list[dict[str, Any]],
+    texts: list[tuple[str, str]],
 ) -> AppendResult:
     """:func:`append_messages` on PostgreSQL: the same checks, one statement (``_pg``)."""
     canonical = as_scope(scope).canonical
@@ -254,6 +278,7 @@ def _append_pg(
             canonical=canonical,
             session_id=pk,
             rows=rows,
+            json_texts=texts,
             last_message=last,
             updated_at=timezone.now(),
         )
