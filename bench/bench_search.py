@@ -209,7 +209,7 @@ FLOOR_PAGE = (
 ranked AS (
     SELECT s.id, s.title, s.updated_at, GREATEST(
         COALESCE((SELECT max(ts_rank(m.search_vector, TSQ)) FROM cortex_sessions_message m
-                  WHERE m.session_id = s.id AND m.search_vector @@ TSQ), 0),
+                  WHERE m.session_id = s.id AND (m.search_vector @@ TSQ) IS TRUE), 0),
         CASE WHEN to_tsvector('simple'::regconfig, s.title) @@ TSQ
              THEN ts_rank(to_tsvector('simple'::regconfig, s.title), TSQ) ELSE 0 END) AS rank
     FROM (SELECT DISTINCT session_id FROM hits) h
@@ -219,7 +219,7 @@ ranked AS (
 SELECT r.id, r.title, r.rank, best.seq, ts_headline('simple'::regconfig, best.text, TSQ)
 FROM ranked r LEFT JOIN LATERAL (
     SELECT m.seq, m.content->0->>'text' AS text FROM cortex_sessions_message m
-    WHERE m.session_id = r.id AND m.search_vector @@ TSQ
+    WHERE m.session_id = r.id AND (m.search_vector @@ TSQ) IS TRUE
     ORDER BY ts_rank(m.search_vector, TSQ) DESC, m.seq DESC LIMIT 1
 ) best ON true
 ORDER BY r.rank DESC, r.updated_at DESC, r.id DESC
