@@ -44,6 +44,13 @@ def test_mysql_refuses_a_search_instead_of_listing_everything(session, call):
 
 
 @pytest.mark.mysql_only
+@pytest.mark.parametrize("q", ["'", "\\", ":*", "&", "!", '"open', "x " * 400])
+def test_mysql_refuses_every_query_alike(session, q):
+    with pytest.raises(InvalidFilter):
+        services.count_sessions(scope=ALICE, q=q)
+
+
+@pytest.mark.mysql_only
 def test_mysql_api_answers_q_with_a_400_invalid_filter(session, django_user_model, settings):
     settings.CORTEX_SESSIONS = {"SCOPE_RESOLVER": "tests.test_search_databases.alice_resolver"}
     client = APIClient()
