@@ -22,8 +22,11 @@ Every SDK item is one :class:`~cortex_sessions.models.Message`:
   too: a ``user``, ``assistant`` or ``system`` message without an item block reads back as
   ``{"role": ..., "content": <its text>}``; other messages without one are skipped.
 
-Every operation goes through the async services (docs/design.md §13.1), so the scope rules hold:
-a ``CortexSession`` can never read or write a session outside its ``scope``.
+Every operation goes through the services (docs/design.md §7.1), run off the event loop with
+``sync_to_async(thread_sensitive=True)`` as their async twins are (§13.1), so the scope rules
+hold: a ``CortexSession`` can never read or write a session outside its ``scope``. Without a
+``session_id`` it follows the agent's default session, resolved afresh on each operation (see
+:class:`CortexSession`).
 """
 
 from __future__ import annotations
@@ -31,17 +34,17 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import cache
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 from asgiref.sync import sync_to_async
-from django.db import connections, router, transaction
+from django.db import connections, router
 
 from .. import services
 from ..content import content_text, ensure_storable_text
-from ..exceptions import InvalidInput, SessionNotFound
+from ..exceptions import InvalidInput, MessageNotFound, SessionArchived, SessionNotFound
 from ..models import Message, Session
 from ..scope import Scope, as_scope, scope_q
 
@@ -51,7 +54,11 @@ __all__ = ["ITEM_BLOCK_TYPE", "CortexSession", "item_to_message", "message_to_it
 ITEM_BLOCK_TYPE = "openai_agents_item"
 #: Messages read per query when the whole history is asked for.
 _PAGE = 1000
+#: How often a default-following operation resolves the default when it was deleted or
+#: archived between the resolve and the operation (docs/design.md §6.3, §11.2).
+_DEFAULT_ATTEMPTS = 3
 _ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
+T = TypeVar("T")
 
 
 def _item_text(item: Mapping[str, Any]) -> str:
@@ -133,19 +140,36 @@ class CortexSession:
     :meth:`add_items`, :meth:`pop_item`, :meth:`clear_session`, ``session_id`` and
     ``session_settings``.
 
+    Which cortex session it stores to:
+
+    - **pinned** (``session_id`` given): that session, always. It must lie within ``scope`` and
+      belong to ``agent_id``; once it is deleted every operation raises ``SessionNotFound``,
+      and once it is archived every write raises ``SessionArchived`` (reads still work).
+    - **default-following** (``session_id=None``): the agent's default session at exactly
+      ``scope`` *at the time of each operation* (docs/design.md §6.1, §13.2). Every operation
+      resolves the default afresh (one statement on PostgreSQL), so when the host makes another
+      session the default, the next operation uses it; when the default is deleted or archived
+      (archiving demotes it, §11.2), the next operation creates a fresh default (§6.3).
+
+    Every operation runs its synchronous services — the resolve and then the service it needs
+    (``append_messages``, ``pop_message``, ``clear_messages``, the read) — in one
+    ``sync_to_async(thread_sensitive=True)`` call. Writes settle before a cancellation
+    propagates: a cancelled :meth:`add_items`, :meth:`pop_item` or :meth:`clear_session`
+    waits until the database answered, then raises ``CancelledError`` (as the SDK's own
+    stores do), so the caller never leaves a write of unknown outcome behind.
+
     Args:
         scope: the tenant scope the runtime acts in (a ``Scope`` or its canonical string).
         agent_id: the host's agent identifier.
-        session_id: a cortex session id; it must lie within ``scope`` and belong to
-            ``agent_id``. ``None`` (default): the agent's default session at exactly ``scope``,
-            created on first use (docs/design.md §6.1).
+        session_id: a cortex session id to pin (``uuid.UUID`` or string), or ``None`` (default)
+            to follow the agent's default session at exactly ``scope``.
         session_settings: the SDK's ``SessionSettings`` (or a dict of them); its ``limit`` is
             the default of :meth:`get_items`.
 
     Raises:
         NoScope, InvalidScope: at construction, for a missing or malformed scope.
         InvalidAgentId: at construction, for a bad agent id.
-        SessionNotFound: on first use, when ``session_id`` is missing, out of scope or
+        SessionNotFound: on use of a pinned session that is missing, out of scope or
             another agent's — never another tenant's data.
     """
 
@@ -159,8 +183,9 @@ class CortexSession:
     ) -> None:
         self.scope = as_scope(scope)
         self.agent_id = services.check_agent_id(agent_id)
-        self._requested_id = session_id
-        self._session_pk: uuid.UUID | None = None
+        self._pinned = session_id
+        #: The pinned session once checked (scope and agent), or the default as last resolved.
+        self._current_pk: uuid.UUID | None = None
         if session_settings is None:
             session_settings = SessionSettings()
         elif isinstance(session_settings, Mapping):
@@ -170,63 +195,81 @@ class CortexSession:
     # -- identity ---------------------------------------------------------------------------------
 
     @property
-    def session_id(self) -> str:
-        """The cortex session's id as a string.
+    def follows_default(self) -> bool:
+        """``True`` when no ``session_id`` was given: each operation uses the current default."""
+        return self._pinned is None
 
-        Known without a query when an id was given. For the default session it is known once
-        the session is resolved — by :meth:`resolve` or the first operation; reading it before
-        that from async code raises ``RuntimeError`` (the SDK tolerates this), and from sync
-        code resolves the default on the spot.
+    @property
+    def session_id(self) -> str:
+        """The cortex session's id as a string (docs/design.md §13.2).
+
+        Pinned: the given id, known without a query. Default-following: the id of the default
+        session **as of the latest operation** (or :meth:`resolve`) — a snapshot, which the
+        next operation moves on when the host has made another session the default or
+        deleted or archived it meanwhile. Before any operation, reading it from synchronous
+        code resolves the default on the spot; from async code it raises ``RuntimeError``
+        (no query may run on the event loop; the SDK tolerates this, and ``await
+        session.resolve()`` settles it).
         """
-        if self._session_pk is not None:
-            return str(self._session_pk)
-        if self._requested_id is not None:
-            return str(self._requested_id)
+        if self._pinned is not None:
+            return str(self._current_pk or self._pinned)
+        if self._current_pk is not None:
+            return str(self._current_pk)
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            session, _ = services.resolve_session(scope=self.scope, agent_id=self.agent_id)
-            self._session_pk = session.pk
-            return str(session.pk)
+            return str(self._resolve().pk)
         raise RuntimeError(
             "The default session is not resolved yet; await CortexSession.resolve() first."
         )
 
     async def resolve(self) -> Session:
-        """Resolve (and on first use create) the cortex session this object stores to.
+        """The cortex session this object stores to now (the default: resolved afresh and
+        created on first use).
 
         Returns:
-            The :class:`~cortex_sessions.models.Session`.
+            The :class:`~cortex_sessions.models.Session`; ``session_id`` then reports its id.
 
         Raises:
-            SessionNotFound: the given ``session_id`` is missing, out of scope or another
+            SessionNotFound: the pinned ``session_id`` is missing, out of scope or another
                 agent's.
         """
-        session, _ = await services.aresolve_session(
-            scope=self.scope,
-            agent_id=self.agent_id,
-            session_id=self._session_pk or self._requested_id,
+        return await sync_to_async(self._resolve, thread_sensitive=True)()
+
+    def _resolve(self) -> Session:
+        """:meth:`resolve`, synchronously: one ``resolve_session`` (one statement on
+        PostgreSQL when the session exists, docs/design.md §14)."""
+        session, _ = services.resolve_session(
+            scope=self.scope, agent_id=self.agent_id, session_id=self._pinned
         )
-        self._session_pk = session.pk
+        self._current_pk = session.pk
         return session
 
-    async def _pk(self) -> uuid.UUID:
-        if self._session_pk is None:
-            await self.resolve()
-        assert self._session_pk is not None
-        return self._session_pk
+    def _on_session(self, operation: Callable[[uuid.UUID], T]) -> T:
+        """Run ``operation(pk)`` on the session this object stores to, synchronously.
 
-    async def _retry_default(self, operation: Any, *args: Any) -> Any:
-        """Run ``operation(pk, *args)``; a default session deleted meanwhile is re-resolved once
-        (docs/design.md §6.3: the next resolve creates a new default)."""
-        pk = await self._pk()
-        try:
-            return await operation(pk, *args)
-        except SessionNotFound:
-            if self._requested_id is not None:
-                raise
-            self._session_pk = None
-            return await operation(await self._pk(), *args)
+        Pinned: the session is checked once (scope and agent, :meth:`_resolve`); afterwards the
+        services the operation calls check the scope themselves, so a deleted or archived
+        session raises their ``SessionNotFound`` / ``SessionArchived``. Default-following: the
+        default is resolved on every call; a default deleted or archived between the resolve
+        and the operation is resolved again (``_DEFAULT_ATTEMPTS`` times in all).
+        """
+        if self._pinned is not None:
+            if self._current_pk is None:
+                self._resolve()
+            assert self._current_pk is not None
+            return operation(self._current_pk)
+        for attempt in range(1, _DEFAULT_ATTEMPTS + 1):
+            pk = self._resolve().pk
+            try:
+                return operation(pk)
+            except (SessionNotFound, SessionArchived):
+                if attempt == _DEFAULT_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _run(self, operation: Callable[[uuid.UUID], T]) -> T:
+        return await sync_to_async(self._on_session, thread_sensitive=True)(operation)
 
     # -- the Session protocol ---------------------------------------------------------------------
 
@@ -243,13 +286,13 @@ class CortexSession:
             other writers added (see the module docs).
 
         Raises:
-            SessionNotFound: the session is out of scope, another agent's, or deleted.
+            SessionNotFound: the pinned session is out of scope, another agent's, or deleted.
         """
         effective = resolve_session_limit(limit, self.session_settings)
         if effective is not None and effective <= 0:
             return []
-        items = await self._retry_default(_read_items_async, self.scope, effective)
-        return cast(list[dict[str, Any]], items)
+        scope = self.scope
+        return await self._run(lambda pk: _read_items(pk, scope, effective))
 
     async def add_items(self, items: list[Any]) -> None:
         """Append items, in order, in one transaction (the SDK's ``Session.add_items``).
@@ -259,31 +302,39 @@ class CortexSession:
         Raises:
             InvalidInput (InvalidContent, MessageTooLarge, …): an item is not a JSON object or
                 is over ``MAX_MESSAGE_BYTES``; nothing is written.
-            SessionNotFound: the session is out of scope, another agent's, or deleted.
+            SessionNotFound: the pinned session is out of scope, another agent's, or deleted.
+            SessionArchived: the pinned session is archived (docs/design.md §11.2).
         """
         if not items:
             return
         messages = [item_to_message(item) for item in items]
+        scope = self.scope
 
-        async def append(pk: uuid.UUID) -> None:
-            await services.aappend_messages(scope=self.scope, session_id=pk, messages=messages)
+        def append(pk: uuid.UUID) -> None:
+            services.append_messages(scope=scope, session_id=pk, messages=messages)
 
-        await self._retry_default(append)
+        await _settled(self._run(append))
 
     async def pop_item(self) -> dict[str, Any] | None:
-        """Remove and return the newest item, atomically (the SDK's ``Session.pop_item``).
+        """Remove and return the newest item (the SDK's ``Session.pop_item``).
 
-        The session's row is locked while the newest message is read and deleted, so two
-        concurrent pops never return the same item. Counters follow (docs/design.md §5).
+        Each removal is :func:`cortex_sessions.services.pop_message` (docs/design.md §11.4): the
+        session row is locked while the newest message is deleted and the counters move, so two
+        concurrent pops never return the same item and a ``seq`` is never reused. A newest
+        message that reads as no item (a ``tool`` message another writer added without an item
+        block) is removed too and the next one popped, as the SDK's stores drop rows they
+        cannot decode.
 
         Returns:
-            The newest item, or ``None`` when the session is empty.
+            The newest item, or ``None`` when the session is (or became) empty.
 
         Raises:
-            SessionNotFound: the session is out of scope, another agent's, or deleted.
+            SessionNotFound: the pinned session is out of scope, another agent's, or deleted.
+            SessionArchived: the pinned session is archived (docs/design.md §11.2).
         """
-        item = await self._retry_default(_pop_async, self.scope)
-        return cast(dict[str, Any] | None, item)
+        scope = self.scope
+        item = await _settled(self._run(lambda pk: _pop_item(pk, scope)))
+        return item
 
     async def clear_session(self) -> None:
         """Delete every item (the SDK's ``Session.clear_session``).
@@ -292,19 +343,43 @@ class CortexSession:
         admin and the API; ``seq`` values are never reused.
 
         Raises:
-            SessionNotFound: the session is out of scope, another agent's, or deleted.
+            SessionNotFound: the pinned session is out of scope, another agent's, or deleted.
+            SessionArchived: the pinned session is archived (docs/design.md §11.2).
         """
+        scope = self.scope
 
-        async def clear(pk: uuid.UUID) -> None:
-            await services.aclear_messages(scope=self.scope, session_id=pk)
+        def clear(pk: uuid.UUID) -> None:
+            services.clear_messages(scope=scope, session_id=pk)
 
-        await self._retry_default(clear)
+        await _settled(self._run(clear))
 
     def __repr__(self) -> str:
+        which = self._pinned if self._pinned is not None else "<default>"
         return (
             f"CortexSession(scope={self.scope.canonical!r}, agent_id={self.agent_id!r}, "
-            f"session_id={str(self._session_pk or self._requested_id)!r})"
+            f"session_id={str(which)!r})"
         )
+
+
+async def _settled(operation: Awaitable[T]) -> T:
+    """Await ``operation`` to its end even when the caller is cancelled meanwhile; then
+    re-raise the cancellation (the SDK's stores do the same for every write).
+
+    A write runs on a worker thread and commits whether or not its caller still waits; without
+    this, cancelling the caller would raise at once and leave the write's outcome unknown.
+    """
+    task = asyncio.ensure_future(operation)
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError as exc:
+            cancelled = cancelled or exc
+    if cancelled is not None:
+        if not task.cancelled():
+            task.exception()  # retrieved: the caller is told only of its cancellation
+        raise cancelled
+    return task.result()
 
 
 # -- database work, each run as one sync_to_async call ----------------------------------------------
@@ -406,22 +481,18 @@ def _read_items(pk: uuid.UUID, scope: Scope, limit: int | None) -> list[dict[str
     return list(reversed(newest_first[:limit]))
 
 
-def _pop(pk: uuid.UUID, scope: Scope) -> dict[str, Any] | None:
-    """Delete and return the newest item under the session's row lock."""
-    with transaction.atomic(using=router.db_for_write(Session)):
-        session = services.get_session(scope=scope, session_id=pk)
-        Session.objects.select_for_update().filter(pk=session.pk).values_list("pk").get()
-        while True:
-            message = Message.objects.filter(session_id=session.pk).order_by("-seq").first()
-            if message is None:
-                return None
-            # An SDK-shaped item is returned; a message that reads as none (a tool row some
-            # other writer added) is dropped like the SDK's stores drop rows they cannot decode.
-            services.delete_message(scope=scope, session_id=session.pk, seq=cast(int, message.seq))
-            item = message_to_item(message)
-            if item is not None:
-                return item
+def _pop_item(pk: uuid.UUID, scope: Scope) -> dict[str, Any] | None:
+    """Pop messages with :func:`cortex_sessions.services.pop_message` until one reads as an
+    item; ``None`` when the session is empty (docs/design.md §11.4, §13.2).
 
-
-_read_items_async = sync_to_async(_read_items, thread_sensitive=True)
-_pop_async = sync_to_async(_pop, thread_sensitive=True)
+    Each pop is its own transaction, as the service defines it; the messages dropped on the way
+    (no item) are gone like any popped message.
+    """
+    while True:
+        try:
+            popped = services.pop_message(scope=scope, session_id=pk)
+        except MessageNotFound:
+            return None
+        item = message_to_item(popped.message)
+        if item is not None:
+            return item

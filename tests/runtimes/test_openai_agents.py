@@ -10,8 +10,10 @@ admin and the REST API.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import threading
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -21,9 +23,10 @@ pytest.importorskip("agents")
 from agents import Agent, RunConfig, Runner
 from agents.memory import Session as SDKSession
 from agents.memory import SessionSettings
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from django.db import connections
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from cortex_sessions import services
@@ -31,6 +34,7 @@ from cortex_sessions.exceptions import (
     InvalidInput,
     InvalidScope,
     MessageTooLarge,
+    SessionArchived,
     SessionNotFound,
 )
 from cortex_sessions.integrations.openai_agents import (
@@ -114,6 +118,16 @@ def numbered(count, start=1):
         {"role": "user" if n % 2 else "assistant", "content": str(n)}
         for n in range(start, start + count)
     ]
+
+
+READS = (lambda s: s.get_items(), lambda s: s.get_items(limit=1))
+WRITES = (lambda s: s.add_items([SYSTEM]), lambda s: s.pop_item(), lambda s: s.clear_session())
+
+
+async def assert_each_raises(error, session, operations=(*READS, *WRITES, lambda s: s.resolve())):
+    for operation in operations:
+        with pytest.raises(error):
+            await operation(session)
 
 
 # -- protocol and direct operations ---------------------------------------------------------------
@@ -264,6 +278,88 @@ async def test_seq_is_never_reused_after_pop_or_clear():
     assert seqs == [4]
 
 
+@async_test
+async def test_pop_is_the_lifecycle_services_pop_message(monkeypatch):
+    session = session_at()
+    await session.add_items(numbered(2))
+    calls = []
+    pop_message = services.pop_message
+
+    def spy(**kwargs):
+        calls.append(kwargs)
+        return pop_message(**kwargs)
+
+    monkeypatch.setattr(services, "pop_message", spy)
+    assert (await session.pop_item())["content"] == "2"
+    assert calls == [{"scope": session.scope, "session_id": uuid.UUID(session.session_id)}]
+
+
+@async_test
+async def test_pop_drops_newest_messages_that_are_no_item_and_returns_the_next_item():
+    session = session_at()
+    await session.add_items([USER_TEXT])
+    await services.aappend_messages(
+        scope=ALICE,
+        session_id=session.session_id,
+        messages=[{"role": "tool", "content": "no item"}, {"role": "tool", "content": "none"}],
+    )
+    assert await session.pop_item() == USER_TEXT
+    stored = await Session.objects.aget(pk=session.session_id)
+    assert (stored.message_count, stored.last_seq) == (0, 3)
+    await services.aappend_messages(
+        scope=ALICE, session_id=session.session_id, messages=[{"role": "tool", "content": "x"}]
+    )
+    assert await session.pop_item() is None  # only rows that are no item: dropped, then empty
+    assert await Message.objects.acount() == 0
+
+
+@pytest.mark.parametrize("operation", ["add", "pop", "clear"])
+@async_test
+async def test_a_cancelled_write_settles_before_the_cancellation_propagates(operation, monkeypatch):
+    # The SDK's own stores wait for a write's transaction before re-raising a cancellation
+    # (test_mutation_cancellation_waits_for_transaction_exit in its suite).
+    session = session_at()
+    await session.add_items([USER_TEXT])
+    name = {"add": "append_messages", "pop": "pop_message", "clear": "clear_messages"}[operation]
+    service = getattr(services, name)
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def slow(**kwargs):
+        started.set()
+        release.wait(timeout=30)
+        try:
+            return service(**kwargs)
+        finally:
+            finished.set()
+
+    monkeypatch.setattr(services, name, slow)
+    call = {
+        "add": lambda: session.add_items([SYSTEM]),
+        "pop": session.pop_item,
+        "clear": session.clear_session,
+    }[operation]
+    task = asyncio.ensure_future(call())
+    for _ in range(3000):
+        if started.is_set():
+            break
+        await asyncio.sleep(0.01)
+    assert started.is_set()
+    try:
+        task.cancel()
+        await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.sleep(0.01)
+        assert not task.done()
+    finally:
+        release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert finished.is_set()
+    monkeypatch.undo()
+    expected = {"add": [USER_TEXT, SYSTEM], "pop": [], "clear": []}[operation]
+    assert await session.get_items() == expected
+
+
 @pytest.mark.concurrent_db
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_pops_never_return_one_item_twice():
@@ -352,24 +448,145 @@ def test_session_id_of_the_default_resolves_on_the_spot_in_sync_code():
     assert session.session_id == str(Session.objects.get(is_default=True).pk)
 
 
+async def default_of(scope=ALICE, agent_id=AGENT):
+    return await Session.objects.aget(scope=scope, agent_id=agent_id, is_default=True)
+
+
+async def stored_texts(session_id):
+    return [
+        content_text
+        async for content_text in Message.objects.filter(session_id=session_id)
+        .order_by("seq")
+        .values_list("content__0__text", flat=True)
+    ]
+
+
 @async_test
-async def test_a_deleted_default_session_is_replaced_by_a_new_default():
+async def test_a_default_following_session_follows_make_default_between_two_writes():
+    session = session_at()
+    await session.add_items([{"role": "user", "content": "first"}])
+    old = session.session_id
+    newer = await services.acreate_session(scope=ALICE, agent_id=AGENT)
+    await services.amake_default(scope=ALICE, session_id=newer.pk)
+    await session.add_items([{"role": "user", "content": "second"}])
+    assert session.session_id == str(newer.pk) != old
+    assert await stored_texts(old) == ["first"]
+    assert await stored_texts(newer.pk) == ["second"]
+    assert texts(await session.get_items()) == ["second"]
+    # and back again: every operation asks which session is the default now
+    await services.amake_default(scope=ALICE, session_id=old)
+    assert texts(await session.get_items()) == ["first"]
+    assert (await session.pop_item())["content"] == "first"
+    assert session.session_id == old
+
+
+@async_test
+async def test_a_deleted_default_session_is_replaced_by_a_fresh_default():
     session = session_at()
     await session.add_items([USER_TEXT])
     old = session.session_id
     await services.adelete_session(scope=ALICE, session_id=old)
     await session.add_items([SYSTEM])
-    assert session.session_id != old
+    fresh = await default_of()
+    assert session.session_id == str(fresh.pk) != old
+    assert await session.get_items() == [SYSTEM]
+    assert await Session.objects.acount() == 1
+
+
+@async_test
+async def test_an_archived_default_is_left_alone_and_a_fresh_default_takes_the_writes():
+    session = session_at()
+    await session.add_items([USER_TEXT])
+    old = session.session_id
+    await services.aarchive_session(scope=ALICE, session_id=old)  # demotes it (§11.2)
+    await session.add_items([SYSTEM])
+    fresh = await default_of()
+    assert session.session_id == str(fresh.pk) != old
+    assert await session.get_items() == [SYSTEM]
+    assert await session_at(session_id=old).get_items() == [USER_TEXT]  # still readable
+    assert await session.pop_item() == SYSTEM
+    await session.clear_session()
+    assert await stored_texts(old) == ["Hello"]
+
+
+@pytest.mark.parametrize("change", ["delete", "archive"])
+@async_test
+async def test_a_default_lost_between_the_resolve_and_the_write_is_resolved_again(
+    change, monkeypatch
+):
+    session = session_at()
+    await session.add_items([USER_TEXT])
+    old = session.session_id
+    append = services.append_messages
+    lost = []
+
+    def append_after_losing_the_default(**kwargs):
+        if not lost:  # another writer gets in between, once
+            lost.append(kwargs["session_id"])
+            if change == "delete":
+                services.delete_session(scope=ALICE, session_id=kwargs["session_id"])
+            else:
+                services.archive_session(scope=ALICE, session_id=kwargs["session_id"])
+        return append(**kwargs)
+
+    monkeypatch.setattr(services, "append_messages", append_after_losing_the_default)
+    await session.add_items([SYSTEM])
+    assert lost == [uuid.UUID(old)]
+    assert session.session_id == str((await default_of()).pk) != old
     assert await session.get_items() == [SYSTEM]
 
 
 @async_test
-async def test_a_deleted_explicit_session_is_not_found():
+async def test_the_default_at_another_scope_or_of_another_agent_is_never_followed():
+    session = session_at()
+    await session.add_items([USER_TEXT])
+    for scope, agent_id in [(BOB, AGENT), (ALICE + "/project=x", AGENT), (ALICE, "other-agent")]:
+        elsewhere = await services.acreate_session(scope=scope, agent_id=agent_id)
+        await services.amake_default(scope=scope, session_id=elsewhere.pk)
+        await services.aappend_messages(
+            scope=scope, session_id=elsewhere.pk, messages=[{"role": "user", "content": "x"}]
+        )
+    assert await session.get_items() == [USER_TEXT]
+    await session.add_items([SYSTEM])
+    assert session.session_id == str((await default_of()).pk)
+    assert await session.get_items() == [USER_TEXT, SYSTEM]
+
+
+def test_resolving_the_default_is_one_statement():
+    session = session_at()
+    run(session.resolve)  # created on first use
+    with CaptureQueriesContext(connections["default"]) as queries:
+        run(session.resolve)
+    assert len(queries) == 1, [q["sql"] for q in queries]
+
+
+@async_test
+async def test_session_id_and_follows_default_describe_the_object():
+    pinned = session_at(session_id=(await services.acreate_session(scope=ALICE, agent_id=AGENT)).pk)
+    follower = session_at()
+    assert (pinned.follows_default, follower.follows_default) == (False, True)
+    assert "<default>" in repr(follower) and pinned.session_id in repr(pinned)
+
+
+@async_test
+async def test_a_deleted_pinned_session_is_not_found_for_every_operation():
     created = await services.acreate_session(scope=ALICE, agent_id=AGENT)
     session = session_at(session_id=created.pk)
+    await session.add_items([USER_TEXT])
     await services.adelete_session(scope=ALICE, session_id=created.pk)
-    with pytest.raises(SessionNotFound):
-        await session.add_items([USER_TEXT])
+    await assert_each_raises(SessionNotFound, session)
+    assert session.session_id == str(created.pk)
+    assert await Session.objects.acount() == 0  # no default was made in its place
+
+
+@async_test
+async def test_an_archived_pinned_session_reads_but_refuses_writes():
+    created = await services.acreate_session(scope=ALICE, agent_id=AGENT)
+    session = session_at(session_id=created.pk)
+    await session.add_items([USER_TEXT])
+    await services.aarchive_session(scope=ALICE, session_id=created.pk)
+    await assert_each_raises(SessionArchived, session, WRITES)
+    assert await session.get_items() == [USER_TEXT]
 
 
 # -- tenant safety --------------------------------------------------------------------------------
@@ -384,16 +601,7 @@ async def test_another_scope_or_agent_can_neither_read_nor_write_the_session(sco
     owner = session_at()
     await owner.add_items([USER_TEXT, ASSISTANT_OUTPUT])
     intruder = session_at(scope=scope, agent_id=agent_id, session_id=owner.session_id)
-    for operation in (
-        intruder.get_items(),
-        intruder.get_items(limit=1),
-        intruder.add_items([SYSTEM]),
-        intruder.pop_item(),
-        intruder.clear_session(),
-        intruder.resolve(),
-    ):
-        with pytest.raises(SessionNotFound):
-            await operation
+    await assert_each_raises(SessionNotFound, intruder)
     assert await owner.get_items() == [USER_TEXT, ASSISTANT_OUTPUT]
 
 
@@ -464,6 +672,45 @@ async def test_runner_keeps_history_across_two_turns():
 
 
 @async_test
+async def test_streamed_runs_keep_history_across_two_turns():
+    testing = pytest.importorskip("agents.testing")  # the SDK's streaming test model (>= 0.24)
+    model = testing.ScriptedModel(
+        [[testing.assistant_message("San Francisco")], [testing.assistant_message("California")]]
+    )
+    agent = Agent(name="test", model=model)
+    session = session_at()
+    for question in ("What city is the Golden Gate Bridge in?", "What state is it in?"):
+        result = Runner.run_streamed(agent, question, session=session)
+        async for _event in result.stream_events():
+            pass
+    assert result.final_output == "California"
+    assert "San Francisco" in str(model.last_call.input)
+    assert texts(await session.get_items())[::2] == [
+        "What city is the Golden Gate Bridge in?",
+        "What state is it in?",
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_sync_keeps_history_across_two_turns():
+    # Runner.run_sync drives its own event loop in this thread; the adapter's database work
+    # then runs on asgiref's shared sync thread, on its own connection.
+    model = ScriptedModel(["San Francisco", "California"])
+    agent = Agent(name="test", model=model)
+    session = session_at()
+    try:
+        Runner.run_sync(agent, "What city is the Golden Gate Bridge in?", session=session)
+        second = Runner.run_sync(agent, "What state is it in?", session=session)
+    finally:
+        # close the shared sync thread's connection (asyncio.run: no async_to_sync around it)
+        asyncio.run(sync_to_async(connections.close_all, thread_sensitive=True)())
+    assert second.final_output == "California"
+    assert "San Francisco" in str(model.inputs[-1])
+    stored = Session.objects.get(is_default=True)
+    assert (stored.message_count, stored.last_message) == (4, "California")
+
+
+@async_test
 async def test_runner_session_settings_override_limits_the_history_sent():
     model = ScriptedModel(["one", "two", "three"])
     agent = Agent(name="test", model=model)
@@ -528,8 +775,8 @@ def test_the_one_query_read_checks_the_scope_itself(scope):
 
     owner = session_at()
     run(owner.add_items, [USER_TEXT])
-    assert _read_items(owner._session_pk, Scope.parse(ALICE), 50) == [USER_TEXT]
-    assert _read_items(owner._session_pk, Scope.parse("org=acme"), 50) == [USER_TEXT]
+    assert _read_items(uuid.UUID(owner.session_id), Scope.parse(ALICE), 50) == [USER_TEXT]
+    assert _read_items(uuid.UUID(owner.session_id), Scope.parse("org=acme"), 50) == [USER_TEXT]
     for limit in (50, None):
         with pytest.raises(SessionNotFound):
-            _read_items(owner._session_pk, Scope.parse(scope), limit)
+            _read_items(uuid.UUID(owner.session_id), Scope.parse(scope), limit)
