@@ -333,6 +333,17 @@ NESTED_NUL_GAP = {
 }
 
 
+def _without_nul(value):
+    """``value`` with every NUL removed from its strings and object keys, at any depth."""
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, list):
+        return [_without_nul(item) for item in value]
+    if isinstance(value, dict):
+        return {_without_nul(key): _without_nul(item) for key, item in value.items()}
+    return value
+
+
 def _every_check_params():
     for path, method in sorted(OPERATIONS):
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
@@ -396,6 +407,11 @@ def test_schema_and_server_agree_under_every_check(wsgi_app, path, method, mode)
             # up_to_seq is at most the session's last seq (2 here; a 400 `invalid_up_to_seq`
             # above it), a bound a schema cannot state.
             case.body["up_to_seq"] = min(case.body["up_to_seq"], 2)
+        if mode is GenerationMode.POSITIVE and isinstance(case.body, dict | list):
+            # A NUL inside free-form JSON (metadata, content blocks: any key or nested
+            # string) is refused by design (`nul_character`), which OAS 3.0 cannot state
+            # (NESTED_NUL_GAP); every body with such JSON has the gap, so none carries one.
+            case.body = _without_nul(case.body)
         if case.headers and "Idempotency-Key" in case.headers and mode is GenerationMode.POSITIVE:
             # A key reused with another body is 422 by design; each example is a new request.
             case.headers["Idempotency-Key"] = uuid.uuid4().hex
