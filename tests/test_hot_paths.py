@@ -299,3 +299,24 @@ def test_empty_metadata_is_a_new_dict_for_each_message(path, session):
     first.metadata["k"] = 1
     assert second.metadata == {}
     assert services.list_messages(scope=SCOPE, session_id=session.pk)[0].metadata == {}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[{"type": "text", "text": "a"}]',
+        "{}",
+        '{"k": [1, 2.5, null, true]}',
+        '"s"',
+        "3",
+        " [1] ",
+        "[1] 2",
+        "not json",
+        "",
+        '{"a": 1',
+        "\ufeff[]",
+    ],
+)
+def test_json_columns_decode_as_the_orm_decodes_them(text):
+    field = Message._meta.get_field("content")
+    assert _pg._json_value(text, connection) == field.from_db_value(text, None, connection)
