@@ -6,24 +6,34 @@ Nothing here touches the database, so migrations and the reference module can us
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import regex
 
-from .exceptions import EmptyContent, InvalidContent, InvalidMetadata, InvalidText, NulCharacter
+from .exceptions import (
+    EmptyContent,
+    InvalidContent,
+    InvalidInput,
+    InvalidMetadata,
+    InvalidText,
+    NulCharacter,
+)
 
 __all__ = [
     "CONVERSATION_USER_SOURCES",
     "ELLIPSIS",
+    "MAX_JSON_DEPTH",
     "check_json_object",
+    "check_json_value",
     "content_text",
-    "ensure_storable_text",
     "is_conversation",
     "is_grapheme_boundary",
     "json_bytes",
     "json_text",
     "normalize_content",
+    "parse_json",
     "preview",
     "utf8_size",
 ]
@@ -57,33 +67,117 @@ def content_text(content: Any) -> str:
 
 
 _UNSTORABLE = regex.compile(r"[\x00\ud800-\udfff]")
+_SURROGATE = regex.compile(r"[\ud800-\udfff]")
+
+#: Deepest nesting of arrays and objects in a JSON value the app stores (``metadata``,
+#: ``content``): MariaDB's ``JSON_VALID`` — the check constraint of its JSON columns — refuses a
+#: document nested 32 deep, so a value accepted on one database is storable on every one
+#: (docs/design.md §12.4, §15). A top-level object or array counts as level 1.
+MAX_JSON_DEPTH = 31
+
+#: The error a JSON value of each field raises for nesting too deep (``InvalidInput`` otherwise).
+_JSON_FIELD_ERRORS: dict[str, type[InvalidInput]] = {
+    "metadata": InvalidMetadata,
+    "content": InvalidContent,
+}
 
 
-def ensure_storable_text(value: Any, *, field: str) -> None:
-    """Check that every string inside ``value`` (keys included) can be stored on any database.
+def check_json_value(
+    value: Any, *, field: str, max_depth: int = MAX_JSON_DEPTH, allow_nul: bool = False
+) -> None:
+    """Check a JSON value once, iteratively, before anything stores, encodes or compares it.
 
-    PostgreSQL refuses NUL in ``text`` and ``jsonb``, and a lone surrogate (``\\ud800``, which a
-    JSON ``\\u`` escape can produce) is not Unicode text and cannot be encoded as UTF-8;
-    refusing both here makes them clear validation errors instead of database crashes.
+    The one rule for every JSON value the app takes in (the services, the admin forms, the
+    API's parser and the ``metadata`` list filter all call it, docs/design.md §12.4–12.5):
+    nested at most ``max_depth`` arrays/objects deep, and every string — object keys included —
+    storable text. A value this accepts never makes the walk, ``json.dumps`` or a database's
+    JSON parser recurse too deep, and never reaches PostgreSQL with a NUL.
+
+    Args:
+        value: parsed JSON (dicts, lists or tuples, strings, numbers, booleans, ``None``).
+        field: the input's name, reported with the error; ``"metadata"`` and ``"content"``
+            choose the error class of a too-deep value.
+        max_depth: the deepest nesting accepted (a top-level object or array is level 1).
+        allow_nul: accept NUL characters (the API's parser, which leaves them to the field
+            rules so they answer ``nul_character``).
 
     Raises:
-        NulCharacter: a string contains ``\\x00``.
-        InvalidText: a string contains a lone surrogate.
+        NulCharacter: a string holds ``\\x00`` (unless ``allow_nul``).
+        InvalidText: a string holds a lone surrogate (``"\\ud800"``), which is not Unicode
+            text and has no UTF-8 encoding.
+        InvalidMetadata / InvalidContent / InvalidInput: nested deeper than ``max_depth``
+            (the class follows ``field``).
     """
-    stack = [value]
+    search = (_SURROGATE if allow_nul else _UNSTORABLE).search
+    if isinstance(value, str):
+        if search(value) is not None:
+            _refuse_text(search(value), field)
+        return
+    # Only containers go on the stack; strings are checked as they are met (the append path
+    # runs this on every message).
+    stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            found = _UNSTORABLE.search(item)
-            if found is not None:
-                if found.group() == "\x00":
-                    raise NulCharacter(field=field)
-                raise InvalidText(field=field)
+        item, depth = stack.pop()
+        if isinstance(item, list | tuple):
+            children: Any = item
         elif isinstance(item, Mapping):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
+            for key in item:
+                if isinstance(key, str) and search(key) is not None:
+                    _refuse_text(search(key), field)
+            children = item.values()
+        else:
+            continue
+        if depth > max_depth:
+            error = _JSON_FIELD_ERRORS.get(field, InvalidInput)
+            raise error(f"{field} is nested deeper than {max_depth} levels.", field=field)
+        for child in children:
+            if isinstance(child, str):
+                if search(child) is not None:
+                    _refuse_text(search(child), field)
+            elif isinstance(child, dict | list | tuple | Mapping):
+                stack.append((child, depth + 1))
+
+
+def _refuse_text(found: Any, field: str) -> None:
+    if found.group() == "\x00":
+        raise NulCharacter(field=field)
+    raise InvalidText(field=field)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range")
+    return value
+
+
+def parse_json(text: str) -> Any:
+    """Parse JSON text strictly: the one parser of every JSON text the app is given (API
+    bodies, the admin's JSON boxes, the ``metadata`` query parameter).
+
+    Unlike ``json.loads`` it refuses ``NaN``, ``Infinity`` and numbers out of float range
+    (``1e999``), which no database stores as JSON, and nesting deep enough to exhaust Python's
+    recursion limit is a ``ValueError`` like any other malformed text, never a
+    ``RecursionError``. Check the value with :func:`check_json_value` before using it.
+
+    Args:
+        text: the JSON text.
+
+    Returns:
+        The parsed value.
+
+    Raises:
+        ValueError: malformed JSON (``json.JSONDecodeError``), a non-finite number, or nesting
+            too deep to parse.
+    """
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ValueError("nested too deep to parse") from None
 
 
 def json_text(value: Any, *, field: str) -> str:
@@ -120,15 +214,17 @@ def check_json_object(value: Any, *, field: str = "metadata") -> dict[str, Any]:
     """Validate a host-owned JSON object (``metadata``) and return it.
 
     Raises:
-        InvalidMetadata: ``value`` is not a dict or not JSON-serializable.
+        InvalidMetadata: ``value`` is not a dict, not JSON-serializable, or nested deeper than
+            :data:`MAX_JSON_DEPTH`.
         NulCharacter: a key or string value contains ``\\x00``.
+        InvalidText: a key or string value contains a lone surrogate.
     """
     if not isinstance(value, dict):
         raise InvalidMetadata(
             f"{field} must be a JSON object, not {type(value).__name__}.", field=field
         )
+    check_json_value(value, field=field)
     json_bytes(value, field=field)
-    ensure_storable_text(value, field=field)
     return value
 
 
@@ -140,9 +236,11 @@ def normalize_content(content: Any) -> list[dict[str, Any]]:
     given. Blocks are copied, never mutated.
 
     Raises:
-        InvalidContent: not a string or a list of blocks, or a malformed block.
+        InvalidContent: not a string or a list of blocks, a malformed block, or blocks nested
+            deeper than :data:`MAX_JSON_DEPTH` (the list of blocks is level 1).
         EmptyContent: no blocks, or only text blocks whose text is blank.
         NulCharacter: a string inside contains ``\\x00``.
+        InvalidText: a string inside contains a lone surrogate.
     """
     if isinstance(content, str):
         blocks: list[dict[str, Any]] = [{"type": "text", "text": content}]
@@ -165,7 +263,7 @@ def normalize_content(content: Any) -> list[dict[str, Any]]:
             blocks.append(dict(block))
     else:
         raise InvalidContent(field="content")
-    ensure_storable_text(blocks, field="content")
+    check_json_value(blocks, field="content")
     only_text = all(block["type"] == "text" for block in blocks)
     if not blocks or (only_text and not content_text(blocks).strip()):
         raise EmptyContent(field="content")

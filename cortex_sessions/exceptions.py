@@ -213,10 +213,14 @@ class InvalidUpToSeq(InvalidInput):
 
 
 class InvalidIdempotencyKey(InvalidInput):
-    """An ``Idempotency-Key`` that is not 1–255 visible ASCII characters."""
+    """An ``Idempotency-Key`` that is not 1–255 visible ASCII characters other than the comma
+    (two headers arrive joined by one)."""
 
     code = "invalid_idempotency_key"
-    default_message = "Idempotency-Key must be 1 to 255 visible ASCII characters."
+    default_message = (
+        "Idempotency-Key must be 1 to 255 visible ASCII characters, without a comma; send "
+        "the header once."
+    )
 
 
 class IdempotencyKeyReused(CortexSessionsError):

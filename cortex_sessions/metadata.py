@@ -15,7 +15,7 @@ from django.db import connections
 from django.db.models import CharField, F, Func, QuerySet, Value
 from django.db.models.fields.json import KeyTransform
 
-from .content import ensure_storable_text, json_bytes
+from .content import check_json_value, json_bytes
 from .exceptions import InvalidFilter, InvalidInput
 
 __all__ = [
@@ -40,8 +40,9 @@ def check_metadata_filter(value: Any) -> dict[str, Any]:
 
     Raises:
         InvalidFilter: ``value`` is not an object, has more than
-            :data:`MAX_METADATA_FILTER_KEYS` keys, is not JSON-serializable, or holds a NUL
-            character or a lone surrogate (no database can compare those); all with code
+            :data:`MAX_METADATA_FILTER_KEYS` keys, is not JSON-serializable, is nested deeper
+            than ``content.MAX_JSON_DEPTH``, or holds a NUL character or a lone surrogate (no
+            database can compare those); all with code
             ``invalid_filter`` and field ``metadata``.
     """
     if not isinstance(value, Mapping):
@@ -55,8 +56,8 @@ def check_metadata_filter(value: Any) -> dict[str, Any]:
             field="metadata",
         )
     try:
+        check_json_value(checked, field="metadata")
         json_bytes(checked, field="metadata")
-        ensure_storable_text(checked, field="metadata")
     except InvalidInput as exc:  # one rule, one code: every bad filter is invalid_filter
         raise InvalidFilter(f"metadata filter: {exc.message}", field="metadata") from None
     return checked

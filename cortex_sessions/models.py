@@ -313,7 +313,7 @@ class IdempotencyKey(models.Model):
         scope: the caller's canonical scope.
         endpoint: what was called, e.g. ``api:POST /api/cortex/sessions/`` or
             ``service:append_messages``.
-        key: the client's key, 1–255 visible ASCII characters.
+        key: the client's key, 1–255 visible ASCII characters other than the comma.
         fingerprint: SHA-256 (hex) of the call's input; another input under the same key is
             refused with ``idempotency_key_reused``.
         status_code: the HTTP status of the first answer (0 for a service call).

@@ -42,7 +42,7 @@ from django.db import IntegrityError, router, transaction
 from django.utils.dateparse import parse_datetime
 
 from . import services
-from .content import normalize_content
+from .content import normalize_content, parse_json
 from .exceptions import CortexSessionsError, InvalidConversation
 from .models import EXTERNAL_ID_MAX_BYTES, ImportedConversation, Message, Session
 from .scope import Scope, as_scope
@@ -223,7 +223,7 @@ def parse_conversation(line: str | bytes) -> Conversation:
         except UnicodeDecodeError as exc:
             raise InvalidConversation(f"The line is not UTF-8: {exc}.") from None
     try:
-        data = json.loads(line)
+        data = parse_json(line)
     except ValueError as exc:
         raise InvalidConversation(f"The line is not valid JSON: {exc}.") from None
     if not isinstance(data, dict):

@@ -16,7 +16,7 @@ Status codes come from, in order:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -34,6 +34,7 @@ logger = logging.getLogger("cortex_sessions")
 
 __all__ = [
     "ERROR_STATUS",
+    "SAME_AS_APP_CODE",
     "DatabaseUnavailable",
     "InvalidQuery",
     "ReferencesNotAllowed",
@@ -61,10 +62,26 @@ ERROR_STATUS: dict[type[BaseException], int] = {
 
 class InvalidQuery(drf_exceptions.ValidationError):
     """A query parameter (filter, ordering, page bound, scope) is not acceptable: 400
-    ``invalid_filter`` with the offending parameters under ``errors`` (docs/design.md §7.2)."""
+    ``invalid_filter`` with the offending parameters under ``errors`` (docs/design.md §7.2);
+    when every offence breaks one rule of its own (``invalid_agent_id``, ``too_long``,
+    ``nul_character``), that rule's code."""
 
     default_code = "invalid_filter"
     default_detail = "Invalid query parameters."
+
+    @classmethod
+    def naming(cls, names: Iterable[str], message: str, code: str) -> InvalidQuery:
+        """The error for ``names``, each with ``message`` and field code ``code``
+        (``unknown_parameter``, ``repeated_parameter``, …)."""
+        return cls({name: [drf_exceptions.ErrorDetail(message, code=code)] for name in names})
+
+    @classmethod
+    def repeated(cls, names: Iterable[str]) -> InvalidQuery:
+        """400 ``invalid_filter`` naming parameters given more than once (code
+        ``repeated_parameter``): every parameter of the API takes one value, and reading one
+        of several silently would answer a request the client did not make
+        (docs/design.md §12.4)."""
+        return cls.naming(names, "Give this parameter once.", "repeated_parameter")
 
 
 class ReferencesNotAllowed(drf_exceptions.ValidationError):
@@ -119,19 +136,45 @@ def status_for(exc: BaseException) -> int | None:
     return None
 
 
-#: DRF's own error codes that mean the same as one of the app's, renamed so clients see one code.
-_SAME_AS_APP_CODE = {"null_characters_not_allowed": core.NulCharacter.code}
+#: DRF's and Django's own field error codes, renamed to the app's code of the same rule so a
+#: client sees one code per rule whichever layer caught it (docs/design.md §12.4): a NUL is
+#: ``nul_character`` and a lone surrogate ``invalid_text`` as when the services refuse them;
+#: every over-long text is ``too_long``; a value of the wrong JSON type, outside a parameter's
+#: choices, out of range or empty is ``invalid``. A field with a rule of its own (``agent_id``,
+#: ``role``, ``metadata``, …) recodes its errors itself (``StrictFieldMixin.rule_code``).
+SAME_AS_APP_CODE = {
+    "null_characters_not_allowed": core.NulCharacter.code,
+    "surrogate_characters_not_allowed": core.InvalidText.code,
+    "max_length": core.ValueTooLong.code,
+    "max_string_length": core.ValueTooLong.code,
+    "null": "invalid",
+    "blank": "invalid",
+    "invalid_choice": "invalid",
+    "min_length": "invalid",
+    "min_value": "invalid",
+    "max_value": "invalid",
+    "not_a_dict": "invalid",
+}
 
 
-#: DRF's shape codes, which stay field-level: the body's code is then ``invalid``.
+#: Field codes of a value's shape, not of a rule: a body whose every field error has one of
+#: these answers the exception's own code at the top (``invalid``, ``invalid_filter``).
 _GENERIC_CODES = frozenset(
-    {"invalid", "null", "required", "blank", "empty", "not_a_list", "not_a_dict", "invalid_choice"}
+    {
+        "invalid",
+        "required",
+        "empty",
+        "not_a_list",
+        # query strings: undefined or repeated parameters are 400 ``invalid_filter``
+        "unknown_parameter",
+        "repeated_parameter",
+    }
 )
 
 
 def _code_of(item: Any) -> str:
     code = getattr(item, "code", None) or "invalid"
-    return _SAME_AS_APP_CODE.get(code, code)
+    return SAME_AS_APP_CODE.get(code, code)
 
 
 def _flatten(errors: Any, prefix: str = "") -> dict[str, list[dict[str, str]]]:
@@ -190,20 +233,12 @@ def _api_response(exc: drf_exceptions.APIException) -> Response:
     if isinstance(exc, drf_exceptions.ValidationError):
         errors = _flatten(exc.detail)
         codes = {item["code"] for items in errors.values() for item in items}
-        # A body refused only for NUL characters carries the app's code, as when the service
-        # layer refuses them (a client branches on one code, not on which layer caught it).
-        # A body refused under a single rule carries that rule's code at the top too (an
-        # agent id refused for any reason is `invalid_agent_id`, docs/design.md §12.4).
-        if codes == {core.NulCharacter.code}:
-            code = core.NulCharacter.code
-        elif (
-            len(codes) == 1
-            and type(exc) is drf_exceptions.ValidationError
-            and not codes & _GENERIC_CODES
-        ):
+        # One rule, one code (docs/design.md §12.4): input refused under a single rule carries
+        # that rule's code at the top too, in a body or a query string alike (an agent id
+        # refused for any reason is `invalid_agent_id`, a NUL anywhere `nul_character`).
+        code = exc.default_code
+        if len(codes) == 1 and not codes & _GENERIC_CODES:
             code = next(iter(codes))
-        else:
-            code = exc.default_code
         detail = str(exc.default_detail)
     else:
         detail = (

@@ -9,7 +9,6 @@ A bad value is a 400 ``invalid_filter`` listing the parameter, never silently ig
 
 from __future__ import annotations
 
-import json
 from typing import Any, cast
 
 import django_filters
@@ -20,21 +19,28 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework.exceptions import ErrorDetail
 
 from cortex_sessions import services
-from cortex_sessions.exceptions import InvalidFilter
+from cortex_sessions.content import parse_json
+from cortex_sessions.exceptions import InvalidAgentId, InvalidFilter
 from cortex_sessions.metadata import MAX_METADATA_FILTER_KEYS, check_metadata_filter
 from cortex_sessions.models import Session
 from cortex_sessions.search import BLANK, MAX_QUERY_CHARS, QUERY_PATTERN
 
 from .exceptions import InvalidQuery
+from .serializers import AGENT_ID_PATTERN
 
 __all__ = [
+    "EMPTY_VALUE_MESSAGE",
     "SEARCH_QUERY_HELP",
     "SEARCH_QUERY_SCHEMA",
     "SessionFilter",
     "SessionFilterBackend",
     "StrictBooleanField",
     "parse_search_query",
+    "text_param",
 ]
+
+#: The detail of a query parameter given an empty value where one is required.
+EMPTY_VALUE_MESSAGE = "An empty value is not a filter; leave the parameter out."
 
 ORDERING_CHOICES = [
     (value, value) for field in services.ORDERING_FIELDS for value in (field, f"-{field}")
@@ -73,7 +79,8 @@ class StrictBooleanFilter(django_filters.BooleanFilter):
 
 
 class TextField(forms.CharField):
-    """A text query parameter refusing NUL characters (no database stores them)."""
+    """A text query parameter refusing NUL characters (no database stores them); over
+    ``max_length`` is ``too_long`` (Django's ``max_length``, renamed by the exception handler)."""
 
     def to_python(self, value: Any) -> str:
         """Return the text unchanged (not stripped).
@@ -155,13 +162,67 @@ def parse_search_query(request: Any) -> str | None:
     raw = request.query_params["q"]
     try:
         if raw == "":
-            raise ValidationError(
-                "An empty value is not a filter; leave the parameter out.", code="invalid"
-            )
+            raise ValidationError(EMPTY_VALUE_MESSAGE, code="invalid")
         return cast(str, SearchQueryField(required=False, strip=False).clean(raw))
     except ValidationError as exc:
         raise InvalidQuery(
             {"q": [ErrorDetail(str(message), code=exc.code or "invalid") for message in exc]}
+        ) from None
+
+
+class AgentIdField(TextField):
+    """The ``agent_id`` query parameter, under the services' rule for an agent id
+    (:func:`cortex_sessions.services.check_agent_id`): every bad one — empty, blank, over 255
+    characters, with a control character — is ``invalid_agent_id``, as in a body
+    (docs/design.md §12.4); a NUL is ``nul_character``, as everywhere."""
+
+    #: The code of every refusal (the empty-value check reads it too).
+    rule_code = InvalidAgentId.code
+
+    def to_python(self, value: Any) -> str:
+        """The agent id, unchanged.
+
+        Raises:
+            ValidationError: a NUL (``nul_character``) or a bad agent id (``invalid_agent_id``).
+        """
+        text = super().to_python(value)
+        if text:
+            try:
+                services.check_agent_id(text)
+            except InvalidAgentId as exc:
+                raise ValidationError(exc.message, code=exc.code) from None
+        return text
+
+
+class AgentIdFilter(django_filters.CharFilter):
+    """A ``CharFilter`` parsed by :class:`AgentIdField`."""
+
+    field_class = AgentIdField
+
+
+def text_param(request: Any, name: str, *, max_length: int) -> str:
+    """Read a free-text query parameter outside a filterset (``q``) under the rule of
+    :class:`TextField`: no NUL (``nul_character``), at most ``max_length`` characters
+    (``too_long``).
+
+    Returns:
+        The text, unchanged; ``""`` when absent.
+
+    Raises:
+        InvalidQuery: the value breaks the rule.
+    """
+    field = TextField(max_length=max_length, required=False, strip=False)
+    try:
+        return cast(str, field.clean(request.query_params.get(name, "")))
+    except ValidationError as exc:
+        raise InvalidQuery(
+            {
+                name: [
+                    ErrorDetail(message, code=error.code)
+                    for error in exc.error_list
+                    for message in error.messages
+                ]
+            }
         ) from None
 
 
@@ -183,7 +244,7 @@ class MetadataFilterField(forms.CharField):
         if text in (None, ""):
             return None
         try:
-            parsed = json.loads(text, parse_constant=_refuse_constant)
+            parsed = parse_json(text)
         except ValueError as exc:
             raise ValidationError(
                 f"metadata must be a JSON object: {exc}.", code="invalid_filter"
@@ -192,10 +253,6 @@ class MetadataFilterField(forms.CharField):
             return check_metadata_filter(parsed)
         except InvalidFilter as exc:
             raise ValidationError(exc.message, code=exc.code) from None
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
 
 
 class MetadataFilter(django_filters.Filter):
@@ -217,12 +274,8 @@ class SessionFilter(django_filters.FilterSet):
 
     # drf-spectacular's annotation of extend_schema_field takes fields and serializers, not filters
     agent_id = extend_schema_field(  # type: ignore[type-var]
-        {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"^[^\u0000]*$"}
-    )(
-        TextFilter(
-            method=_noop, max_length=255, strip=False, help_text="Only this agent's sessions."
-        )
-    )
+        {"type": "string", "minLength": 1, "maxLength": 255, "pattern": AGENT_ID_PATTERN}
+    )(AgentIdFilter(method=_noop, strip=False, help_text="Only this agent's sessions."))
     exact = StrictBooleanFilter(
         method=_noop,
         help_text="Only sessions stored at the request's scope itself, not beneath it.",
@@ -241,7 +294,10 @@ class SessionFilter(django_filters.FilterSet):
     ordering = django_filters.ChoiceFilter(
         method=_noop,
         choices=ORDERING_CHOICES,
-        help_text="Sort key, '-' for descending; default -updated_at (ties broken by id).",
+        help_text=(
+            "One sort key, '-' for descending; default -updated_at (ties broken by id). A "
+            "list of keys (title,-created_at) is refused: 400 invalid_filter."
+        ),
     )
     archived = django_filters.ChoiceFilter(
         method=_noop,
@@ -329,8 +385,8 @@ class SessionFilterBackend(DjangoFilterBackend):
             blank = {
                 name: [
                     ErrorDetail(
-                        "An empty value is not a filter; leave the parameter out.",
-                        code="invalid",
+                        EMPTY_VALUE_MESSAGE,
+                        code=getattr(filterset.form.fields[name], "rule_code", "invalid"),
                     )
                 ]
                 for name in filterset.filters

@@ -11,7 +11,8 @@ most once per caller scope and endpoint (method + path) within ``IDEMPOTENCY_TTL
 - the same key with another body (or query) is 422 ``idempotency_key_reused``;
 - a replay sent while the first is still running waits for it (the key's unique index) and then
   replays it;
-- a malformed key (not 1–255 visible ASCII) is 400 ``invalid_idempotency_key``.
+- a malformed key (not 1–255 visible ASCII, or holding a comma: two headers joined) is 400
+  ``invalid_idempotency_key``.
 
 Without the header nothing changes: the action runs as it always did, with no extra statement.
 Wiring another endpoint (``/fork/``, ``/messages/pop/``, …) is one line::
@@ -36,7 +37,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
 
-from cortex_sessions.services.idempotency import check_idempotency_key, fingerprint, run_once
+from cortex_sessions.services.idempotency import (
+    IDEMPOTENCY_KEY_PATTERN,
+    check_idempotency_key,
+    fingerprint,
+    run_once,
+)
 
 __all__ = ["IDEMPOTENCY_HEADER", "IDEMPOTENCY_PARAMETER", "REPLAYED_HEADER", "idempotent"]
 
@@ -45,13 +51,14 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 
 IDEMPOTENCY_PARAMETER = OpenApiParameter(
     IDEMPOTENCY_HEADER,
-    {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]{1,255}$"},
+    {"type": "string", "minLength": 1, "maxLength": 255, "pattern": IDEMPOTENCY_KEY_PATTERN},
     OpenApiParameter.HEADER,
     description=(
         "Makes the request safe to retry: within IDEMPOTENCY_TTL (default 24 h) a replay with "
         "the same body returns the first response and writes nothing (header "
         "`Idempotent-Replayed: true`); another body under the same key is 422 "
-        "`idempotency_key_reused`."
+        "`idempotency_key_reused`. 1-255 visible ASCII characters without a comma (two "
+        "headers arrive joined by one): else 400 `invalid_idempotency_key`."
     ),
 )
 

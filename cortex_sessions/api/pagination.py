@@ -20,6 +20,7 @@ from cortex_sessions.conf import app_settings
 from cortex_sessions.services.keyset import paginate_keyset
 
 from .exceptions import InvalidQuery
+from .filters import EMPTY_VALUE_MESSAGE
 
 __all__ = ["MAX_OFFSET", "SessionPagination", "parse_int_param"]
 
@@ -43,20 +44,24 @@ def parse_int_param(
     Args:
         request: the DRF request.
         name: the parameter.
-        default: returned when the parameter is absent or empty.
+        default: returned when the parameter is absent.
         minimum, maximum: inclusive bounds.
         message: the error's ``detail``; default "<name> must be an integer from <minimum> to
             <maximum>." (pass one when ``maximum`` is only a storage limit, not the real one).
 
     Returns:
-        The integer, or ``default``.
+        The integer, or ``default`` when the parameter is absent.
 
     Raises:
-        InvalidQuery: not a base-10 integer, or outside the bounds (400 ``invalid_filter``).
+        InvalidQuery: empty (an empty value is never "not given": ``DELETE …/messages/?after_seq=``
+            must not delete every message), not a base-10 integer, or outside the bounds (400
+            ``invalid_filter``).
     """
     raw = request.query_params.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return default
+    if raw == "":
+        raise InvalidQuery({name: [ErrorDetail(EMPTY_VALUE_MESSAGE, code="invalid")]})
     value = int(raw) if _INT_RE.fullmatch(raw) else None
     if value is None or not minimum <= value <= maximum:
         detail = message or f"{name} must be an integer from {minimum} to {maximum}."

@@ -10,62 +10,39 @@ through ``HttpRequest.body``, which enforces that setting; the handler maps the 
 from __future__ import annotations
 
 import codecs
-import json
-import math
 from typing import Any
 
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser, get_encoding  # type: ignore[attr-defined]  # not in the stubs
+
+from cortex_sessions.content import check_json_value, parse_json
+from cortex_sessions.exceptions import InvalidInput, InvalidText
 
 __all__ = ["MAX_JSON_DEPTH", "MERGE_PATCH_MEDIA_TYPE", "JSONObjectParser", "MergePatchParser"]
 
 #: The media type of a JSON Merge Patch (RFC 7386).
 MERGE_PATCH_MEDIA_TYPE = "application/merge-patch+json"
 
-#: Deepest nesting of arrays and objects accepted in a request body.
+#: Deepest nesting of arrays and objects accepted in a request body (parse safety; a stored
+#: value inside it has its own, lower limit: ``cortex_sessions.content.MAX_JSON_DEPTH``).
 MAX_JSON_DEPTH = 64
 
 
-def _strict_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text} is out of range")
-    return value
-
-
-def _has_surrogate(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
 def check_json_tree(data: Any, *, max_depth: int = MAX_JSON_DEPTH) -> None:
-    """Walk parsed JSON once, iteratively, refusing deep nesting and unencodable strings.
+    """Refuse deep nesting and unencodable strings in a parsed body, with the app's one JSON
+    walk (:func:`cortex_sessions.content.check_json_value`); NUL is left to the field rules,
+    which answer ``nul_character``.
 
     Raises:
         ParseError: nesting deeper than ``max_depth``, or a string (or key) that is not valid
             Unicode (a lone surrogate such as ``"\\ud800"``).
     """
-    stack: list[tuple[Any, int]] = [(data, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, str):
-            if _has_surrogate(item):
-                raise ParseError("JSON parse error - a string contains a lone surrogate.")
-        elif isinstance(item, dict | list):
-            if depth > max_depth:
-                raise ParseError(f"JSON parse error - nesting deeper than {max_depth} levels.")
-            if isinstance(item, dict):
-                stack.extend((key, depth) for key in item)
-                stack.extend((value, depth + 1) for value in item.values())
-            else:
-                stack.extend((value, depth + 1) for value in item)
+    try:
+        check_json_value(data, field="body", max_depth=max_depth, allow_nul=True)
+    except InvalidText:
+        raise ParseError("JSON parse error - a string contains a lone surrogate.") from None
+    except InvalidInput:
+        raise ParseError(f"JSON parse error - nesting deeper than {max_depth} levels.") from None
 
 
 class JSONObjectParser(JSONParser):
@@ -83,12 +60,8 @@ class JSONObjectParser(JSONParser):
         """
         encoding = get_encoding(parser_context or {})
         try:
-            data = json.load(
-                codecs.getreader(encoding)(stream),
-                parse_constant=_strict_constant,
-                parse_float=_finite_float,
-            )
-        except (ValueError, RecursionError) as exc:
+            data = parse_json(codecs.getreader(encoding)(stream).read())
+        except ValueError as exc:
             raise ParseError(f"JSON parse error - {exc}") from None
         check_json_tree(data)
         return data

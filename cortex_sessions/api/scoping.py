@@ -15,6 +15,8 @@ from cortex_sessions.conf import app_settings
 from cortex_sessions.exceptions import InvalidScope, NoScope, ScopeForbidden
 from cortex_sessions.scope import Scope, as_scope
 
+from .exceptions import InvalidQuery
+
 __all__ = ["SCOPE_HEADER", "SCOPE_QUERY_PARAM", "narrow_scope", "resolve_request_scope"]
 
 #: Header that narrows a request's scope (``X-Cortex-Scope``).
@@ -76,8 +78,10 @@ def resolve_request_scope(request: Any) -> Scope:
     Raises:
         NotAuthenticated: the resolver gave no scope and the request is anonymous (401/403).
         NoScope: the resolver gave no scope to an authenticated request (403 ``no_scope``).
-        InvalidScope: the header or parameter is malformed, the parameter is repeated, or the
-            two disagree (400).
+        InvalidScope: the header or parameter is malformed or empty (two headers arrive joined
+            by a comma, which no canonical scope holds), or the two disagree (400).
+        InvalidQuery: the parameter is repeated (400 ``invalid_filter``, field code
+            ``repeated_parameter``).
         ScopeForbidden: the requested scope is not at or beneath the resolved one (403).
     """
     resolved = app_settings.SCOPE_RESOLVER(request)
@@ -87,15 +91,14 @@ def resolve_request_scope(request: Any) -> Scope:
             raise NotAuthenticated()
         raise NoScope()
     base = as_scope(resolved)
-    header = request.headers.get(SCOPE_HEADER) or None
+    # An empty header or parameter is an empty scope — 400, never "not given" (§2.4).
+    header = request.headers.get(SCOPE_HEADER)
     if header is not None:
         header = _header_text(header)
     params = request.query_params.getlist(SCOPE_QUERY_PARAM)
     if len(params) > 1:
-        raise InvalidScope(
-            f"Give the '{SCOPE_QUERY_PARAM}' parameter once.", field=SCOPE_QUERY_PARAM
-        )
-    param = params[0] if params and params[0] else None
+        raise InvalidQuery.repeated([SCOPE_QUERY_PARAM])
+    param = params[0] if params else None
     if header is not None and param is not None and header != param:
         raise InvalidScope(
             f"The {SCOPE_HEADER} header and the '{SCOPE_QUERY_PARAM}' parameter disagree.",

@@ -24,6 +24,7 @@ from rest_framework.exceptions import ErrorDetail
 from rest_framework.fields import empty
 
 from cortex_sessions.models import Message, Session
+from cortex_sessions.references.errors import InvalidReference
 
 __all__ = [
     "AgentIdField",
@@ -69,7 +70,10 @@ __all__ = [
 #: Schema patterns stating the server's rules, so a client generated from the schema sends
 #: nothing the server refuses (docs/design.md §12.4). JSON Schema patterns are ECMA-262.
 NO_NUL_PATTERN = r"^[^\u0000]*$"
-AGENT_ID_PATTERN = r"^[^\u0000-\u001f\u007f]*[^\s\u0000-\u001f\u007f][^\u0000-\u001f\u007f]*$"
+#: The services' agent id rule: no control character, and not blank — by Python's ``str.strip``,
+#: whose white space is not ECMA-262's ``\s`` (it has U+0085, and not U+FEFF), so it is spelt out.
+_PY_SPACE = r"\u0000-\u0020\u007f\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+AGENT_ID_PATTERN = rf"^[^\u0000-\u001f\u007f]*[^{_PY_SPACE}][^\u0000-\u001f\u007f]*$"
 _SCOPE_LEVEL = r"[a-z][a-z0-9_.-]{0,63}=(?:[^%/=\u0000-\u001f\u007f-\u009f]|%25|%2F|%3D){1,255}"
 #: A canonical scope of 1 to 3 levels (the default ``MAX_SCOPE_DEPTH``), docs/design.md §2.2.
 SCOPE_PATTERN = rf"^{_SCOPE_LEVEL}(?:/{_SCOPE_LEVEL}){{0,2}}$"
@@ -80,18 +84,21 @@ _KEPT_CODES = frozenset({"required", "nul_character", "null_characters_not_allow
 
 
 class StrictFieldMixin:
-    """One code per rule (docs/design.md §12.4): a field's errors are recoded after DRF ran it.
+    """One code per rule (docs/design.md §12.4): a field with a rule of its own answers that
+    rule's code for every failure.
+
+    DRF's generic codes are renamed to the app's for every field in one place
+    (:data:`cortex_sessions.api.exceptions.SAME_AS_APP_CODE`: ``max_length`` → ``too_long``,
+    ``null`` → ``invalid``, …); this mixin only adds the field's own rule.
 
     Attributes:
         rule_code: when set, the code of every failure of the field (except ``required`` and
             NUL), e.g. ``invalid_agent_id`` whether the agent id is blank, too long, not a
-            string or holds a control character.
-        code_map: otherwise, DRF code → the app's code (e.g. ``max_length`` → ``too_long``).
-            Codes not named stay as DRF gives them.
+            string or holds a control character, or ``invalid_metadata`` whether the metadata
+            is ``null`` or not an object.
     """
 
     rule_code: str | None = None
-    code_map: Mapping[str, str] = {"max_length": "too_long", "null": "invalid", "blank": "invalid"}
 
     def __init__(self, *args: Any, rule_code: str | None = None, **kwargs: Any) -> None:
         if rule_code is not None:
@@ -100,9 +107,9 @@ class StrictFieldMixin:
 
     def _recode(self, code: str | None) -> str:
         code = code or "invalid"
-        if code in _KEPT_CODES:
+        if code in _KEPT_CODES or self.rule_code is None:
             return code
-        return self.rule_code or self.code_map.get(code, code)
+        return self.rule_code
 
     def run_validation(self, data: Any = empty) -> Any:
         """DRF's validation, with each error's code replaced as the class says."""
@@ -120,7 +127,8 @@ class StrictFieldMixin:
 
 class StrictCharField(StrictFieldMixin, serializers.CharField):
     """A string field that takes only a JSON string: no number-to-string coercion (DRF's
-    ``CharField`` turns ``5`` into ``"5"``); over ``max_length`` is ``too_long``."""
+    ``CharField`` turns ``5`` into ``"5"``); over ``max_length`` is ``too_long`` (renamed by
+    the exception handler)."""
 
     def to_internal_value(self, data: Any) -> str:
         """``data`` unchanged if it is a ``str``; else 400 ``invalid``."""
@@ -283,8 +291,11 @@ _BLOCK_SCHEMA = {
 
 
 @extend_schema_field({"type": "object", "additionalProperties": True})
-class MetadataField(serializers.JSONField):
-    """Host-owned JSON object; the service refuses anything but an object (``invalid_metadata``)."""
+class MetadataField(StrictFieldMixin, serializers.JSONField):
+    """Host-owned JSON object: ``null`` here and anything but an object in the service are
+    ``invalid_metadata`` (one rule, one code)."""
+
+    rule_code = "invalid_metadata"
 
 
 @extend_schema_field(
@@ -295,8 +306,11 @@ class MetadataField(serializers.JSONField):
         ]
     }
 )
-class ContentField(serializers.JSONField):
-    """Message content on input: a string or a list of content blocks (docs/design.md §3.2)."""
+class ContentField(StrictFieldMixin, serializers.JSONField):
+    """Message content on input: a string or a list of content blocks (docs/design.md §3.2);
+    ``null`` here and any other shape in the service are ``invalid_content``."""
+
+    rule_code = "invalid_content"
 
 
 @extend_schema_field({"type": "array", "items": _BLOCK_SCHEMA})
@@ -331,12 +345,15 @@ class BlocksField(serializers.JSONField):
         },
     }
 )
-class ReferencesField(serializers.JSONField):
+class ReferencesField(StrictFieldMixin, serializers.JSONField):
     """Explicit session references ``[{"session_id", "label"?}, ...]`` (docs/design.md §8.3).
 
     Only the JSON is taken here; the reference service checks the shape and answers
-    ``SESSION_REFERENCE_INVALID_REFERENCE`` for a malformed item, as the Python API does.
+    ``SESSION_REFERENCE_INVALID_REFERENCE`` for a malformed item, as the Python API does, and
+    so does this field for ``null``.
     """
+
+    rule_code = InvalidReference.code
 
 
 class SessionSerializer(serializers.ModelSerializer[Session]):

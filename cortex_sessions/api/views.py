@@ -44,6 +44,7 @@ from .filters import (
     SessionFilter,
     SessionFilterBackend,
     parse_search_query,
+    text_param,
 )
 from .idempotency import IDEMPOTENCY_PARAMETER, idempotent
 from .pagination import SessionPagination, parse_int_param
@@ -131,29 +132,31 @@ def errors(*codes: int, text: Mapping[int, str] | None = None) -> dict[int, Open
 _BODY_ERRORS = (413, 415)
 
 #: ``X-Cortex-Scope`` is a header, so its pattern keeps to visible ASCII (escape the rest).
-SCOPE_PATTERN_OR_EMPTY = f"^(?:{SCOPE_PATTERN[1:-1]})?$"
 _HEADER_SCOPE_LEVEL = r"[a-z][a-z0-9_.-]{0,63}=(?:[!-$&-.0-<>-~]|%25|%2F|%3D){1,255}"
 
 SCOPE_PARAMETERS = [
     OpenApiParameter(
         SCOPE_QUERY_PARAM,
-        {"type": "string", "maxLength": 1024, "pattern": SCOPE_PATTERN_OR_EMPTY},
+        {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": SCOPE_PATTERN},
         OpenApiParameter.QUERY,
         description=(
             "Narrow the request's scope to this canonical scope, at or beneath the resolved "
-            "one (403 `scope_forbidden` otherwise). Empty means not given."
+            "one (403 `scope_forbidden` otherwise). An empty value is 400 `invalid_scope`, "
+            "never 'not given'; leave the parameter out instead."
         ),
     ),
     OpenApiParameter(
         SCOPE_HEADER,
         {
             "type": "string",
+            "minLength": 1,
             "maxLength": 1024,
-            "pattern": rf"^(?:{_HEADER_SCOPE_LEVEL}(?:/{_HEADER_SCOPE_LEVEL}){{0,2}})?$",
+            "pattern": rf"^{_HEADER_SCOPE_LEVEL}(?:/{_HEADER_SCOPE_LEVEL}){{0,2}}$",
         },
         OpenApiParameter.HEADER,
         description=(
-            f"Same as the `{SCOPE_QUERY_PARAM}` parameter; if both are sent they must agree."
+            f"Same as the `{SCOPE_QUERY_PARAM}` parameter (empty: 400 `invalid_scope`); if "
+            "both are sent they must agree."
         ),
     ),
 ]
@@ -299,21 +302,21 @@ class CortexAPIMixin(_ViewBase):
         return self.common_query_parameters | (extra or frozenset())
 
     def check_query_parameters(self, request: Request) -> None:
-        """Refuse the query parameters the action does not define.
+        """Refuse the query parameters the action does not define, and any parameter given
+        more than once (every parameter takes one value).
 
         Raises:
-            InvalidQuery: 400 ``invalid_filter``, one ``unknown_parameter`` error per name.
+            InvalidQuery: 400 ``invalid_filter``, one ``unknown_parameter`` error per undefined
+                name, else one ``repeated_parameter`` error per repeated name.
         """
         if request.method == "OPTIONS":
             return
         unknown = sorted(set(request.query_params) - self.allowed_query_parameters())
         if unknown:
-            raise InvalidQuery(
-                {
-                    name: [ErrorDetail("Unknown query parameter.", code="unknown_parameter")]
-                    for name in unknown
-                }
-            )
+            raise InvalidQuery.naming(unknown, "Unknown query parameter.", "unknown_parameter")
+        repeated = sorted(name for name, values in request.query_params.lists() if len(values) > 1)
+        if repeated:
+            raise InvalidQuery.repeated(repeated)
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         """DRF's checks (authentication, permissions, throttles), then the query parameters."""
@@ -919,7 +922,8 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
                 404,
                 500,
                 text={
-                    400: "`invalid_filter`: a bad `limit` or `q`; `invalid_scope`.",
+                    400: "`invalid_filter`: a bad `limit`; `too_long`, `nul_character`: a bad "
+                    "`q`; `invalid_scope`.",
                     500: "`SESSION_REFERENCE_INVALID_CONFIG`: CANDIDATE_LIMIT is invalid "
                     "(not caused by the request).",
                 },
@@ -935,7 +939,8 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
     def reference_candidates(self, request: Request, pk: str) -> Response:
         """``{"results": [candidate, ...]}`` for the mention picker (docs/design.md §8.4).
 
-        Errors: 400 ``invalid_filter`` (bad ``limit`` or ``q``); 404 ``session_not_found``.
+        Errors: 400 ``invalid_filter`` (bad ``limit``), ``too_long`` / ``nul_character`` (bad
+        ``q``); 404 ``session_not_found``.
         """
         ceiling = app_settings.CANDIDATE_LIMIT
         limit = parse_int_param(
@@ -949,18 +954,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
                 "candidates are returned, and a larger limit is lowered to it."
             ),
         )
-        query = request.query_params.get("q", "")
-        if "\x00" in query or len(query) > MAX_CANDIDATE_QUERY:
-            raise InvalidQuery(
-                {
-                    "q": [
-                        ErrorDetail(
-                            f"q must be at most {MAX_CANDIDATE_QUERY} characters, without NUL.",
-                            code="invalid",
-                        )
-                    ]
-                }
-            )
+        query = text_param(request, "q", max_length=MAX_CANDIDATE_QUERY)
         rows = references.reference_candidates(
             scope=self.scope, session_id=pk, query=query, limit=limit
         )

@@ -43,7 +43,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections, router
 
 from .. import services
-from ..content import content_text, ensure_storable_text
+from ..content import MAX_JSON_DEPTH, check_json_value, content_text
 from ..exceptions import InvalidInput, MessageNotFound, SessionArchived, SessionNotFound
 from ..models import Message, Session
 from ..scope import Scope, as_scope, scope_q
@@ -77,9 +77,11 @@ def _item_text(item: Mapping[str, Any]) -> str:
     return ""
 
 
-def _storable(value: Any) -> bool:
+def _storable(value: Any, *, depth: int = 0) -> bool:
+    """Whether ``value``, stored ``depth`` levels deep inside a message's content, passes the
+    content rule (no NUL, no lone surrogate, not nested too deep)."""
     try:
-        ensure_storable_text(value, field="content")
+        check_json_value(value, field="content", max_depth=MAX_JSON_DEPTH - depth)
     except InvalidInput:
         return False
     return True
@@ -108,7 +110,7 @@ def item_to_message(item: Mapping[str, Any]) -> dict[str, Any]:
         if not _storable(text):
             text = text.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
         content.append({"type": "text", "text": text})
-    if _storable(item):
+    if _storable(item, depth=2):  # content list > item block > item
         content.append({"type": ITEM_BLOCK_TYPE, "item": dict(item)})
     else:
         content.append({"type": ITEM_BLOCK_TYPE, "item_json": json.dumps(item)})

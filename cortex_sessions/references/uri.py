@@ -23,6 +23,7 @@ import binascii
 import json
 import re
 
+from ..content import parse_json
 from .errors import InvalidReference
 
 __all__ = ["SESSION_URI_PREFIX", "decode_session_uri", "encode_session_uri"]
@@ -73,7 +74,7 @@ def decode_session_uri(uri: str) -> str:
         raise InvalidReference("The session URI payload is not unpadded base64url.")
     try:
         raw = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
-        value = json.loads(raw.decode("utf-8"))
+        value = parse_json(raw.decode("utf-8"))
     except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
         raise InvalidReference("The session URI payload is not UTF-8 JSON.") from exc
     if not isinstance(value, str) or not value:

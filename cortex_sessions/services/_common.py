@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db import router, transaction
 
-from ..content import check_json_object, ensure_storable_text
+from ..content import check_json_object, check_json_value
 from ..exceptions import (
     InvalidAgentId,
     InvalidFilter,
@@ -67,7 +67,7 @@ def check_agent_id(agent_id: Any) -> str:
 def _check_title(title: Any) -> str:
     if not isinstance(title, str):
         raise InvalidInput("title must be a string.", field="title")
-    ensure_storable_text(title, field="title")
+    check_json_value(title, field="title")
     if len(title) > TITLE_MAX_CHARS:
         raise ValueTooLong(
             f"title is {len(title)} characters; at most {TITLE_MAX_CHARS} are allowed.",
@@ -81,7 +81,7 @@ def _check_cwd(cwd: Any) -> str | None:
         return None
     if not isinstance(cwd, str):
         raise InvalidInput("cwd must be a string or null.", field="cwd")
-    ensure_storable_text(cwd, field="cwd")
+    check_json_value(cwd, field="cwd")
     return cwd
 
 
@@ -101,7 +101,7 @@ def _check_filter_text(value: Any, *, field: str) -> str | None:
         return None
     if not isinstance(value, str):
         raise InvalidFilter(f"{field} must be a string; got {value!r}.", field=field)
-    ensure_storable_text(value, field=field)
+    check_json_value(value, field=field)
     return value
 
 

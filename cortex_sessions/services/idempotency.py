@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -36,6 +37,7 @@ from ..models import IdempotencyKey
 from ..scope import Scope, as_scope
 
 __all__ = [
+    "IDEMPOTENCY_KEY_PATTERN",
     "IdempotentOutcome",
     "check_idempotency_key",
     "fingerprint",
@@ -46,20 +48,25 @@ __all__ = [
 T = TypeVar("T")
 
 
+#: An idempotency key: 1–255 visible ASCII characters but the comma (docs/design.md §12.1).
+#: A WSGI server joins two ``Idempotency-Key`` headers into one value with a comma; a key
+#: that cannot hold one makes such a request a 400 instead of a write under a made-up key.
+IDEMPOTENCY_KEY_PATTERN = r"^[!-+\--~]{1,255}$"
+_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
+
+
 def check_idempotency_key(key: Any) -> str:
-    """Validate an idempotency key: 1–255 visible ASCII characters (``!`` to ``~``).
+    """Validate an idempotency key: 1–255 visible ASCII characters (``!`` to ``~``) other than
+    the comma (:data:`IDEMPOTENCY_KEY_PATTERN`).
 
     Returns:
         ``key`` unchanged.
 
     Raises:
-        InvalidIdempotencyKey: anything else (400 ``invalid_idempotency_key``).
+        InvalidIdempotencyKey: anything else (400 ``invalid_idempotency_key``), two keys
+            joined by a comma included.
     """
-    if (
-        not isinstance(key, str)
-        or not 1 <= len(key) <= 255
-        or any(not 0x21 <= ord(char) <= 0x7E for char in key)
-    ):
+    if not isinstance(key, str) or not _KEY.fullmatch(key):
         raise InvalidIdempotencyKey(field="Idempotency-Key")
     return key
 

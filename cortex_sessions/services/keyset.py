@@ -25,6 +25,7 @@ from typing import Any
 
 from django.db.models import Q
 
+from ..content import parse_json
 from ..exceptions import InvalidFilter
 from ..models import Session, SessionQuerySet
 from ..scope import Scope
@@ -74,7 +75,7 @@ def _decode(cursor: Any, ordering: str) -> tuple[Any, uuid.UUID, bool]:
     if not isinstance(cursor, str) or len(cursor) > MAX_CURSOR_CHARS:
         raise _invalid()
     try:
-        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        data = parse_json(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode())
         key, pk, direction = data["k"], uuid.UUID(data["i"]), data["d"]
         if data["o"] != ordering:
             raise _invalid("cursor belongs to another ordering; start again without it.")

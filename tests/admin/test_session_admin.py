@@ -7,6 +7,7 @@ import json
 import pytest
 from django.db import IntegrityError, connection
 from django.test.utils import CaptureQueriesContext
+from django.utils.html import escape
 
 from cortex_sessions import services
 from cortex_sessions.admin import INLINE_MESSAGES, LIST_PREVIEW_CHARS
@@ -367,6 +368,70 @@ def test_adding_a_session_goes_through_create_session(admin_client, monkeypatch)
     assert response.url == changelist_url()
 
 
+#: Metadata text the JSON rule refuses (docs/design.md §12.4–12.5), each of which used to crash a
+#: form page (500) on some database: a lone surrogate echoed into an unencodable page, nesting
+#: that exhausts Python's recursion limit, nesting MariaDB's JSON check refuses, NaN and
+#: out-of-range numbers no database stores, a NUL PostgreSQL refuses.
+BAD_METADATA_TEXT = {
+    "lone-surrogate": '{"a": "\\ud800"}',
+    "surrogate-key": '{"\\udfff": 1}',
+    "nul": '{"a": "\\u0000"}',
+    "arrays-5000-deep": "[" * 5000 + "]" * 5000,
+    "objects-5000-deep": '{"a":' * 5000 + "1" + "}" * 5000,
+    "objects-32-deep": '{"a":' * 32 + "1" + "}" * 32,
+    "nan": '{"a": NaN}',
+    "infinity": '{"a": -Infinity}',
+    "out-of-range": '{"a": 1e999}',
+}
+
+
+@pytest.mark.parametrize("text", BAD_METADATA_TEXT.values(), ids=BAD_METADATA_TEXT.keys())
+@pytest.mark.parametrize("page", ["add", "change"])
+def test_bad_metadata_text_is_a_form_error_shown_as_typed_never_a_500(
+    admin_client, session_with_messages, page, text
+):
+    session = session_with_messages(metadata={"keep": True})
+    if page == "add":
+        url = add_url()
+        data = {"agent_id": "planner", "scope": "org=acme", "metadata": text}
+    else:
+        url = change_url(session)
+        data = {**page_form_data(admin_client.get(url)), "metadata": text}
+
+    response = admin_client.post(url, data)
+
+    assert response.status_code == 200
+    assert "metadata" in response.context["adminform"].form.errors
+    assert escape(text) in response.content.decode()  # the box shows what was typed
+    assert Session.objects.count() == 1
+    session.refresh_from_db()
+    assert session.metadata == {"keep": True}
+
+
+def test_metadata_as_deep_as_every_database_stores_is_saved(admin_client, session_with_messages):
+    session = session_with_messages()
+    deepest = '{"a":' * 30 + "[1]" + "}" * 30  # 31 levels: MariaDB's JSON_VALID limit
+    data = {**page_form_data(admin_client.get(change_url(session))), "metadata": deepest}
+
+    response = admin_client.post(change_url(session), data)
+
+    assert response.status_code == 302
+    session.refresh_from_db()
+    assert session.metadata == json.loads(deepest)
+
+
+@pytest.mark.parametrize("text", BAD_METADATA_TEXT.values(), ids=BAD_METADATA_TEXT.keys())
+def test_a_message_page_takes_no_json_at_all(admin_client, session_with_messages, text):
+    """Messages are read-only in the admin: a posted change is refused, never parsed."""
+    message = session_with_messages().messages.first()
+
+    response = admin_client.post(change_url(message), {"content": text, "metadata": text})
+
+    assert response.status_code == 403
+    stored = Message.objects.get(pk=message.pk)
+    assert (stored.content, stored.metadata) == (message.content, message.metadata)
+
+
 @pytest.mark.parametrize(
     "scope",
     ["", "   ", "org", "Org=acme", "org=", "org=a/b", "a=1/b=2/c=3/d=4", "org=a\x07"],
@@ -391,6 +456,24 @@ def test_add_form_with_bad_agent_id_is_a_form_error(admin_client, agent_id):
     assert response.status_code == 200
     assert "agent_id" in response.context["adminform"].form.errors
     assert not Session.objects.exists()
+
+
+@pytest.mark.parametrize("agent_id", [" planner", "planner ", "\tplanner"])
+def test_add_form_keeps_or_refuses_surrounding_space_in_an_agent_id_never_strips_it(
+    admin_client, agent_id
+):
+    """An agent id is an identifier ("bot " and "bot" are two agents): the form applies the
+    services' rule to it as typed, never to a stripped copy."""
+    response = admin_client.post(
+        add_url(), {"agent_id": agent_id, "scope": "org=acme", "metadata": "{}"}
+    )
+
+    if response.status_code == 302:
+        assert Session.objects.get().agent_id == agent_id
+    else:
+        errors = response.context["adminform"].form.errors.as_data()["agent_id"]
+        assert [error.code for error in errors] == ["invalid_agent_id"]
+        assert not Session.objects.exists()
 
 
 def test_second_default_for_same_agent_and_scope_is_a_form_error(admin_client):

@@ -8,7 +8,10 @@ checking that no response is a 5xx and that every response matches the schema.
 from __future__ import annotations
 
 import base64
+import functools
+import re
 import uuid
+from pathlib import Path
 
 import pytest
 import schemathesis
@@ -119,6 +122,34 @@ def test_schema_documents_every_filter_and_error(schema_document):
     assert "413" in paths["/api/cortex/sessions/{id}/messages/"]["post"]["responses"]
 
 
+def _parameter(schema_document, path: str, method: str, name: str) -> dict:
+    (found,) = [
+        p for p in schema_document["paths"][path][method]["parameters"] if p["name"] == name
+    ]
+    return found
+
+
+def test_schema_states_what_the_server_refuses_in_parameters(schema_document):
+    """The rules of docs/design.md §12.4 that a parameter's schema can state, stated: one sort
+    key (a comma list is refused), a non-empty scope, a comma-free Idempotency-Key, the agent
+    id's pattern."""
+    ordering = _parameter(schema_document, "/api/cortex/sessions/", "get", "ordering")
+    assert ordering["schema"]["enum"] and not any("," in v for v in ordering["schema"]["enum"])
+    assert "refused" in ordering["description"]
+    for name in ("scope", "X-Cortex-Scope"):
+        scope = _parameter(schema_document, "/api/cortex/sessions/", "get", name)["schema"]
+        assert scope["minLength"] == 1
+        assert not re.search(scope["pattern"], "")
+        assert re.search(scope["pattern"], "org=acme/user=1")
+        assert not re.search(scope["pattern"], "org=acme/user=1,org=acme/user=1")
+    key = _parameter(schema_document, "/api/cortex/sessions/", "post", "Idempotency-Key")
+    assert re.search(key["schema"]["pattern"], "k-1.~!")
+    assert not re.search(key["schema"]["pattern"], "k1,k2")
+    agent = _parameter(schema_document, "/api/cortex/sessions/", "get", "agent_id")["schema"]
+    body = schema_document["components"]["schemas"]["SessionCreate"]["properties"]["agent_id"]
+    assert (agent["pattern"], agent["maxLength"]) == (body["pattern"], body["maxLength"])
+
+
 REFERENCE_CODES = {
     "400": [
         "SESSION_REFERENCE_INVALID_REFERENCE",
@@ -221,6 +252,29 @@ CHECKS = [
     response_schema_conformance,
 ]
 
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+@functools.cache
+def documented_codes() -> frozenset[str]:
+    """Every code the docs' error tables name (docs/api.md, docs/references.md)."""
+    text = (DOCS / "api.md").read_text() + (DOCS / "references.md").read_text()
+    return frozenset(re.findall(r"`([A-Za-z_]+)`", text))
+
+
+def assert_codes_documented(response) -> None:
+    """Every code of an error body — at the top and per field — is in the docs' error table
+    (docs/design.md §12.4), so a DRF default such as ``null`` or ``max_length`` never
+    reaches a client unlisted."""
+    content_type = " ".join(response.headers.get("content-type", []))
+    if response.status_code < 400 or "json" not in content_type:
+        return
+    body = response.json()
+    codes = {body["code"]} | {
+        item["code"] for items in body.get("errors", {}).values() for item in items
+    }
+    assert codes <= documented_codes(), (sorted(codes - documented_codes()), body)
+
 
 @pytest.mark.parametrize(("path", "method"), sorted(OPERATIONS))
 def test_api_conforms_to_its_schema(wsgi_app, path, method):
@@ -242,7 +296,9 @@ def test_api_conforms_to_its_schema(wsgi_app, path, method):
                 **(case.path_parameters or {}),
                 "id": str(live_session(wsgi_app.scope).pk),
             }
-        case.call_and_validate(headers={"Authorization": AUTH}, checks=CHECKS)
+        assert_codes_documented(
+            case.call_and_validate(headers={"Authorization": AUTH}, checks=CHECKS)
+        )
 
     check()
 
@@ -301,6 +357,7 @@ def test_reference_successes_and_errors_conform_to_the_schema(wsgi_app):
     for path, method, kwargs in reference_cases(wsgi_app.scope):
         case = schema[path][method].Case(media_type="application/json", **kwargs)
         response = case.call_and_validate(headers={"Authorization": AUTH}, checks=CHECKS)
+        assert_codes_documented(response)
         statuses.append(response.status_code)
     assert statuses == [200, 200, 404, 201, 400]
 
@@ -324,9 +381,10 @@ ALL_CHECKS = [
 
 #: Operations whose schema-valid bodies the server may still refuse: their content and metadata
 #: are arbitrary nested JSON, and the server refuses a NUL anywhere in it — in a nested string or
-#: an object key (`nul_character`; PostgreSQL cannot store it). OpenAPI 3.0 has no
-#: ``propertyNames`` and these schemas no recursion, so the schema cannot state that rule. Not
-#: strict: an example run may draw no nested NUL and pass.
+#: an object key (`nul_character`; PostgreSQL cannot store it) — and nesting deeper than
+#: ``content.MAX_JSON_DEPTH`` (MariaDB cannot store it). OpenAPI 3.0 has no ``propertyNames``
+#: and these schemas no recursion, so the schema cannot state either rule. Not strict: an
+#: example run may draw neither and pass.
 NESTED_NUL_GAP = {
     ("/api/cortex/sessions/{id}/messages/", "post"),
     ("/api/cortex/sessions/{id}/references/prepare/", "post"),
@@ -415,6 +473,8 @@ def test_schema_and_server_agree_under_every_check(wsgi_app, path, method, mode)
         if case.headers and "Idempotency-Key" in case.headers and mode is GenerationMode.POSITIVE:
             # A key reused with another body is 422 by design; each example is a new request.
             case.headers["Idempotency-Key"] = uuid.uuid4().hex
-        case.call_and_validate(headers={"Authorization": AUTH}, checks=ALL_CHECKS)
+        assert_codes_documented(
+            case.call_and_validate(headers={"Authorization": AUTH}, checks=ALL_CHECKS)
+        )
 
     check()

@@ -191,4 +191,5 @@ def test_a_repeated_scope_parameter_is_a_400_not_the_last_one_silently(make_user
     mine = f"org=acme/user={bob.pk}"
     response = client_for(bob).get(f"{BASE}?scope={mine}&scope={mine}/p=x")
     assert response.status_code == 400
-    assert response.json()["code"] == "invalid_scope"
+    assert response.json()["code"] == "invalid_filter"
+    assert response.json()["errors"]["scope"][0]["code"] == "repeated_parameter"

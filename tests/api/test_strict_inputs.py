@@ -11,17 +11,31 @@ from tests.api.conftest import BASE, session_url
 pytestmark = pytest.mark.django_db
 
 
-@pytest.mark.parametrize("parameter", ["agent_id", "exact", "default_only", "ordering", "archived"])
-def test_an_empty_filter_value_is_an_invalid_filter_naming_it(api, alice_scope, parameter):
+@pytest.mark.parametrize(
+    ("parameter", "code", "field_code"),
+    [
+        ("agent_id", "invalid_agent_id", "invalid_agent_id"),  # the agent id's own rule
+        ("exact", "invalid_filter", "invalid"),
+        ("default_only", "invalid_filter", "invalid"),
+        ("ordering", "invalid_filter", "invalid"),
+        ("archived", "invalid_filter", "invalid"),
+        ("metadata", "invalid_filter", "invalid"),
+        ("limit", "invalid_filter", "invalid"),
+        ("offset", "invalid_filter", "invalid"),
+    ],
+)
+def test_an_empty_filter_value_is_a_400_naming_it(api, alice_scope, parameter, code, field_code):
     services.create_session(scope=alice_scope, agent_id="a")
 
     for path in (BASE, f"{BASE}count/"):
+        if path != BASE and parameter in ("limit", "offset"):
+            continue  # the count takes no page parameters
         response = api.get(f"{path}?{parameter}=")
 
         assert response.status_code == 400, (path, response.content)
         body = response.json()
-        assert body["code"] == "invalid_filter"
-        assert body["errors"][parameter][0]["code"] == "invalid"
+        assert body["code"] == code
+        assert body["errors"][parameter][0]["code"] == field_code
 
 
 def test_an_empty_search_still_matches_every_title(api, alice_scope):

@@ -30,6 +30,7 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from cortex_sessions import services
+from cortex_sessions.content import MAX_JSON_DEPTH
 from cortex_sessions.exceptions import (
     InvalidInput,
     InvalidScope,
@@ -173,6 +174,20 @@ async def test_items_postgresql_cannot_store_as_json_still_round_trip():
         {"role": "user", "content": "nul \x00 inside"},
         {"type": "function_call_output", "call_id": "c", "output": "lone \ud800 surrogate"},
     ]
+    await session.add_items(items)
+    assert await session.get_items() == items
+
+
+@async_test
+async def test_items_nested_deeper_than_every_database_stores_still_round_trip():
+    """An item sits two levels down in a message's content (block list, block): one that would
+    push the content past MAX_JSON_DEPTH is kept as JSON text, like one with a NUL, so MariaDB
+    (whose JSON check refuses 32 levels) stores it as every other database does."""
+    deep: object = "leaf"
+    for _ in range(MAX_JSON_DEPTH - 2):  # with the item itself: 30 levels, 32 in the content
+        deep = {"k": deep}
+    items = [{"type": "function_call_output", "call_id": "c", "output": "x", "extra": deep}]
+    session = session_at()
     await session.add_items(items)
     assert await session.get_items() == items
 
