@@ -38,7 +38,7 @@ from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.functions import Coalesce, Greatest, JSONObject
 
-from .content import ensure_storable_text
+from .content import check_json_value
 from .exceptions import InvalidFilter
 
 __all__ = [
@@ -263,7 +263,7 @@ def check_query(q: Any) -> str:
     """
     if not isinstance(q, str):
         raise InvalidFilter(f"q must be a string; got {q!r}.", field="q")
-    ensure_storable_text(q, field="q")
+    check_json_value(q, field="q")
     if not q.strip(BLANK):
         raise InvalidFilter(
             "q must hold something besides spaces, tabs and line breaks; leave it out to list "
