@@ -57,6 +57,7 @@ __all__ = [
     "filter_sessions",
     "installed_config",
     "match_of",
+    "search_available",
     "search_vendor",
 ]
 
@@ -228,6 +229,11 @@ def config_exists(connection: BaseDatabaseWrapper, config: str) -> bool:
 # -- queries --------------------------------------------------------------------------------------
 
 
+def search_available(connection: BaseDatabaseWrapper) -> bool:
+    """Whether ``connection`` has message search (PostgreSQL, SQLite; not MySQL/MariaDB)."""
+    return connection.vendor in ("postgresql", "sqlite")
+
+
 def search_vendor(connection: BaseDatabaseWrapper) -> str:
     """``"postgresql"`` or ``"sqlite"``: how ``connection`` searches.
 
@@ -235,7 +241,7 @@ def search_vendor(connection: BaseDatabaseWrapper) -> str:
         InvalidFilter: the database has no message search (MySQL/MariaDB): a query is refused,
             never answered as if no filter had been given.
     """
-    if connection.vendor in ("postgresql", "sqlite"):
+    if search_available(connection):
         return str(connection.vendor)
     raise InvalidFilter(
         "q (message search) is not available on MySQL/MariaDB; use PostgreSQL (full-text "

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+from django.db import connections, router
 from django.http import Http404
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
@@ -29,7 +30,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
-from cortex_sessions import services
+from cortex_sessions import search, services
 from cortex_sessions.conf import DEFAULTS, app_settings
 from cortex_sessions.exceptions import MessageNotFound, SessionNotFound
 from cortex_sessions.models import Message, Session
@@ -236,9 +237,9 @@ class CortexAutoSchema(AutoSchema):
     ``additionalProperties: false``, since the server refuses undefined fields; a body of
     several shapes (a :class:`PolymorphicProxySerializer`) is required, as each shape is; and
     ``application/merge-patch+json`` is offered only where an operation names it (``PATCH
-    /sessions/{id}/``), since every other endpoint answers it with 415; and a response field a
+    /sessions/{id}/``), since every other endpoint answers it with 415; a response field a
     serializer lists in ``optional_fields`` (``match``, only in search results) is not
-    required."""
+    required; and the message search ``q`` is offered only where the database searches."""
 
     def _map_basic_serializer(self, serializer: Any, direction: str) -> dict[str, Any]:
         schema: dict[str, Any] = super()._map_basic_serializer(  # type: ignore[no-untyped-call]
@@ -250,6 +251,22 @@ class CortexAutoSchema(AutoSchema):
         if direction == "response" and optional and "required" in schema:
             schema["required"] = [name for name in schema["required"] if name not in optional]
         return schema
+
+    def _get_parameters(self) -> list[dict[str, Any]]:
+        """The operation's parameters, without the message search ``q`` where the database
+        has no search (MySQL/MariaDB answer it 400 ``invalid_filter``, so a client generated
+        from the schema never sends it; docs/design.md §11.5, §15)."""
+        parameters: list[dict[str, Any]] = super()._get_parameters()
+        if search.search_available(connections[router.db_for_read(Session)]):
+            return parameters
+        return [
+            parameter
+            for parameter in parameters
+            if not (
+                parameter.get("name") == "q"
+                and parameter.get("schema", {}).get("pattern") == search.QUERY_PATTERN
+            )
+        ]
 
     def map_parsers(self) -> list[Any]:
         """The request media types of an operation that does not name its own: the view's
