@@ -79,8 +79,10 @@ def _scope_where(scope: str, exact: bool) -> tuple[str, list[Any]]:
 
 
 def floor_list(conn: Any, *, scope: str, exact: bool = False, limit: int = 50) -> list[tuple]:
-    """A page of sessions, newest first (``services.list_sessions``)."""
+    """A page of live sessions, newest first (``services.list_sessions``, which hides archived
+    sessions by default)."""
     where, params = _scope_where(scope, exact)
+    where += " AND archived_at IS NULL"
     cursor = conn.cursor()
     cursor.execute(
         f"SELECT {SESSION_COLUMNS} FROM {SESSION_TABLE} WHERE {where} "
@@ -91,8 +93,9 @@ def floor_list(conn: Any, *, scope: str, exact: bool = False, limit: int = 50) -
 
 
 def floor_count(conn: Any, *, scope: str, exact: bool = False) -> int:
-    """``COUNT(*)`` at a scope (``services.count_sessions``)."""
+    """``COUNT(*)`` of the live sessions at a scope (``services.count_sessions``)."""
     where, params = _scope_where(scope, exact)
+    where += " AND archived_at IS NULL"
     cursor = conn.cursor()
     cursor.execute(f"SELECT COUNT(*) FROM {SESSION_TABLE} WHERE {where}", params)
     return cursor.fetchone()[0]
@@ -239,7 +242,8 @@ def generate(conn: Any, scale: Scale) -> dict[str, int]:
 
 def queries_and_plan(fn: Any) -> tuple[int, str]:
     """Run ``fn`` once in a rolled-back transaction; count its statements and summarise their
-    ``EXPLAIN``: the indexes used, or ``FULL SCAN <table>``."""
+    ``EXPLAIN``: the indexes used (``(index only)`` when the table rows are not read), or
+    ``FULL SCAN <table>``."""
     from django.db import connection, transaction
     from django.test.utils import CaptureQueriesContext
 
@@ -266,7 +270,9 @@ def queries_and_plan(fn: Any) -> tuple[int, str]:
                     if plan.get("type") == "ALL":
                         full.append(str(plan.get("table")).replace("cortex_sessions_", ""))
                     elif plan.get("key"):
-                        keys.append(str(plan["key"]).replace("cortex_", ""))
+                        extra = [part.strip() for part in str(plan.get("Extra") or "").split(";")]
+                        only = " (index only)" if "Using index" in extra else ""
+                        keys.append(str(plan["key"]).replace("cortex_", "") + only)
         transaction.set_rollback(True)
     if full:
         return len(statements), "FULL SCAN " + ",".join(dict.fromkeys(full))

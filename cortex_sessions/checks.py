@@ -16,6 +16,10 @@ IDs:
   ``SEARCH_CONFIG`` (``pg_ts_config``), so message search cannot parse a query.
 - ``cortex_sessions.W002`` (database check): the message search column was built with another
   configuration than ``SEARCH_CONFIG`` (``manage.py cortex_sessions_search_rebuild`` rebuilds it).
+- ``cortex_sessions.W015`` (database check: ``migrate``, ``check --database``): on MySQL/MariaDB
+  the session titles, or the database default they would get, use a ``*_general_ci``
+  collation, under which the title ``search`` takes every character outside the BMP for any
+  other and ``ß`` for ``s`` (docs/design.md §15.6).
 
 Database checks run where Django runs them: ``manage.py migrate`` and ``manage.py check
 --database default``.
@@ -31,7 +35,7 @@ from django.db import DatabaseError, connections
 from . import search
 from .conf import DEFAULTS, HARD_MAX_REFERENCES, HARD_MAX_SCOPE_DEPTH, app_settings
 
-__all__ = ["check_search_config", "check_settings"]
+__all__ = ["check_database_collation", "check_search_config", "check_settings"]
 
 _POSITIVE_INTS = (
     "LAST_MESSAGE_PREVIEW_CHARS",
@@ -207,3 +211,47 @@ def check_search_config(
                 )
             )
     return messages
+
+
+@register(Tags.database)
+def check_database_collation(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Warn (``cortex_sessions.W015``) when a MySQL/MariaDB database gives session titles a
+    ``*_general_ci`` collation (docs/design.md §15.6).
+
+    Reads the collation of ``cortex_sessions_session.title`` when the table exists, else the
+    database's default (what ``migrate`` will give it). Runs for the aliases in ``databases``
+    only (``migrate`` passes its database; ``manage.py check --database``). Returns the
+    warnings (empty elsewhere, and when the database cannot be reached).
+    """
+    from .models import Session
+
+    warnings: list[CheckMessage] = []
+    for alias in databases or ():
+        connection = connections[alias]
+        if connection.vendor != "mysql":
+            continue
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT COALESCE((SELECT collation_name FROM information_schema.columns "
+                    "WHERE table_schema = DATABASE() AND table_name = %s "
+                    "AND column_name = 'title'), @@collation_database)",
+                    [Session._meta.db_table],
+                )
+                (collation,) = cursor.fetchone()
+        except DatabaseError:
+            continue
+        if str(collation).endswith("_general_ci"):
+            warnings.append(
+                Warning(
+                    f"Database {alias!r} gives session titles the collation {collation}: the "
+                    "title search there takes every emoji for any other and 'ß' for 's'.",
+                    hint="Create the database with CHARACTER SET utf8mb4 COLLATE "
+                    "utf8mb4_unicode_ci (or uca1400_ai_ci on MariaDB 10.10+) before migrating; "
+                    "see README.md, Databases.",
+                    id="cortex_sessions.W015",
+                )
+            )
+    return warnings

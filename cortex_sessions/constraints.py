@@ -1,4 +1,5 @@
-"""A unique-where constraint that every supported database enforces (docs/design.md §6, §15)."""
+"""A unique-where constraint that every supported database enforces, and a partial index with a
+chosen form where partial indexes do not exist (docs/design.md §6, §15)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,75 @@ from typing import Any
 
 from django.core import checks
 from django.core.exceptions import FieldDoesNotExist
-from django.db.models import BaseConstraint, Q, UniqueConstraint
+from django.db.models import BaseConstraint, Index, Q, UniqueConstraint
 from django.db.utils import DEFAULT_DB_ALIAS
 
-__all__ = ["PartialUniqueConstraint"]
+__all__ = ["PartialIndex", "PartialUniqueConstraint"]
+
+#: What ``PartialIndex`` runs instead of ``CREATE``/``DROP INDEX`` where it has no form: a
+#: MySQL statement that does nothing (only MySQL and MariaDB lack partial indexes).
+_NO_INDEX_SQL = "DO 0"
+
+
+class PartialIndex(Index):
+    """An index of the rows where ``where`` holds, and ``fallback_fields`` (or no index at all)
+    on a database without partial indexes.
+
+    Where the database has partial indexes (PostgreSQL, SQLite) it is exactly
+    ``Index(fields=fields, condition=where, name=name)``. MySQL and MariaDB have none: Django
+    would build a full index on ``fields`` (with warning ``models.W037``), which duplicates
+    another index when only the condition told them apart. There it is an index on
+    ``fallback_fields`` (a key that carries the condition's columns, say), or, with
+    ``fallback_fields=None``, nothing — another index serves those reads. The form is chosen
+    when the migration runs, by ``features.supports_partial_indexes``; migrations are the same
+    on every database and ``manage.py check`` raises no ``W037`` (docs/design.md §15.3).
+
+    Args:
+        fields: the indexed fields where partial indexes exist (``-name`` for descending).
+        where: a ``Q`` naming the rows indexed there.
+        name: the index name, the same in every form.
+        fallback_fields: the index's fields on a database without partial indexes, or
+            ``None`` for no index there.
+    """
+
+    def __init__(
+        self,
+        *,
+        fields: list[str] | tuple[str, ...],
+        where: Q,
+        name: str,
+        fallback_fields: list[str] | tuple[str, ...] | None = None,
+    ) -> None:
+        if not isinstance(where, Q):
+            raise ValueError("PartialIndex needs a Q condition (where=).")
+        self.where = where
+        self.fallback_fields = list(fallback_fields) if fallback_fields is not None else None
+        super().__init__(fields=list(fields), name=name)
+
+    def for_connection(self, connection: Any) -> Index | None:
+        """The ``Index`` this becomes on ``connection``'s database, or ``None`` for none."""
+        if connection.features.supports_partial_indexes:
+            return Index(fields=self.fields, condition=self.where, name=self.name)
+        if self.fallback_fields is None:
+            return None
+        return Index(fields=self.fallback_fields, name=self.name)
+
+    def create_sql(self, model: Any, schema_editor: Any, using: str = "", **kwargs: Any) -> Any:
+        index = self.for_connection(schema_editor.connection)
+        if index is None:
+            return _NO_INDEX_SQL
+        return index.create_sql(model, schema_editor, using=using, **kwargs)
+
+    def remove_sql(self, model: Any, schema_editor: Any, **kwargs: Any) -> Any:
+        index = self.for_connection(schema_editor.connection)
+        if index is None:
+            return _NO_INDEX_SQL
+        return index.remove_sql(model, schema_editor, **kwargs)
+
+    def deconstruct(self) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
+        path, args, kwargs = super().deconstruct()
+        kwargs.update(where=self.where, fallback_fields=self.fallback_fields)
+        return path, tuple(args), kwargs
 
 
 class PartialUniqueConstraint(BaseConstraint):

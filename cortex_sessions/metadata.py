@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.db import connections
-from django.db.models import CharField, F, Func, QuerySet, Value
+from django.db.models import BooleanField, CharField, F, Func, QuerySet, Value
 from django.db.models.fields.json import KeyTransform
 
 from .content import check_json_value, json_bytes
@@ -70,9 +70,11 @@ def filter_by_metadata(queryset: QuerySet[Any], value: Mapping[str, Any]) -> Que
     On PostgreSQL the filter starts with containment (``metadata @> value``), which the GIN
     ``jsonb_path_ops`` index serves; containment is equality for a scalar value, and for an
     object or array value an exact comparison of that key is added (containment alone would
-    also match a larger object or array). Elsewhere each key is compared with Django's JSON
-    key lookups; on SQLite the JSON type is compared too, so ``true`` never matches ``1``
-    (an object value is compared there as stored JSON text, so its key order counts).
+    also match a larger object or array). On MariaDB each key is compared with ``JSON_EQUALS``
+    (see :func:`_mysql_equal`), with the same results as PostgreSQL. On SQLite each key is
+    compared with Django's JSON key lookup and its JSON type, so ``true`` never matches ``1``
+    nor ``null`` the string ``"null"``; an object value is compared there as stored JSON text,
+    so its key order counts (docs/design.md §15.6).
 
     Args:
         queryset: a ``Session`` queryset.
@@ -96,13 +98,15 @@ def filter_by_metadata(queryset: QuerySet[Any], value: Mapping[str, Any]) -> Que
     for index, (key, expected) in enumerate(value.items()):
         if vendor == "postgresql" and not isinstance(expected, dict | list):
             continue
+        if vendor == "mysql":
+            queryset = queryset.filter(_mysql_equal(key, expected, connections[queryset.db]))
+            continue
         name = f"_metadata_{index}"
         # An alias, not ``metadata__<key>``: a key may contain ``__`` or name a lookup.
         queryset = queryset.alias(**{name: KeyTransform(_ObjectKey(key), "metadata")}).filter(
             **{name: expected}
         )
-        json_type = _sqlite_json_types(expected) if vendor == "sqlite" else None
-        if json_type:
+        if vendor == "sqlite":
             type_name = f"_metadata_type_{index}"
             queryset = queryset.alias(
                 **{
@@ -113,8 +117,43 @@ def filter_by_metadata(queryset: QuerySet[Any], value: Mapping[str, Any]) -> Que
                         output_field=CharField(),
                     )
                 }
-            ).filter(**{f"{type_name}__in": json_type})
+            ).filter(**{f"{type_name}__in": _sqlite_json_types(expected)})
     return queryset
+
+
+def _mysql_equal(key: str, expected: Any, connection: Any) -> Func:
+    """``metadata``'s member ``key`` equals the JSON value ``expected``, on MySQL/MariaDB; false
+    (never unknown) when the member is missing.
+
+    Django's key lookup compares MariaDB's JSON text as SQL strings in the column's collation:
+    ``1`` equalled ``"1"``, ``"rain"`` equalled ``"rain "``, and an object matched only with
+    its keys in the same order. MariaDB's ``JSON_EQUALS`` compares JSON values — types kept,
+    object keys in any order, ``1`` equal to ``1.0`` — as PostgreSQL's ``jsonb`` does. It (and
+    the path) read strings as their JSON text, escapes included, which is exact for metadata
+    the app wrote: Django's encoder escapes every non-ASCII character, and so does the filter.
+    Two MariaDB quirks are kept out: the path is a binary literal, because with a text literal
+    the optimizer took ``JSON_EQUALS(…'$."n"'…) = 1`` and the ``"N"`` twin for one condition
+    and dropped the second; and ``COALESCE`` makes a missing member false, because a bare
+    ``JSON_EQUALS`` that is ``NULL`` passes a ``WHERE``.
+
+    MySQL 8 (not tested here) has no ``JSON_EQUALS``; there the member is compared with its
+    JSON ``=`` to ``CAST(… AS JSON)``, which also compares JSON values.
+    """
+    text = CharField()
+    mariadb = connection.mysql_is_mariadb
+    path = Func(
+        Value("$." + json.dumps(key)),
+        template="_binary %(expressions)s" if mariadb else "%(expressions)s",
+        output_field=text,
+    )
+    member = Func(F("metadata"), path, function="JSON_EXTRACT", output_field=text)
+    value = Value(json.dumps(expected))
+    if mariadb:
+        equal = Func(member, value, function="JSON_EQUALS", output_field=text)
+    else:
+        cast = Func(value, template="CAST(%(expressions)s AS JSON)", output_field=text)
+        equal = Func(member, cast, template="%(expressions)s", arg_joiner=" = ", output_field=text)
+    return Func(equal, template="COALESCE(%(expressions)s, FALSE)", output_field=BooleanField())
 
 
 def _check_addressable(vendor: str, key: str) -> None:
@@ -162,14 +201,19 @@ def _sqlite_key_path(key: str) -> str:
     return "$." + json.dumps(key)
 
 
-def _sqlite_json_types(expected: Any) -> list[str] | None:
-    """The SQLite ``JSON_TYPE`` names a scalar must have to equal ``expected`` (SQLite reads
-    ``true`` as ``1``), or ``None`` when the value comparison alone is exact."""
+def _sqlite_json_types(expected: Any) -> list[str]:
+    """The SQLite ``JSON_TYPE`` names a member must have to equal ``expected``: SQLite's
+    ``JSON_EXTRACT`` gives ``true`` as ``1`` and the JSON ``null`` and string ``"null"`` alike,
+    so the value comparison alone would take ``1`` for ``true`` and ``"null"`` for ``null``."""
+    if expected is None:
+        return ["null"]
     if isinstance(expected, bool):
         return ["true" if expected else "false"]
     if isinstance(expected, int | float):
         return ["integer", "real"]
-    return None
+    if isinstance(expected, str):
+        return ["text"]
+    return ["array"] if isinstance(expected, list) else ["object"]
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from uuid6 import uuid7
 
-from .constraints import PartialUniqueConstraint
+from .constraints import PartialIndex, PartialUniqueConstraint
 from .content import content_text
 from .counters import CONVERSATION_Q
 from .fields import ExactCharField, ScopeField
@@ -136,15 +136,18 @@ class Session(models.Model):
         indexes = [
             # Lists and counts hide archived sessions by default (docs/design.md §11.2): the scope
             # index holds live sessions only, so a default count is still an index-only scan;
-            # archived ones have their own, and ``archived=any`` reads both.
-            models.Index(
+            # archived ones have their own, and ``archived=any`` reads both. Without partial
+            # indexes (MySQL/MariaDB) one index carries ``archived_at`` after the scope and
+            # serves both (docs/design.md §15.3).
+            PartialIndex(
                 fields=["scope", "-updated_at", "-id"],
-                condition=Q(archived_at__isnull=True),
+                where=Q(archived_at__isnull=True),
                 name="cortex_session_scope_idx",
+                fallback_fields=["scope", "archived_at", "-updated_at", "-id"],
             ),
-            models.Index(
+            PartialIndex(
                 fields=["scope", "-updated_at", "-id"],
-                condition=Q(archived_at__isnull=False),
+                where=Q(archived_at__isnull=False),
                 name="cortex_session_archived_idx",
             ),
             models.Index(
@@ -242,14 +245,18 @@ class Message(models.Model):
             # Session references (docs/design.md §8.5-§8.6) read a session's newest checkpoint, count the
             # conversation messages after it and walk them newest first; these partial indexes
             # keep each of those reads proportional to what it returns, not to the session.
-            models.Index(
+            # Without partial indexes (MySQL/MariaDB) the checkpoint index keys on role and
+            # source instead, and the unique (session, seq) index serves the conversation reads
+            # (a full twin of it would only slow appends; docs/design.md §15.3).
+            PartialIndex(
                 fields=["session", "seq"],
-                condition=Q(role="user", source="checkpoint"),
+                where=Q(role="user", source="checkpoint"),
                 name="cortex_msg_checkpoint_idx",
+                fallback_fields=["session", "role", "source", "seq"],
             ),
-            models.Index(
+            PartialIndex(
                 fields=["session", "seq"],
-                condition=CONVERSATION_Q,
+                where=CONVERSATION_Q,
                 name="cortex_msg_conversation_idx",
             ),
         ]

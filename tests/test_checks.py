@@ -5,12 +5,15 @@ from __future__ import annotations
 from io import StringIO
 
 import pytest
+from django.core.checks import run_checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
+from django.db import connection
 from django.test import override_settings
 
-from cortex_sessions.checks import check_settings
+from cortex_sessions.checks import check_database_collation, check_settings
 from cortex_sessions.conf import app_settings
+from cortex_sessions.models import Session
 
 
 def ids(**settings):
@@ -74,3 +77,42 @@ def test_every_model_change_has_a_migration():
     out = StringIO()
     call_command("makemigrations", "cortex_sessions", "--check", "--dry-run", stdout=out)
     assert "No changes detected" in out.getvalue()
+
+
+@pytest.mark.django_db
+def test_database_checks_raise_no_warning_about_partial_indexes():
+    """``PartialIndex`` picks its MySQL/MariaDB form itself, so ``migrate`` and
+    ``check --database`` never print ``models.W037`` (docs/design.md §15.3)."""
+    messages = run_checks(databases=["default"])
+    assert [message.id for message in messages if message.id == "models.W037"] == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_general_ci_title_collation_is_warned_of_on_mysql():
+    """On MySQL/MariaDB a ``*_general_ci`` title column makes every emoji match any other in
+    the title search; elsewhere the check has nothing to say (docs/design.md §15.6)."""
+    assert [m.id for m in check_database_collation(databases=["default"])] == []
+    if connection.vendor != "mysql":
+        return
+    table = Session._meta.db_table
+
+    def set_title_collation(collation: str) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"ALTER TABLE {table} MODIFY title {column_type} CHARACTER SET utf8mb4 "
+                f"COLLATE {collation} NOT NULL"
+            )
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT column_type, collation_name FROM information_schema.columns "
+            "WHERE table_schema = DATABASE() AND table_name = %s AND column_name = 'title'",
+            [table],
+        )
+        column_type, original = cursor.fetchone()
+    set_title_collation("utf8mb4_general_ci")
+    try:
+        found = [m.id for m in check_database_collation(databases=["default"])]
+    finally:
+        set_title_collation(original)
+    assert found == ["cortex_sessions.W015"]

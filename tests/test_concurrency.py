@@ -121,6 +121,26 @@ def test_concurrent_make_default_swaps_leave_exactly_one_default():
     assert Session.objects.count() == 5
 
 
+def test_resolves_racing_make_default_swaps_never_fail():
+    """16 first resolves and 16 make-defaults of different sessions at a pair with no default
+    yet, several rounds: InnoDB breaks the deadlocks they form on the one-default index by
+    rolling one side back, and resolve runs again as make-default does (docs/design.md §15.4)."""
+    threads, rounds = 32, 5
+    for round_ in range(rounds):
+        scope = f"{SCOPE}/round={round_}"
+        others = [services.create_session(scope=scope, agent_id=AGENT) for _ in range(threads // 2)]
+
+        def race(index: int, scope: str = scope, others: list[Session] = others) -> Any:
+            if index % 2:
+                return services.resolve_session(scope=scope, agent_id=AGENT)[0].pk
+            return services.make_default(scope=scope, session_id=others[index // 2].pk).pk
+
+        run_together(threads, race)  # re-raises any worker's error
+
+        assert Session.objects.defaults_of(agent_id=AGENT, scope=scope).count() == 1
+        assert Session.objects.filter(scope=scope).count() in (threads // 2, threads // 2 + 1)
+
+
 def _backend_id(connection: Any) -> int:
     """The server's id of ``connection``'s session (PostgreSQL pid, MariaDB thread id)."""
     connection.ensure_connection()

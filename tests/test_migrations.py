@@ -21,7 +21,7 @@ from django.test.utils import CaptureQueriesContext, override_settings
 
 from cortex_sessions import services
 from cortex_sessions.backfill import BackfillReport, backfill_default_sessions
-from cortex_sessions.models import Message, Session
+from cortex_sessions.models import ImportedConversation, Message, Session
 from tests.factories import MessageFactory
 
 APP = "cortex_sessions"
@@ -34,6 +34,11 @@ ALPHA_2 = ("alpha", "org=acme/user=2")
 BETA_1 = ("beta", "org=acme/user=1")  # already has a default session at 0002
 GAMMA = ("gamma", "org=acme")  # only tool and system messages
 ODD = ("alpha", "org=a%2Fb%3Dc/user=1")  # a value with an encoded '/' and '='
+# Agents that differ from BETA_1 / ALPHA_2 only by case or a trailing space: agents of their own on
+# every database, so the backfill (0003, which runs before 0010) must never merge them.
+BETA_UPPER = ("Beta", "org=acme/user=1")
+BETA_PADDED = ("beta ", "org=acme/user=1")
+ALPHA_UPPER = ("ALPHA", "org=acme/user=2")
 
 #: Legacy rows per pair, oldest first: (role, source, text).
 LEGACY: dict[tuple[str, str], list[tuple[str, str, str]]] = {
@@ -59,6 +64,9 @@ LEGACY: dict[tuple[str, str], list[tuple[str, str, str]]] = {
     ],
     GAMMA: [("system", "host", "g system"), ("tool", "host", "g tool")],
     ODD: [("user", "user", "odd q")],
+    BETA_UPPER: [("user", "user", "B upper q"), ("assistant", "host", "B upper a")],
+    BETA_PADDED: [("user", "user", "b padded q")],
+    ALPHA_UPPER: [("user", "user", "A upper q")],
 }
 
 #: What the backfill must produce, written out by hand (not computed by the code under test).
@@ -68,6 +76,9 @@ EXPECTED_LAST_MESSAGE = {
     BETA_1: "b a2",
     GAMMA: "",
     ODD: "odd q",
+    BETA_UPPER: "B upper a",
+    BETA_PADDED: "b padded q",
+    ALPHA_UPPER: "A upper q",
 }
 #: The pre-existing default of BETA_1: organic messages with a gap (seq 3 was deleted).
 BETA_ORGANIC_SEQS = [1, 2, 4]
@@ -264,9 +275,9 @@ def test_backfill_with_small_batches_gives_the_same_result(migrator):
         progress=batches.append,
     )
 
-    # ALPHA_1 (6 rows) and BETA_1 (5) take two batches of 3 each, the other three pairs one.
-    assert report == BackfillReport(pairs=5, sessions_created=4, messages_attached=17, batches=7)
-    assert len(batches) == 7
+    # ALPHA_1 (6 rows) and BETA_1 (5) take two batches of 3 each, the other six pairs one.
+    assert report == BackfillReport(pairs=8, sessions_created=7, messages_attached=21, batches=10)
+    assert len(batches) == 10
     assert_backfilled(apps, scenario)
     # Migrating forward now runs 0003 over already-backfilled data: nothing left to do.
     assert_backfilled(migrator.migrate(migrator.latest), scenario)
@@ -546,3 +557,29 @@ def test_a_backfilled_default_is_dated_by_its_oldest_legacy_message():
     _legacy("first", created_at=oldest)
 
     assert _backfilled_default().created_at == oldest
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migrating_back_below_0010_keeps_agents_that_differ_by_case_or_a_trailing_space(migrator):
+    """MySQL's DDL is not transactional: a reverse of 0010 that made ``agent_id`` case-folding
+    again failed on ``Bot``/``bot`` imports after it had dropped the one-default index, and left
+    a schema neither ``migrate`` direction could repair. The columns are exact from 0001 on, so
+    the reverse never touches them (docs/design.md §15.2)."""
+    agents = ["Bot", "bot", "bot "]
+    for agent_id in agents:
+        session = Session.objects.create(agent_id=agent_id, scope="org=x", is_default=True)
+        ImportedConversation.objects.create(
+            session=session, agent_id=agent_id, scope="org=x", external_id="c1"
+        )
+
+    apps = migrator.migrate("0009_session_recent_index_with_scope")
+
+    HistSession = apps.get_model(APP, "Session")
+    HistImport = apps.get_model(APP, "ImportedConversation")
+    assert sorted(HistSession.objects.values_list("agent_id", flat=True)) == sorted(agents)
+    assert HistImport.objects.filter(agent_id="bot").count() == 1
+    migrator.migrate(migrator.latest)
+    for agent_id in agents:
+        session, created = services.resolve_session(scope="org=x", agent_id=agent_id)
+        assert (session.agent_id, created) == (agent_id, False)
+    assert services.resolve_session(scope="org=y", agent_id="bot")[1] is True

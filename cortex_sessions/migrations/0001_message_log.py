@@ -17,7 +17,7 @@ class Migration(migrations.Migration):
             name='Message',
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('agent_id', models.CharField(max_length=255)),
+                ('agent_id', cortex_sessions.fields.ExactCharField(max_length=255)),
                 ('scope', cortex_sessions.fields.ScopeField(max_length=1024)),
                 ('role', models.CharField(choices=[('user', 'User'), ('assistant', 'Assistant'), ('system', 'System'), ('tool', 'Tool')], max_length=16)),
                 ('source', models.CharField(choices=[('user', 'User'), ('checkpoint', 'Checkpoint'), ('session-reference', 'Session Reference'), ('host', 'Host')], default='user', max_length=32)),

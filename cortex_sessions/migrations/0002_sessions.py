@@ -27,7 +27,7 @@ class Migration(migrations.Migration):
             name='Session',
             fields=[
                 ('id', models.UUIDField(default=uuid6.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('agent_id', models.CharField(max_length=255, verbose_name='agent id')),
+                ('agent_id', cortex_sessions.fields.ExactCharField(max_length=255, verbose_name='agent id')),
                 ('scope', cortex_sessions.fields.ScopeField(max_length=1024, verbose_name='scope')),
                 ('title', models.CharField(blank=True, default='', max_length=500, verbose_name='title')),
                 ('metadata', models.JSONField(blank=True, default=dict, verbose_name='metadata')),

@@ -17,9 +17,9 @@ class Migration(migrations.Migration):
             name='ImportedConversation',
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('agent_id', models.CharField(editable=False, max_length=255, verbose_name='agent id')),
+                ('agent_id', cortex_sessions.fields.ExactCharField(editable=False, max_length=255, verbose_name='agent id')),
                 ('scope', cortex_sessions.fields.ScopeField(editable=False, max_length=1024, verbose_name='scope')),
-                ('external_id', models.CharField(editable=False, max_length=255, verbose_name='external id')),
+                ('external_id', cortex_sessions.fields.ExactCharField(editable=False, max_length=255, verbose_name='external id')),
                 ('imported_at', models.DateTimeField(default=django.utils.timezone.now, editable=False, verbose_name='imported at')),
                 ('session', models.OneToOneField(editable=False, on_delete=django.db.models.deletion.CASCADE, related_name='import_record', to='cortex_sessions.session')),
             ],

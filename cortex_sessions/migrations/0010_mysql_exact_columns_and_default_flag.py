@@ -1,7 +1,11 @@
 # MySQL and MariaDB with the same guarantees (docs/design.md §15).
 #
-# - agent_id and external_id become ExactCharField: on MySQL/MariaDB the columns get a binary
-#   no-pad collation ("Bot", "bot" and "bot " are three agents); elsewhere nothing changes.
+# - agent_id and external_id are ExactCharField from 0001/0002/0005 on, so that the backfill of
+#   0003 already tells "Bot", "bot" and "bot " apart on MySQL/MariaDB (binary no-pad collation);
+#   the AlterFields below change nothing on a database those migrations created, and make the
+#   columns exact on a MySQL/MariaDB database migrated before they declared it. Their reverse
+#   never makes a column inexact again, so it cannot fail halfway on identifiers that differ
+#   only by case or trailing spaces (MySQL's DDL is not transactional).
 # - Session.default_flag, a stored generated column: TRUE for the default, NULL otherwise.
 # - The one-default rule becomes a PartialUniqueConstraint. Its database form is chosen by
 #   vendor here: PostgreSQL and SQLite keep the partial unique index they already have (same

@@ -8,6 +8,7 @@ index is PostgreSQL-only, so it is created here with SQL rather than declared on
 (SQLite and MariaDB have no such index); reversing drops it.
 """
 
+import cortex_sessions.constraints
 from django.db import migrations, models
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.migrations.state import StateApps
@@ -58,17 +59,19 @@ class Migration(migrations.Migration):
         ),
         migrations.RunPython(create_metadata_index, drop_metadata_index, elidable=False),
         # Lists hide archived sessions by default: the scope index becomes partial (live
-        # sessions), with a partial twin for archived ones.
+        # sessions), with a partial twin for archived ones. MySQL/MariaDB have no partial
+        # indexes: there the scope index is (scope, archived_at, updated_at, id) and serves
+        # both, and the twin is not built (docs/design.md §15.3).
         migrations.RemoveIndex(
             model_name='session',
             name='cortex_session_scope_idx',
         ),
         migrations.AddIndex(
             model_name='session',
-            index=models.Index(condition=models.Q(('archived_at__isnull', True)), fields=['scope', '-updated_at', '-id'], name='cortex_session_scope_idx'),
+            index=cortex_sessions.constraints.PartialIndex(fallback_fields=['scope', 'archived_at', '-updated_at', '-id'], fields=['scope', '-updated_at', '-id'], name='cortex_session_scope_idx', where=models.Q(('archived_at__isnull', True))),
         ),
         migrations.AddIndex(
             model_name='session',
-            index=models.Index(condition=models.Q(('archived_at__isnull', False)), fields=['scope', '-updated_at', '-id'], name='cortex_session_archived_idx'),
+            index=cortex_sessions.constraints.PartialIndex(fallback_fields=None, fields=['scope', '-updated_at', '-id'], name='cortex_session_archived_idx', where=models.Q(('archived_at__isnull', False))),
         ),
     ]

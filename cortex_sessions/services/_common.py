@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
+import random
+import time
 import uuid
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
-from django.db import router, transaction
+from django.db import IntegrityError, OperationalError, router, transaction
 
 from ..content import check_json_object, check_json_value
 from ..exceptions import (
+    DefaultConflict,
     InvalidAgentId,
     InvalidFilter,
     InvalidInput,
@@ -18,6 +21,7 @@ from ..exceptions import (
     SessionNotFound,
     ValueTooLong,
 )
+from ..faults import is_deadlock
 from ..models import Session
 from ..scope import Scope
 
@@ -137,6 +141,53 @@ def _locked_session(scope: Scope | str, session_id: uuid.UUID | str) -> Session:
         return Session.objects.within(scope).select_for_update().get(pk=_session_id(session_id))
     except Session.DoesNotExist:
         raise SessionNotFound() from None
+
+
+#: The unit of the random backoff before a write the database rolled back to break a deadlock
+#: runs again (seconds, growing with each attempt).
+DEADLOCK_BACKOFF_SECONDS = 0.005
+
+_T = TypeVar("_T")
+
+
+def _retry_default_race(using: str, attempt: Callable[[], _T], *, attempts: int) -> _T:
+    """Run ``attempt`` — one write that may race other writers of a one-default pair — until
+    it returns, at most ``attempts`` times (docs/design.md §12.3, §15.4).
+
+    ``attempt`` runs again after an ``IntegrityError`` (it collided with a default a concurrent
+    writer created; it must make its writes in its own ``transaction.atomic`` block so the
+    collision rolled back only them), and after the database rolled its transaction back to
+    break a deadlock (InnoDB's locks on the one-default index make these a normal event on
+    MySQL/MariaDB), with a few milliseconds of random backoff so the winner of the cycle
+    commits first. A deadlock is retried only when no caller's transaction encloses the call
+    (``ATOMIC_REQUESTS``, a host's ``atomic``): the rollback undid the caller's work too, so
+    the error propagates to it.
+
+    Args:
+        using: the database alias ``attempt`` writes to.
+        attempt: the write; returns its result.
+        attempts: how many times to try.
+
+    Returns:
+        What ``attempt`` returned.
+
+    Raises:
+        DefaultConflict: every attempt collided (409, safe to retry).
+        OperationalError: a deadlock inside a caller's transaction, deadlocks on every
+            attempt, or any other database error (``attempt``'s other errors propagate too).
+    """
+    outermost = not transaction.get_connection(using).in_atomic_block
+    for number in range(attempts):
+        try:
+            return attempt()
+        except IntegrityError:
+            if number == attempts - 1:
+                raise DefaultConflict() from None
+        except OperationalError as exc:
+            if not outermost or not is_deadlock(exc) or number == attempts - 1:
+                raise
+            time.sleep(random.uniform(0, DEADLOCK_BACKOFF_SECONDS * (number + 1)))
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _check_live(session: Session) -> Session:

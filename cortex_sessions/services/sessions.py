@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import random
-import time
 import uuid
 from collections.abc import Mapping
 from typing import Any, cast
 
-from django.db import IntegrityError, OperationalError, connections, transaction
+from django.db import IntegrityError, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from .. import signals
 from ..content import check_json_object
 from ..exceptions import DefaultConflict, InvalidFilter, SessionNotFound
-from ..faults import is_deadlock
 from ..metadata import check_metadata_filter, filter_by_metadata
 from ..models import Message, Session, SessionQuerySet
 from ..scope import Scope, as_scope, scope_q
@@ -35,6 +32,7 @@ from ._common import (
     _db_for_read,
     _db_for_write,
     _locked_session,
+    _retry_default_race,
     _send_on_commit,
     _session_id,
 )
@@ -383,7 +381,10 @@ def resolve_session(
     first use. Concurrent first calls create exactly one default: the partial unique constraint
     decides and the loser re-reads the winner's row. When that row is deleted between the
     collision and the re-read, the loser tries again (reading, then creating), up to
-    ``RESOLVE_ATTEMPTS`` times (docs/design.md §12.3).
+    ``RESOLVE_ATTEMPTS`` times (docs/design.md §12.3). A create the database rolled back to
+    break a deadlock (on MySQL/MariaDB when it races :func:`make_default`) runs again the same
+    way, as make-default's swaps do, unless a caller's transaction encloses it
+    (docs/design.md §15.4).
 
     Returns:
         ``(session, created)``.
@@ -393,13 +394,16 @@ def resolve_session(
         SessionNotFound: ``session_id`` is missing, out of scope or another agent's.
         DefaultConflict: every attempt collided with a concurrent create that was deleted
             again before it could be read (a resolve/delete storm; 409, safe to retry).
+        OperationalError: a deadlock inside a caller's transaction, or on every attempt.
     """
     _check_agent_id(agent_id)
     if session_id is not None:
         return get_session(scope=scope, session_id=session_id, agent_id=agent_id), False
     canonical = as_scope(scope).canonical
     alias = _db_for_write()
-    for _attempt in range(RESOLVE_ATTEMPTS):
+
+    def attempt() -> tuple[Session, bool]:
+        session: Session | None
         if _pg.enabled(alias):  # one statement, no queryset to build (docs/design.md §14)
             session = _pg.resolve_default(alias, canonical=canonical, agent_id=agent_id)
         else:
@@ -408,24 +412,19 @@ def resolve_session(
             ).first()
         if session is not None:
             return session, False
-        try:
-            with transaction.atomic(using=_db_for_write()):
-                session = Session.objects.create(
-                    agent_id=agent_id, scope=canonical, is_default=True
-                )
-        except IntegrityError:
-            # A concurrent resolve created the default first; it may be deleted again before
-            # this re-read, so read (or create) once more (docs/design.md §12.3).
-            continue
+        # A collision with a concurrent resolve's default (which may be deleted again before
+        # the re-read) reads, or creates, once more (docs/design.md §12.3).
+        with transaction.atomic(using=alias):
+            return Session.objects.create(agent_id=agent_id, scope=canonical, is_default=True), True
+
+    session, created = _retry_default_race(alias, attempt, attempts=RESOLVE_ATTEMPTS)
+    if created:
         _send_on_commit(signals.session_created, session=session)
-        return session, True
-    raise DefaultConflict()
+    return session, created
 
 
-#: How often :func:`make_default` tries before giving up, and the unit of its random backoff
-#: after a deadlock (seconds, growing with each attempt).
+#: How often :func:`make_default` tries before giving up.
 MAKE_DEFAULT_ATTEMPTS = 10
-DEADLOCK_BACKOFF_SECONDS = 0.005
 
 
 def _lock_current_defaults(session: Session) -> None:
@@ -468,30 +467,20 @@ def make_default(*, scope: Scope | str, session_id: uuid.UUID | str) -> Session:
         OperationalError: the database kept breaking deadlocks with this swap (as many
             attempts), or failed otherwise.
     """
-    attempts = MAKE_DEFAULT_ATTEMPTS
     using = _db_for_write()
-    # A deadlock rolls back the whole transaction, so only a swap that owns it may retry.
-    outermost = not transaction.get_connection(using).in_atomic_block
-    for attempt in range(attempts):
-        try:
-            with transaction.atomic(using=using):
-                session = _check_live(_locked_session(scope, session_id))
-                if session.is_default:
-                    return session
-                _lock_current_defaults(session)
-                now = timezone.now()
-                Session.objects.defaults_of(agent_id=session.agent_id, scope=session.scope).update(
-                    is_default=False, updated_at=now
-                )
-                Session.objects.filter(pk=session.pk).update(is_default=True, updated_at=now)
-                session.refresh_from_db()
+
+    def attempt() -> Session:
+        with transaction.atomic(using=using):
+            session = _check_live(_locked_session(scope, session_id))
+            if session.is_default:
                 return session
-        except IntegrityError:
-            if attempt == attempts - 1:
-                raise DefaultConflict() from None
-        except OperationalError as exc:
-            if not outermost or not is_deadlock(exc) or attempt == attempts - 1:
-                raise
-            # Let the winner of the cycle commit before trying again.
-            time.sleep(random.uniform(0, DEADLOCK_BACKOFF_SECONDS * (attempt + 1)))
-    raise AssertionError("unreachable")  # pragma: no cover
+            _lock_current_defaults(session)
+            now = timezone.now()
+            Session.objects.defaults_of(agent_id=session.agent_id, scope=session.scope).update(
+                is_default=False, updated_at=now
+            )
+            Session.objects.filter(pk=session.pk).update(is_default=True, updated_at=now)
+            session.refresh_from_db()
+            return session
+
+    return _retry_default_race(using, attempt, attempts=MAKE_DEFAULT_ATTEMPTS)

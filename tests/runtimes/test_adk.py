@@ -9,9 +9,16 @@ visibility in the admin and the API, and ADK's ``Runner`` across two turns.
 
 from __future__ import annotations
 
+import contextvars
+import datetime as dt
+import subprocess
+import sys
+import textwrap
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
+import pydantic
 import pytest
 
 pytest.importorskip("google.adk")
@@ -22,20 +29,20 @@ from django.db import connections
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events import Event, EventActions
-from google.adk.sessions import BaseSessionService
-from google.adk.sessions.base_session_service import GetSessionConfig
+from google.adk.sessions import BaseSessionService, _session_util
+from google.adk.sessions.base_session_service import GetSessionConfig, ListSessionsResponse
 from google.genai import types
 from rest_framework.test import APIClient
 
 from cortex_sessions import services
-from cortex_sessions.exceptions import InvalidScope, ScopeForbidden
+from cortex_sessions.exceptions import InvalidScope, NulCharacter, ScopeForbidden
 from cortex_sessions.integrations.adk import CortexSessionService
 from cortex_sessions.integrations.adk.models import (
     AdkAppState,
     AdkSession,
     AdkUserState,
 )
-from cortex_sessions.integrations.adk.service import EVENT_BLOCK_TYPE
+from cortex_sessions.integrations.adk.service import EVENT_BLOCK_TYPE, AdkIdTooLong
 from cortex_sessions.models import Message, Session
 from example_project.runtimes.adk_example import main
 from tests.asyncio_support import async_test
@@ -515,3 +522,277 @@ def test_runner_keeps_history_across_two_turns_and_the_session_shows_in_api_and_
 def user_scope(app_name, user_id):
     """Maps ADK users onto the REST API's default scope (``user=<pk>``) for the test above."""
     return f"user={user_id}"
+
+
+# -- values ADK's database store accepts (JSON-safe state), ids, re-deliveries ---------------------
+
+
+class Preferences(pydantic.BaseModel):
+    theme: str = "dark"
+    since: dt.date = dt.date(2024, 1, 2)
+
+
+RICH_STATE = {
+    "when": dt.datetime(2024, 5, 6, 7, 8, 9, tzinfo=dt.UTC),
+    "app:prefs": Preferences(),
+    "user:blob": b"\x01\x02",
+    "day": dt.date(2024, 1, 1),
+}
+
+
+@async_test
+async def test_rich_state_values_are_stored_as_adks_database_store_stores_them(service):
+    """Datetimes, pydantic models and bytes in initial state and in a state delta are stored in
+    ADK's own JSON-safe form (``_session_util.extract_json_safe_state_delta``), not refused."""
+    session = await service.create_session(app_name=APP, user_id="u", state=RICH_STATE)
+    delta = {"seen": dt.datetime(2025, 1, 1, tzinfo=dt.UTC), "user:prefs": Preferences()}
+    await service.append_event(session, text_event("x", actions=EventActions(state_delta=delta)))
+
+    got = await service.get_session(app_name=APP, user_id="u", session_id=session.id)
+    expected = _session_util.extract_json_safe_state_delta({**RICH_STATE, **delta})
+    assert got.state == {
+        **expected["session"],
+        **{f"app:{k}": v for k, v in expected["app"].items()},
+        **{f"user:{k}": v for k, v in expected["user"].items()},
+    }
+    assert got.state["day"] == "2024-01-01"
+    assert got.state["app:prefs"] == {"theme": "dark", "since": "2024-01-02"}
+    assert got.events[0].actions.state_delta["seen"] == "2025-01-01T00:00:00Z"
+
+
+@async_test
+async def test_a_tool_writing_a_datetime_into_state_runs_under_adks_runner(service):
+    from google.adk.agents import LlmAgent
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_response import LlmResponse
+    from google.adk.runners import Runner
+    from google.adk.tools.tool_context import ToolContext
+
+    class ScriptedModel(BaseLlm):
+        model: str = "scripted"
+        responses: list[types.Content] = pydantic.Field(default_factory=list)
+
+        async def generate_content_async(self, llm_request, stream=False):
+            yield LlmResponse(content=self.responses.pop(0))
+
+    def stamp(tool_context: ToolContext) -> str:
+        """Record when the user was last seen."""
+        tool_context.state["last_seen"] = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+        return "ok"
+
+    model = ScriptedModel(
+        responses=[
+            types.Content(
+                role="model",
+                parts=[types.Part(function_call=types.FunctionCall(name="stamp", args={}))],
+            ),
+            types.Content(role="model", parts=[types.Part(text="done")]),
+        ]
+    )
+    runner = Runner(
+        agent=LlmAgent(name="a", model=model, tools=[stamp]), app_name=APP, session_service=service
+    )
+    session = await service.create_session(app_name=APP, user_id="u")
+    message = types.Content(role="user", parts=[types.Part(text="go")])
+    async for _ in runner.run_async(user_id="u", session_id=session.id, new_message=message):
+        pass
+    got = await service.get_session(app_name=APP, user_id="u", session_id=session.id)
+    assert got.state["last_seen"] == "2024-01-01T00:00:00Z"
+
+
+@async_test
+async def test_state_with_a_nul_is_a_coded_error_and_writes_nothing(service):
+    session = await service.create_session(app_name=APP, user_id="u")
+    with pytest.raises(NulCharacter):
+        await service.append_event(
+            session, text_event("x", actions=EventActions(state_delta={"user:b": b"\x00"}))
+        )
+    with pytest.raises(NulCharacter):
+        await service.create_session(app_name=APP, user_id="u", state={"k": "a\x00b"})
+    assert await Message.objects.acount() == 0
+    assert await Session.objects.acount() == 1
+    assert not await AdkUserState.objects.aexists()
+
+
+@async_test
+async def test_an_event_with_text_postgresql_cannot_store_round_trips(service):
+    session = await service.create_session(app_name=APP, user_id="u")
+    event = text_event("NUL \x00 inside")
+    await service.append_event(session, event)
+    got = await service.get_session(app_name=APP, user_id="u", session_id=session.id)
+    assert got.events == [event]
+    assert (await Session.objects.aget(pk=session.id)).last_message == "NUL  inside"
+
+
+@async_test
+async def test_an_event_nested_deeper_than_the_json_rule_round_trips(service):
+    deep: dict = {"leaf": 1}
+    for _ in range(40):
+        deep = {"d": deep}
+    session = await service.create_session(app_name=APP, user_id="u")
+    event = Event(
+        author="guide",
+        invocation_id="i",
+        content=types.Content(
+            role="user",
+            parts=[types.Part(function_response=types.FunctionResponse(name="f", response=deep))],
+        ),
+    )
+    await service.append_event(session, event)
+    got = await service.get_session(app_name=APP, user_id="u", session_id=session.id)
+    assert got.events == [event]
+
+
+@async_test
+async def test_num_recent_events_counts_events_not_other_messages(service):
+    session = await service.create_session(app_name=APP, user_id="u", session_id="s")
+    for text in ("a", "b", "c"):
+        await service.append_event(session, text_event(text))
+    await services.aappend_messages(
+        scope=f"app={APP}/user=u",
+        session_id=(await AdkSession.objects.aget(adk_id="s")).session_id,
+        messages=[{"role": "system", "content": "host note"}, {"role": "tool", "content": "t"}],
+    )
+    for n, expected in ((1, ["c"]), (2, ["b", "c"]), (3, ["a", "b", "c"]), (9, ["a", "b", "c"])):
+        got = await service.get_session(
+            app_name=APP, user_id="u", session_id="s", config=GetSessionConfig(num_recent_events=n)
+        )
+        assert [e.content.parts[0].text for e in got.events] == expected
+
+
+@async_test
+async def test_a_padded_session_id_is_stripped_in_every_call(service):
+    """As ADK's in-memory store: create, get and delete all strip the id."""
+    created = await service.create_session(app_name=APP, user_id="u", session_id=" s2 ")
+    assert created.id == "s2"
+    got = await service.get_session(app_name=APP, user_id="u", session_id=" s2 ")
+    assert got is not None and got.id == "s2"
+    await service.delete_session(app_name=APP, user_id="u", session_id="\ts2 ")
+    assert await service.get_session(app_name=APP, user_id="u", session_id="s2") is None
+
+
+@async_test
+async def test_an_equal_event_appended_again_is_stored_once(service):
+    """A retried append of an equal event is a no-op, as in ADK's in-memory store; a different
+    event that merely shares its id is stored."""
+    session = await service.create_session(app_name=APP, user_id="u")
+    event = text_event("once", actions=EventActions(state_delta={"n": 1}))
+    await service.append_event(session, event)
+    again = await service.append_event(session, session.events[-1])
+    assert again == event
+    assert await Message.objects.acount() == 1 and len(session.events) == 1
+    twin = text_event("other text", id=event.id)
+    await service.append_event(session, twin)
+    got = await service.get_session(app_name=APP, user_id="u", session_id=session.id)
+    assert [e.content.parts[0].text for e in got.events] == ["once", "other text"]
+
+
+def test_an_id_over_255_characters_is_refused_before_any_query(service, django_assert_num_queries):
+    long_id = "x" * 256
+    with django_assert_num_queries(0):
+        with pytest.raises(AdkIdTooLong) as info:
+            run(service.create_session, app_name=APP, user_id="u", session_id=long_id)
+        assert isinstance(info.value, ValueError)
+        assert (info.value.code, info.value.field) == ("too_long", "session_id")
+        with pytest.raises(AdkIdTooLong):
+            run(service.list_sessions, app_name=APP, user_id="u" * 256)
+        assert run(service.get_session, app_name=APP, user_id="u", session_id=long_id) is None
+        run(service.delete_session, app_name=APP, user_id="u", session_id=long_id)
+    created = run(service.create_session, app_name=APP, user_id="u", session_id="x" * 255)
+    assert created.id == "x" * 255
+
+
+# -- app: and user: state under tenancy -----------------------------------------------------------
+
+#: The tenant a request serves, as a multi-tenant host keeps it (e.g. set by a middleware).
+current_tenant: contextvars.ContextVar[str] = contextvars.ContextVar("current_tenant")
+
+
+def tenant_scope(app_name, user_id):
+    """Same app and user ids in every tenant: the tenant comes from the request's context."""
+    return f"org={current_tenant.get()}/app={app_name}/user={user_id}"
+
+
+@async_test
+async def test_app_and_user_state_never_cross_tenants(settings):
+    settings.CORTEX_SESSIONS_ADK_SCOPE = "tests.runtimes.test_adk.tenant_scope"
+    acme, globex = (
+        CortexSessionService(within="org=acme"),
+        CortexSessionService(within="org=globex"),
+    )
+
+    current_tenant.set("acme")
+    mine = await acme.create_session(app_name=APP, user_id="1", state={"app:plan": "gold"})
+    secret = {"app:acme_secret": "ACME-ONLY", "user:acme_note": "acme's user 1"}
+    await acme.append_event(mine, text_event("x", actions=EventActions(state_delta=secret)))
+
+    current_tenant.set("globex")
+    theirs = await globex.create_session(app_name=APP, user_id="1")
+    assert theirs.state == {}
+    assert await globex.get_user_state(app_name=APP, user_id="1") == {}
+    await globex.append_event(
+        theirs, text_event("y", actions=EventActions(state_delta={"app:plan": "free"}))
+    )
+    assert (await globex.get_session(app_name=APP, user_id="1", session_id=theirs.id)).state == {
+        "app:plan": "free"
+    }
+    assert [s.state for s in (await globex.list_sessions(app_name=APP)).sessions] == [
+        {"app:plan": "free"}
+    ]
+
+    current_tenant.set("acme")
+    assert (await acme.get_session(app_name=APP, user_id="1", session_id=mine.id)).state == {
+        "app:plan": "gold",
+        "app:acme_secret": "ACME-ONLY",
+        "user:acme_note": "acme's user 1",
+    }
+    assert await acme.get_user_state(app_name=APP, user_id="1") == {"acme_note": "acme's user 1"}
+
+
+@async_test
+async def test_services_bound_to_the_same_tenant_share_app_state(settings):
+    settings.CORTEX_SESSIONS_ADK_SCOPE = "tests.runtimes.test_adk.tenant_scope"
+    current_tenant.set("acme")
+    first, second = CortexSessionService(within="org=acme"), CortexSessionService(within="org=acme")
+    await first.create_session(app_name=APP, user_id="1", state={"app:k": "v"})
+    other_user = await second.create_session(app_name=APP, user_id="2")
+    assert other_user.state == {"app:k": "v"}
+    assert await CortexSessionService().list_sessions(app_name=APP, user_id="2") == (
+        ListSessionsResponse(sessions=[other_user.model_copy(update={"state": {}})])
+    )
+
+
+# -- the integration's app must be installed ------------------------------------------------------
+
+
+def test_importing_the_service_without_its_app_installed_names_the_app_to_add(tmp_path):
+    script = textwrap.dedent(
+        """
+        import django
+        from django.conf import settings
+        from django.core.exceptions import ImproperlyConfigured
+
+        settings.configure(
+            INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "cortex_sessions"],
+            DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+        )
+        django.setup()
+        try:
+            from cortex_sessions.integrations.adk import CortexSessionService
+        except ImproperlyConfigured as exc:
+            print("ImproperlyConfigured:", exc)
+        else:
+            print("imported")
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("ImproperlyConfigured:")
+    assert "'cortex_sessions.integrations.adk' to INSTALLED_APPS" in result.stdout

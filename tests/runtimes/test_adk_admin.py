@@ -30,6 +30,8 @@ def adk_session():
         "/admin/cortex_adk/adksession/?q=chat",
         "/admin/cortex_adk/adkappstate/",
         "/admin/cortex_adk/adkuserstate/?q=Ada",
+        "/admin/cortex_adk/adkuserstate/?q=user%3Du",
+        "/admin/cortex_adk/adkappstate/?q=org",
     ],
 )
 def test_changelists_render(admin_client, adk_session, url):

@@ -47,16 +47,16 @@ class AdkSessionAdmin(ReadOnlyAdmin):
 
 @admin.register(AdkAppState)
 class AdkAppStateAdmin(ReadOnlyAdmin):
-    list_display = ("app_name",)
-    search_fields = ("app_name",)
-    readonly_fields = ("app_name", "state")
+    list_display = ("app_name", "tenant")
+    search_fields = ("app_name", "tenant")
+    readonly_fields = ("tenant", "app_name", "state")
     fields = readonly_fields
 
 
 @admin.register(AdkUserState)
 class AdkUserStateAdmin(ReadOnlyAdmin):
-    list_display = ("app_name", "user_id")
+    list_display = ("app_name", "user_id", "scope")
     list_filter = ("app_name",)
-    search_fields = ("app_name", "user_id")
-    readonly_fields = ("app_name", "user_id", "state")
+    search_fields = ("app_name", "user_id", "scope")
+    readonly_fields = ("scope", "app_name", "user_id", "state")
     fields = readonly_fields

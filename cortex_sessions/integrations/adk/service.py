@@ -12,10 +12,13 @@ Mapping:
   calls or responses, else ``assistant``; a text block with the event's text (so
   ``last_message`` reads naturally), then ``{"type": "adk_event", "event": {...}}`` with the
   event's JSON (``model_dump(mode="json", exclude_none=True)``, as ADK's own database store
-  keeps it) verbatim. ``created_at`` is the event's timestamp.
+  keeps it) verbatim, or as its JSON text (``"event_json"``) when it holds text PostgreSQL
+  cannot store (NUL, lone surrogates). ``created_at`` is the event's timestamp.
 - State: keys without a prefix live on the ADK session; ``app:`` keys in
-  :class:`~.models.AdkAppState` and ``user:`` keys in :class:`~.models.AdkUserState` (stored
-  without the prefix, merged back with it); ``temp:`` keys are never stored.
+  :class:`~.models.AdkAppState` (per tenant: the service's ``within`` scope, ``""`` when unbound)
+  and ``user:`` keys in :class:`~.models.AdkUserState` (per mapped scope), stored without the
+  prefix and merged back with it; ``temp:`` keys are never stored. Values are made JSON-safe
+  exactly as ADK's own database store does (datetimes, pydantic models, bytes …).
 
 Every write is one transaction on the database the router picks. A service may be bound to a
 tenant with ``CortexSessionService(within=scope)``: then every ``(app_name, user_id)`` must map
@@ -25,6 +28,7 @@ to a scope at or beneath it, or the call is refused with ``ScopeForbidden``.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any, cast
 
 from asgiref.sync import sync_to_async
@@ -42,8 +46,8 @@ from google.adk.sessions.state import State
 from google.genai import types
 
 from cortex_sessions import services
-from cortex_sessions.content import content_text
-from cortex_sessions.exceptions import ScopeForbidden, SessionNotFound
+from cortex_sessions.content import MAX_JSON_DEPTH, check_json_value, content_text
+from cortex_sessions.exceptions import InvalidInput, ScopeForbidden, SessionNotFound, ValueTooLong
 from cortex_sessions.models import Message
 from cortex_sessions.models import Session as CortexSession
 from cortex_sessions.scope import Scope, as_scope, scope_q
@@ -66,6 +70,8 @@ except ImportError:  # pragma: no cover
 
 __all__ = [
     "EVENT_BLOCK_TYPE",
+    "MAX_ID_CHARS",
+    "AdkIdTooLong",
     "CortexSessionService",
     "default_scope",
     "event_to_message",
@@ -74,6 +80,64 @@ __all__ = [
 
 #: The ``type`` of the content block that keeps an ADK event verbatim.
 EVENT_BLOCK_TYPE = "adk_event"
+#: Longest app name, user id or session id, in characters (the columns' length).
+MAX_ID_CHARS = 255
+
+
+class AdkIdTooLong(ValueTooLong, ValueError):
+    """An app name, user id or session id over :data:`MAX_ID_CHARS` characters.
+
+    Code ``too_long`` (a cortex :class:`~cortex_sessions.exceptions.ValueTooLong`), and a
+    ``ValueError``, as ADK raises for bad arguments; ``field`` names the argument.
+    """
+
+
+def _check_id(field: str, value: str | None) -> None:
+    if value is not None and len(value) > MAX_ID_CHARS:
+        raise AdkIdTooLong(
+            f"{field} is {len(value)} characters long; at most {MAX_ID_CHARS} are allowed.",
+            field=field,
+        )
+
+
+def _strip(session_id: str | None) -> str | None:
+    """A session id as ADK's in-memory store takes it: surrounding whitespace removed."""
+    return session_id.strip() if session_id else session_id
+
+
+def _storable(value: Any, *, depth: int = 0) -> bool:
+    """Whether ``value``, stored ``depth`` levels deep inside a message's content, passes the
+    content rule (no NUL, no lone surrogate, not nested too deep; docs/design.md §12.4)."""
+    try:
+        check_json_value(value, field="content", max_depth=MAX_JSON_DEPTH - depth)
+    except InvalidInput:
+        return False
+    return True
+
+
+def _state_deltas(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``state`` split into ``app``/``user``/``session`` deltas, JSON-safe as ADK's database
+    store makes them (``_session_util.extract_json_safe_state_delta``: datetimes, pydantic
+    models, bytes … serialized faithfully; what cannot be, by its string form).
+
+    Raises:
+        NulCharacter, InvalidText: a key or string holds NUL or a lone surrogate, which
+            PostgreSQL cannot store in JSON (refused on every database alike).
+        InvalidInput: a value is nested deeper than the JSON rule allows (``field="state"``).
+    """
+    extract = getattr(_session_util, "extract_json_safe_state_delta", None)
+    if extract is None:  # pragma: no cover - ADK before the JSON-safe helper
+        from pydantic_core import to_jsonable_python
+
+        deltas = cast(
+            dict[str, dict[str, Any]],
+            to_jsonable_python(_session_util.extract_state_delta(state), serialize_unknown=True),
+        )
+    else:
+        deltas = extract(state)
+    for part in deltas.values():  # each is stored (merged) as one JSON object
+        check_json_value(part, field="state")
+    return deltas
 
 
 def _timestamp(value: dt.datetime) -> float:
@@ -111,10 +175,15 @@ def event_to_message(event: Event) -> dict[str, Any]:
     content: list[dict[str, Any]] = []
     text = _event_text(event)
     if text.strip():
-        content.append({"type": "text", "text": text.replace("\x00", "")})
-    content.append(
-        {"type": EVENT_BLOCK_TYPE, "event": event.model_dump(mode="json", exclude_none=True)}
-    )
+        if not _storable(text):
+            text = text.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
+        content.append({"type": "text", "text": text})
+    # The JSON ADK's own database store keeps (its schema v1 ``event_data``).
+    data = event.model_dump(mode="json", exclude_none=True)
+    if _storable(data, depth=2):  # content list > event block > event
+        content.append({"type": EVENT_BLOCK_TYPE, "event": data})
+    else:
+        content.append({"type": EVENT_BLOCK_TYPE, "event_json": json.dumps(data)})
     return {"role": _event_role(event), "content": content, "created_at": _when(event.timestamp)}
 
 
@@ -139,7 +208,9 @@ def _event_of(
 ) -> Event | None:
     for block in content or ():
         if isinstance(block, dict) and block.get("type") == EVENT_BLOCK_TYPE:
-            return Event.model_validate(block["event"])
+            if "event" in block:
+                return Event.model_validate(block["event"])
+            return Event.model_validate_json(block["event_json"])
     if role not in ("user", "assistant"):
         return None
     text = content_text(content)
@@ -165,14 +236,22 @@ class CortexSessionService(BaseSessionService):
             default, and what ADK's no-argument construction gives): no bound beyond the
             mapping.
 
+    ``app:`` state is shared by the sessions of an app *within the service's tenant*: services
+    with the same ``within`` (or none) share it, services bound to different tenants never do.
+    ``user:`` state is shared by a user's sessions of an app at the scope the user maps to.
+
     Raises (from every method):
+        AdkIdTooLong: ``app_name`` or ``user_id`` (or ``create_session``'s ``session_id``) is over
+            255 characters (code ``too_long``; also a ``ValueError``), before any query.
         InvalidScope: the mapping gives no valid scope for ``(app_name, user_id)`` (with the
-            default mapping: an empty name, one over 255 characters or with control characters).
+            default mapping: an empty name or one with control characters).
         ScopeForbidden: the mapped scope lies outside ``within``.
     """
 
     def __init__(self, *, within: Scope | str | None = None) -> None:
         self.within = as_scope(within) if within is not None else None
+        #: The key of this service's ``app:`` state: the canonical ``within``, ``""`` unbound.
+        self.tenant = self.within.canonical if self.within is not None else ""
 
     # -- mapping ----------------------------------------------------------------------------------
 
@@ -183,6 +262,8 @@ class CortexSessionService(BaseSessionService):
             InvalidScope, NoScope: the mapping's result is no valid scope.
             ScopeForbidden: it lies outside ``within``.
         """
+        _check_id("app_name", app_name)
+        _check_id("user_id", user_id)
         scope = as_scope(scope_mapper()(app_name, user_id))
         if self.within is not None and not self.within.contains(scope):
             raise ScopeForbidden()
@@ -204,8 +285,13 @@ class CortexSessionService(BaseSessionService):
         keys are dropped; the rest is the session's state. The returned session's state has the
         app and user state merged in.
 
+        ``session_id`` is stripped of surrounding whitespace, as ADK's in-memory store does
+        (``get_session`` and ``delete_session`` strip it too); ``None`` or blank: generated.
+
         Raises:
             AlreadyExistsError: ``session_id`` is taken for this app and user.
+            AdkIdTooLong: ``session_id`` is over 255 characters.
+            NulCharacter, InvalidText: a state key or value holds NUL or a lone surrogate.
         """
         return await _create(self, app_name, user_id, state, session_id)
 
@@ -219,8 +305,10 @@ class CortexSessionService(BaseSessionService):
     ) -> AdkSessionModel | None:
         """The session with its events (oldest first) and merged state, or ``None``.
 
-        ``config.num_recent_events`` keeps only the newest N events (``0``: none);
+        ``config.num_recent_events`` keeps only the newest N events (``0``: none; messages
+        that read as no event, e.g. another writer's ``system`` message, do not count);
         ``config.after_timestamp`` only events with ``timestamp >=`` it; both may be combined.
+        ``session_id`` is stripped; one over 255 characters names no session (``None``).
         """
         return await _get(self, app_name, user_id, session_id, config)
 
@@ -232,7 +320,10 @@ class CortexSessionService(BaseSessionService):
         return await _list(self, app_name, user_id)
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
-        """Delete the session and its messages; a missing session is not an error."""
+        """Delete the session and its messages; a missing session is not an error.
+
+        ``session_id`` is stripped, as ``create_session`` stores it.
+        """
         await _delete(self, app_name, user_id, session_id)
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
@@ -244,13 +335,20 @@ class CortexSessionService(BaseSessionService):
 
         Partial events are returned unstored. ``temp:`` keys reach the in-memory ``session``
         only; ``app:``/``user:`` keys update the shared state; the rest the session's state.
+        An event equal to one already in ``session.events`` (same id, same fields: a retried
+        append) is returned and neither stored nor applied again, as ADK's in-memory store
+        does; an event that merely shares an id is stored.
 
         Raises:
             SessionNotFoundError: the session does not exist (or is another tenant's).
             StaleSessionError: the stored session moved on (another writer appended) since
                 ``session`` was read; read it again.
+            NulCharacter, InvalidText: a state delta key or value holds NUL or a lone
+                surrogate (nothing is stored).
         """
         if event.partial:
+            return event
+        if any(seen.id == event.id and seen == event for seen in session.events):
             return event
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
@@ -265,15 +363,16 @@ def _db() -> str:
     return router.db_for_write(AdkSession)
 
 
-def _shared_state(app_name: str, user_id: str) -> dict[str, Any]:
-    """The app's and the user's shared state, prefixed, in one query."""
+def _shared_state(tenant: str, scope: str, app_name: str, user_id: str) -> dict[str, Any]:
+    """The app's (in ``tenant``) and the user's (at ``scope``) shared state, prefixed, in one
+    query."""
     app = (
-        AdkAppState.objects.filter(app_name=app_name)
+        AdkAppState.objects.filter(tenant=tenant, app_name=app_name)
         .annotate(kind=Value(State.APP_PREFIX))
         .values_list("kind", "state")
     )
     user = (
-        AdkUserState.objects.filter(app_name=app_name, user_id=user_id)
+        AdkUserState.objects.filter(scope=scope, app_name=app_name, user_id=user_id)
         .annotate(kind=Value(State.USER_PREFIX))
         .values_list("kind", "state")
     )
@@ -285,7 +384,7 @@ def _shared_state(app_name: str, user_id: str) -> dict[str, Any]:
 
 
 def _create_shared_state_rows(
-    app_name: str, user_id: str, deltas: dict[str, dict[str, Any]]
+    tenant: str, scope: str, app_name: str, user_id: str, deltas: dict[str, dict[str, Any]]
 ) -> None:
     """Create the ``app``/``user`` state rows the deltas will lock, each in its own transaction.
 
@@ -295,20 +394,24 @@ def _create_shared_state_rows(
     (docs/design.md §15). Outside it the shared lock ends with the insert.
     """
     if deltas["app"]:
-        AdkAppState.objects.get_or_create(app_name=app_name)
+        AdkAppState.objects.get_or_create(tenant=tenant, app_name=app_name)
     if deltas["user"]:
-        AdkUserState.objects.get_or_create(app_name=app_name, user_id=user_id)
+        AdkUserState.objects.get_or_create(scope=scope, app_name=app_name, user_id=user_id)
 
 
-def _update_shared_state(app_name: str, user_id: str, deltas: dict[str, dict[str, Any]]) -> None:
+def _update_shared_state(
+    tenant: str, scope: str, app_name: str, user_id: str, deltas: dict[str, dict[str, Any]]
+) -> None:
     """Merge ``app``/``user`` deltas into their rows under row locks (same transaction)."""
     if deltas["app"]:
-        app_row, _ = AdkAppState.objects.select_for_update().get_or_create(app_name=app_name)
+        app_row, _ = AdkAppState.objects.select_for_update().get_or_create(
+            tenant=tenant, app_name=app_name
+        )
         app_row.state = {**app_row.state, **deltas["app"]}
         app_row.save(update_fields=["state"])
     if deltas["user"]:
         user_row, _ = AdkUserState.objects.select_for_update().get_or_create(
-            app_name=app_name, user_id=user_id
+            scope=scope, app_name=app_name, user_id=user_id
         )
         user_row.state = {**user_row.state, **deltas["user"]}
         user_row.save(update_fields=["state"])
@@ -316,7 +419,7 @@ def _update_shared_state(app_name: str, user_id: str, deltas: dict[str, dict[str
 
 def _find(
     service: CortexSessionService, app_name: str, user_id: str, session_id: str
-) -> tuple[Scope | str, AdkSession | None]:
+) -> tuple[Scope, AdkSession | None]:
     """``(scope, row)``: the AdkSession row of the session if its cortex session lies at or
     beneath the mapped scope (one query, the scope checked in the join), else ``(scope, None)``."""
     scope = service.scope_for(app_name, user_id)
@@ -330,13 +433,19 @@ def _find(
 
 
 def _build(
-    row: AdkSession, events: list[Event], updated_at: dt.datetime, last_seq: int
+    service: CortexSessionService,
+    scope: str,
+    row: AdkSession,
+    events: list[Event],
+    updated_at: dt.datetime,
+    last_seq: int,
 ) -> AdkSessionModel:
+    shared = _shared_state(service.tenant, scope, row.app_name, row.user_id)
     session = AdkSessionModel(
         id=row.adk_id,
         app_name=row.app_name,
         user_id=row.user_id,
-        state={**row.state, **_shared_state(row.app_name, row.user_id)},
+        state={**row.state, **shared},
         events=events,
         last_update_time=_timestamp(updated_at),
     )
@@ -357,9 +466,11 @@ def _create_sync(
     session_id: str | None,
 ) -> AdkSessionModel:
     scope = service.scope_for(app_name, user_id)
-    session_id = session_id.strip() if session_id else None
-    deltas = _session_util.extract_state_delta(state or {})
-    _create_shared_state_rows(app_name, user_id, deltas)
+    session_id = _strip(session_id) or None
+    _check_id("session_id", session_id)
+    deltas = _state_deltas(state or {})
+    tenant = service.tenant
+    _create_shared_state_rows(tenant, scope.canonical, app_name, user_id, deltas)
     try:
         with transaction.atomic(using=_db()):
             cortex = services.create_session(scope=scope, agent_id=app_name, title=session_id or "")
@@ -370,14 +481,14 @@ def _create_sync(
                 adk_id=session_id or str(cortex.pk),
                 state=deltas["session"],
             )
-            _update_shared_state(app_name, user_id, deltas)
+            _update_shared_state(tenant, scope.canonical, app_name, user_id, deltas)
     except IntegrityError:
         if AdkSession.objects.filter(
             app_name=app_name, user_id=user_id, adk_id=session_id
         ).exists():
             raise AlreadyExistsError(f"Session with id {session_id} already exists.") from None
         raise
-    return _build(row, [], cortex.updated_at, cortex.last_seq)
+    return _build(service, scope.canonical, row, [], cortex.updated_at, cortex.last_seq)
 
 
 def _get_sync(
@@ -387,7 +498,11 @@ def _get_sync(
     session_id: str,
     config: GetSessionConfig | None,
 ) -> AdkSessionModel | None:
-    _scope, row = _find(service, app_name, user_id, session_id)
+    session_id = cast(str, _strip(session_id))
+    if len(session_id) > MAX_ID_CHARS:
+        service.scope_for(app_name, user_id)  # still refuses a name outside the tenant
+        return None
+    scope, row = _find(service, app_name, user_id, session_id)
     if row is None:
         return None
     cortex = row.session
@@ -399,18 +514,30 @@ def _get_sync(
         if config.after_timestamp is not None:
             messages = messages.filter(created_at__gte=_when(config.after_timestamp))
         limit = config.num_recent_events
-    if limit == 0:
-        rows: list[Any] = []
-    elif limit is not None:
-        rows = list(reversed(messages.order_by("-seq")[:limit]))
+
+    def read(rows: Any) -> list[Event]:
+        return [
+            event
+            for seq, role, content, created_at in rows
+            if (event := _event_of(role, content, seq, created_at, cortex.pk, app_name)) is not None
+        ]
+
+    if limit is None:
+        events = read(messages.order_by("seq"))
     else:
-        rows = list(messages.order_by("seq"))
-    events = [
-        event
-        for seq, role, content, created_at in rows
-        if (event := _event_of(role, content, seq, created_at, cortex.pk, app_name)) is not None
-    ]
-    return _build(row, events, cortex.updated_at, cortex.last_seq)
+        # The newest ``limit`` events: read newest first, a page at a time, until ``limit``
+        # events are found, so messages that are no event (a host's ``system`` note) do not
+        # count. Usually one page.
+        newest_first: list[Event] = []
+        newest = messages.order_by("-seq")
+        while len(newest_first) < limit:
+            page = list(newest[:limit])
+            newest_first.extend(read(page))
+            if len(page) < limit:
+                break
+            newest = newest.filter(seq__lt=page[-1][0])
+        events = list(reversed(newest_first[:limit]))
+    return _build(service, scope.canonical, row, events, cortex.updated_at, cortex.last_seq)
 
 
 def _list_sync(
@@ -424,7 +551,10 @@ def _list_sync(
         )
     elif service.within is not None:
         rows = rows.filter(session__in=services.session_queryset(scope=service.within))
-    sessions = [_build(row, [], row.session.updated_at, row.session.last_seq) for row in rows]
+    sessions = [
+        _build(service, row.session.scope, row, [], row.session.updated_at, row.session.last_seq)
+        for row in rows
+    ]
     sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
     return ListSessionsResponse(sessions=sessions)
 
@@ -432,6 +562,10 @@ def _list_sync(
 def _delete_sync(
     service: CortexSessionService, app_name: str, user_id: str, session_id: str
 ) -> None:
+    session_id = cast(str, _strip(session_id))
+    if len(session_id) > MAX_ID_CHARS:
+        service.scope_for(app_name, user_id)  # still refuses a name outside the tenant
+        return
     scope, row = _find(service, app_name, user_id, session_id)
     if row is None:
         return
@@ -442,9 +576,9 @@ def _delete_sync(
 
 
 def _user_state_sync(service: CortexSessionService, app_name: str, user_id: str) -> dict[str, Any]:
-    service.scope_for(app_name, user_id)
+    scope = service.scope_for(app_name, user_id)
     state = (
-        AdkUserState.objects.filter(app_name=app_name, user_id=user_id)
+        AdkUserState.objects.filter(scope=scope.canonical, app_name=app_name, user_id=user_id)
         .values_list("state", flat=True)
         .first()
     )
@@ -456,11 +590,10 @@ def _append_sync(service: CortexSessionService, session: AdkSessionModel, event:
     scope, row = _find(service, app_name, user_id, session.id)
     if row is None:
         raise SessionNotFoundError(f"Session {session.id} not found.")
-    deltas = _session_util.extract_state_delta(
-        (event.actions.state_delta if event.actions else None) or {}
-    )
+    deltas = _state_deltas((event.actions.state_delta if event.actions else None) or {})
     marker = getattr(session, "_storage_update_marker", None)
-    _create_shared_state_rows(app_name, user_id, deltas)
+    tenant = service.tenant
+    _create_shared_state_rows(tenant, scope.canonical, app_name, user_id, deltas)
     with transaction.atomic(using=_db()):
         # Lock the cortex session first, as every append does, then the ADK row.
         last_seq = (
@@ -481,7 +614,7 @@ def _append_sync(service: CortexSessionService, session: AdkSessionModel, event:
             # so reading the stored state here and writing it back loses no concurrent key.
             stored = AdkSession.objects.filter(pk=row.pk).values_list("state", flat=True).get()
             AdkSession.objects.filter(pk=row.pk).update(state={**stored, **deltas["session"]})
-        _update_shared_state(app_name, user_id, deltas)
+        _update_shared_state(tenant, scope.canonical, app_name, user_id, deltas)
     session.last_update_time = _timestamp(result.session.updated_at)
     _set_marker(session, result.session.last_seq)
 
