@@ -11,10 +11,18 @@ IDs:
   reference feature would raise ``SESSION_REFERENCE_INVALID_CONFIG`` (docs/design.md §8.9).
 - ``cortex_sessions.E010``: ``PREPARED_STATEMENTS`` is not ``True`` or ``False``.
 - ``cortex_sessions.E012``: ``IDEMPOTENCY_TTL`` is not a positive integer (seconds).
+- ``cortex_sessions.E013``: ``SEARCH_CONFIG`` is not a text search configuration name.
+- ``cortex_sessions.E014`` (database check): PostgreSQL has no text search configuration
+  ``SEARCH_CONFIG`` (``pg_ts_config``), so message search cannot parse a query.
+- ``cortex_sessions.W002`` (database check): the message search column was built with another
+  configuration than ``SEARCH_CONFIG`` (``manage.py cortex_sessions_search_rebuild`` rebuilds it).
 - ``cortex_sessions.W015`` (database check: ``migrate``, ``check --database``): on MySQL/MariaDB
   the session titles, or the database default they would get, use a ``*_general_ci``
   collation, under which the title ``search`` takes every character outside the BMP for any
   other and ``ß`` for ``s`` (docs/design.md §15.6).
+
+Database checks run where Django runs them: ``manage.py migrate`` and ``manage.py check
+--database default``.
 """
 
 from __future__ import annotations
@@ -24,9 +32,10 @@ from typing import Any
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, connections
 
+from . import search
 from .conf import DEFAULTS, HARD_MAX_REFERENCES, HARD_MAX_SCOPE_DEPTH, app_settings
 
-__all__ = ["check_database_collation", "check_settings"]
+__all__ = ["check_database_collation", "check_search_config", "check_settings"]
 
 _POSITIVE_INTS = (
     "LAST_MESSAGE_PREVIEW_CHARS",
@@ -35,6 +44,7 @@ _POSITIVE_INTS = (
     "MAX_REFERENCE_BYTES",
     "PAGE_SIZE",
     "MAX_PAGE_SIZE",
+    "SEARCH_CANDIDATES",
 )
 
 
@@ -140,7 +150,67 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="cortex_sessions.E012",
             )
         )
+
+    config = app_settings.SEARCH_CONFIG
+    if not isinstance(config, str) or not search.CONFIG_PATTERN.fullmatch(config):
+        errors.append(
+            Error(
+                f"CORTEX_SESSIONS['SEARCH_CONFIG'] is {config!r}; message search needs the name "
+                "of a PostgreSQL text search configuration.",
+                hint="Use e.g. 'simple' (the default) or 'english' (letters, digits, '_', "
+                "optionally 'schema.name').",
+                id="cortex_sessions.E013",
+            )
+        )
     return errors
+
+
+@register(Tags.database)
+def check_search_config(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """On each PostgreSQL database checked: ``SEARCH_CONFIG`` exists (``E014``) and is the
+    configuration the search column was built with (``W002``; docs/design.md §11.5).
+
+    Returns:
+        The problems found; nothing for other databases, a malformed setting (``E013``
+        reports it) or a database that cannot be read.
+    """
+    config = app_settings.SEARCH_CONFIG
+    if not isinstance(config, str) or not search.CONFIG_PATTERN.fullmatch(config):
+        return []
+    messages: list[CheckMessage] = []
+    for alias in databases or ():
+        connection = connections[alias]
+        if connection.vendor != "postgresql":
+            continue
+        try:
+            exists = search.config_exists(connection, config)
+            installed = search.installed_config(connection)
+        except DatabaseError:  # pragma: no cover - a database Django cannot read is its own error
+            continue
+        if not exists:
+            messages.append(
+                Error(
+                    f"CORTEX_SESSIONS['SEARCH_CONFIG'] is {config!r}, which database "
+                    f"{alias!r} does not have.",
+                    hint="Name a configuration listed by SELECT cfgname FROM pg_ts_config, "
+                    "or create it.",
+                    id="cortex_sessions.E014",
+                )
+            )
+        elif installed is not None and installed != config:
+            messages.append(
+                Warning(
+                    f"The message search column of database {alias!r} was built with text "
+                    f"search configuration {installed!r}, but SEARCH_CONFIG is {config!r}: "
+                    "queries would not find what the column holds.",
+                    hint="Run manage.py cortex_sessions_search_rebuild (docs/search.md), or "
+                    f"set SEARCH_CONFIG back to {installed!r}.",
+                    id="cortex_sessions.W002",
+                )
+            )
+    return messages
 
 
 @register(Tags.database)

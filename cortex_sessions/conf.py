@@ -32,6 +32,8 @@ DEFAULTS: dict[str, Any] = {
     "MAX_PAGE_SIZE": 1000,
     "PREPARED_STATEMENTS": False,
     "IDEMPOTENCY_TTL": 86_400,
+    "SEARCH_CONFIG": "simple",
+    "SEARCH_CANDIDATES": 1000,
 }
 
 
@@ -109,6 +111,22 @@ class AppSettings:
     def IDEMPOTENCY_TTL(self) -> int:
         """Seconds an ``Idempotency-Key`` is remembered (default 24 h; docs/design.md §12.1)."""
         return cast(int, self._get("IDEMPOTENCY_TTL"))  # validated by the system checks
+
+    @property
+    def SEARCH_CONFIG(self) -> str:
+        """The PostgreSQL text search configuration of message search (default ``simple``:
+        words as written, lower-cased, no stemming, no stop words; docs/design.md §11.5). Read
+        when the search column is built (migration ``0012``, ``cortex_sessions_search_rebuild``)
+        and by every query, which must use the column's configuration (check ``W002``)."""
+        return cast(str, self._get("SEARCH_CONFIG"))  # validated by the system checks
+
+    @property
+    def SEARCH_CANDIDATES(self) -> int:
+        """How many matching messages (the newest) and as many matching titles a session
+        search considers (default 1,000): past that, older matches are not listed and the count
+        stops growing, so a word found in every other message costs what a rare one costs
+        (docs/design.md §11.5, docs/search.md)."""
+        return cast(int, self._get("SEARCH_CANDIDATES"))  # validated by the system checks
 
 
 app_settings = AppSettings()

@@ -21,6 +21,7 @@ from .content import content_text
 from .counters import CONVERSATION_Q
 from .fields import ExactCharField, ScopeField
 from .scope import Scope, scope_q
+from .search import SearchMatch, match_of
 
 __all__ = [
     "EDITABLE_SESSION_FIELDS",
@@ -184,6 +185,13 @@ class Session(models.Model):
         kwargs["update_fields"] = fields | {"updated_at"}
         super().save(*args, **kwargs)
 
+    @property
+    def search_match(self) -> SearchMatch | None:
+        """Why the session matched when it was listed with ``q`` (snippet of its best-matching
+        message or title, that message's ``seq``, the rank); ``None`` otherwise
+        (docs/design.md §11.5)."""
+        return match_of(getattr(self, "search_hit", None), getattr(self, "search_rank", None))
+
 
 class Message(models.Model):
     """One conversation message (docs/design.md §3.2). ``session`` is null only for legacy rows (§4)."""
@@ -255,6 +263,12 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"{self.role} #{self.seq}"
+
+    @property
+    def search_match(self) -> SearchMatch | None:
+        """Why the message matched when it was listed with ``q`` (a snippet with the hits
+        marked, its ``seq``, the rank); ``None`` otherwise (docs/design.md §11.5)."""
+        return match_of(getattr(self, "search_hit", None))
 
     @property
     def text(self) -> str:

@@ -7,6 +7,7 @@ import io
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
+from django.db import connection
 from rest_framework.test import APIClient
 
 from cortex_sessions import services
@@ -253,3 +254,24 @@ def test_members_log_in_through_the_api_log_in_and_use_the_api(settings, client)
 def test_a_bad_conversation_count_is_a_command_error(value):
     with pytest.raises(CommandError, match="--conversations"):
         call_command("demo_setup", conversations=value)
+
+
+@pytest.mark.django_db
+def test_the_readme_tour_search_finds_what_was_said(settings):
+    """README's tour: ``curl -u bob:demo "$B/sessions/?q=my%20dog&limit=1"`` on the demo data
+    (SQLite, the demo's database: a substring, newest first; PostgreSQL: the words, ranked)."""
+    if connection.vendor == "mysql":
+        pytest.skip("MySQL/MariaDB refuse q (tests/test_search_databases.py)")
+    settings.ROOT_URLCONF = "example_project.urls"
+    setup_demo(300)
+
+    body = logged_in("bob").get(SESSIONS, {"q": "my dog", "limit": 1}).json()
+
+    expected = "The day I got <mark>my dog</mark> was pretty exciting"
+    if connection.vendor == "sqlite":
+        assert body["count"] == 2
+        assert body["results"][0]["match"] == {"snippet": expected, "seq": 10, "rank": None}
+    else:
+        everything = logged_in("bob").get(SESSIONS, {"q": "my dog", "limit": 100}).json()
+        snippets = [r["match"]["snippet"] for r in everything["results"]]
+        assert any("got <mark>my</mark> <mark>dog</mark>" in s for s in snippets), snippets

@@ -1,7 +1,7 @@
 """Query parameters of the session list and count (docs/design.md §7.2), as an explicit ``FilterSet``.
 
 The FilterSet is the HTTP contract — it parses and validates ``agent_id``, ``exact``,
-``default_only``, ``search``, ``ordering``, ``archived`` and ``metadata`` and describes them in the OpenAPI schema — while
+``default_only``, ``search``, ``ordering``, ``archived``, ``metadata`` and ``q`` and describes them in the OpenAPI schema — while
 the query itself is built by :func:`cortex_sessions.services.session_queryset`, where the rules
 live (scope matching, literal ``%``/``_`` in ``search``, stable ordering with an id tie-break).
 A bad value is a 400 ``invalid_filter`` listing the parameter, never silently ignored.
@@ -23,15 +23,19 @@ from cortex_sessions.content import parse_json
 from cortex_sessions.exceptions import InvalidAgentId, InvalidFilter
 from cortex_sessions.metadata import MAX_METADATA_FILTER_KEYS, check_metadata_filter
 from cortex_sessions.models import Session
+from cortex_sessions.search import BLANK, MAX_QUERY_CHARS, QUERY_PATTERN
 
 from .exceptions import InvalidQuery
 from .serializers import AGENT_ID_PATTERN
 
 __all__ = [
     "EMPTY_VALUE_MESSAGE",
+    "SEARCH_QUERY_HELP",
+    "SEARCH_QUERY_SCHEMA",
     "SessionFilter",
     "SessionFilterBackend",
     "StrictBooleanField",
+    "parse_search_query",
     "text_param",
 ]
 
@@ -96,6 +100,74 @@ class TextFilter(django_filters.CharFilter):
     """A ``CharFilter`` parsed by :class:`TextField`."""
 
     field_class = TextField
+
+
+class SearchQueryField(TextField):
+    """The ``q`` query parameter of message search (docs/design.md §11.5)."""
+
+    def to_python(self, value: Any) -> str:
+        """Return the query unchanged.
+
+        Raises:
+            ValidationError: NUL (``nul_character``), over ``MAX_QUERY_CHARS`` characters
+                (``too_long``), or only spaces, tabs and line breaks (``invalid``).
+        """
+        text = super().to_python(value)
+        if len(text) > MAX_QUERY_CHARS:
+            raise ValidationError(
+                f"q is {len(text)} characters; at most {MAX_QUERY_CHARS} are allowed.",
+                code="too_long",
+            )
+        if text and not text.strip(BLANK):
+            raise ValidationError(
+                "q must hold something besides spaces, tabs and line breaks.", code="invalid"
+            )
+        return text
+
+
+class SearchQueryFilter(django_filters.CharFilter):
+    """A ``CharFilter`` parsed by :class:`SearchQueryField`."""
+
+    field_class = SearchQueryField
+
+
+#: The OpenAPI schema of ``q`` (the rules of :class:`SearchQueryField`).
+SEARCH_QUERY_SCHEMA = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_QUERY_CHARS,
+    "pattern": QUERY_PATTERN,
+}
+
+#: The OpenAPI description of ``q``.
+SEARCH_QUERY_HELP = (
+    "Message search (docs/search.md): only what matches in conversation messages "
+    "(user and assistant turns, checkpoint summaries; never tool output, system prompts or "
+    "reference snapshots)"
+)
+
+
+def parse_search_query(request: Any) -> str | None:
+    """The ``q`` query parameter of a request, checked as :class:`SearchQueryField` does.
+
+    Returns:
+        The query, or ``None`` when the parameter is absent.
+
+    Raises:
+        InvalidQuery: empty (an empty value is not a filter), NUL, too long or blank (400
+            ``invalid_filter``, the rule's code under ``q``).
+    """
+    if "q" not in request.query_params:
+        return None
+    raw = request.query_params["q"]
+    try:
+        if raw == "":
+            raise ValidationError(EMPTY_VALUE_MESSAGE, code="invalid")
+        return cast(str, SearchQueryField(required=False, strip=False).clean(raw))
+    except ValidationError as exc:
+        raise InvalidQuery(
+            {"q": [ErrorDetail(str(message), code=exc.code or "invalid") for message in exc]}
+        ) from None
 
 
 class AgentIdField(TextField):
@@ -271,6 +343,21 @@ class SessionFilter(django_filters.FilterSet):
         ),
     )
 
+    q = extend_schema_field(SEARCH_QUERY_SCHEMA)(  # type: ignore[type-var]
+        SearchQueryFilter(
+            method=_noop,
+            strip=False,
+            help_text=(
+                f"{SEARCH_QUERY_HELP} or in the title. PostgreSQL: full-text search, "
+                'websearch syntax (words, "quoted phrases", or, -word), best first unless '
+                "`ordering` is given; SQLite: case-insensitive substring, newest first; "
+                "MySQL/MariaDB: 400 `invalid_filter`. Each result's `match` has a snippet "
+                "(HTML-escaped, hits in <mark>), the message's seq and the rank. With "
+                "`cursor`, `ordering` is required."
+            ),
+        )
+    )
+
     class Meta:
         model = Session
         fields: list[str] = []
@@ -285,6 +372,7 @@ class SessionFilter(django_filters.FilterSet):
             "search": data.get("search") or None,
             "archived": ARCHIVED_CHOICES[data.get("archived") or "false"],
             "metadata": data.get("metadata"),
+            "q": data.get("q") or None,
         }
         if with_ordering:
             kwargs["ordering"] = data.get("ordering") or None

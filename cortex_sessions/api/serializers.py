@@ -33,6 +33,8 @@ __all__ = [
     "EmptyBodySerializer",
     "ErrorSerializer",
     "ForkSerializer",
+    "ListedMessageSerializer",
+    "ListedSessionSerializer",
     "MessageAppendResultSerializer",
     "MessageInputSerializer",
     "MessagePageSerializer",
@@ -48,6 +50,7 @@ __all__ = [
     "ReferencePrepareSerializer",
     "ReferencesField",
     "ResolveSerializer",
+    "SearchMatchSerializer",
     "SessionCreateSerializer",
     "SessionMergePatchSerializer",
     "SessionSerializer",
@@ -270,10 +273,11 @@ SESSION_READ_ONLY_FIELDS = frozenset(
         "archived_at",
         "forked_from",
         "forked_at_seq",
+        "match",  # of a search result (docs/design.md §11.5)
     }
 )
 #: Fields of a stored message that only the app writes; a message sent back may carry them.
-MESSAGE_READ_ONLY_FIELDS = frozenset({"id", "session", "seq", "created_at"})
+MESSAGE_READ_ONLY_FIELDS = frozenset({"id", "session", "seq", "created_at", "match"})
 
 _BLOCK_SCHEMA = {
     "type": "object",
@@ -376,6 +380,58 @@ class SessionSerializer(serializers.ModelSerializer[Session]):
             "forked_from",
             "forked_at_seq",
         ]
+        read_only_fields = fields
+
+
+class SearchMatchSerializer(serializers.Serializer[Any]):
+    """Why a result matched ``q`` (docs/design.md §11.5): ``{snippet, seq, rank}``."""
+
+    snippet = serializers.CharField(
+        read_only=True,
+        help_text=(
+            "A short passage of the best-matching text, HTML-escaped, each hit wrapped in "
+            "<mark>…</mark> (the only markup it holds): safe to insert as HTML."
+        ),
+    )
+    seq = serializers.IntegerField(
+        read_only=True,
+        allow_null=True,
+        help_text="The seq of the message the snippet comes from; null for a title match.",
+    )
+    rank = serializers.FloatField(
+        read_only=True,
+        allow_null=True,
+        help_text="Relevance, higher is better (PostgreSQL ts_rank); null on SQLite.",
+    )
+
+
+class SearchResultMixin:
+    """Adds ``match`` to a serialized row read with ``q`` and leaves it out otherwise, so a
+    row has one shape wherever it is returned unless it is a search result. The schema lists
+    ``match`` as optional (:attr:`optional_fields`, read by ``CortexAutoSchema``)."""
+
+    #: Response fields that may be absent.
+    optional_fields = ("match",)
+
+    def to_representation(self, instance: Any) -> Any:
+        """The row, with ``match`` only when it has one."""
+        data = super().to_representation(instance)  # type: ignore[misc]
+        if data.get("match") is None:
+            data.pop("match", None)
+        return data
+
+
+class ListedSessionSerializer(SearchResultMixin, SessionSerializer):
+    """A session in a list: the session, and ``match`` when the list was a search."""
+
+    match = SearchMatchSerializer(
+        source="search_match",
+        read_only=True,
+        help_text="Only with q: why the session matched (its best message, or its title).",
+    )
+
+    class Meta(SessionSerializer.Meta):
+        fields = [*SessionSerializer.Meta.fields, "match"]
         read_only_fields = fields
 
 
@@ -487,6 +543,20 @@ class MessageSerializer(serializers.ModelSerializer[Message]):
     class Meta:
         model = Message
         fields = ["id", "session", "seq", "role", "source", "content", "metadata", "created_at"]
+        read_only_fields = fields
+
+
+class ListedMessageSerializer(SearchResultMixin, MessageSerializer):
+    """A message in a page: the message, and ``match`` when the page was a search."""
+
+    match = SearchMatchSerializer(
+        source="search_match",
+        read_only=True,
+        help_text="Only with q: why the message matched.",
+    )
+
+    class Meta(MessageSerializer.Meta):
+        fields = [*MessageSerializer.Meta.fields, "match"]
         read_only_fields = fields
 
 
@@ -654,7 +724,7 @@ class PoppedMessageSerializer(serializers.Serializer[Any]):
 class MessagePageSerializer(serializers.Serializer[Any]):
     """Response of ``GET /sessions/{id}/messages/``: one page, chronological (by ``seq``)."""
 
-    results = MessageSerializer(many=True)
+    results = ListedMessageSerializer(many=True)
     has_more = serializers.BooleanField(
         help_text="More messages lie beyond this page in the reading direction."
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+from django.db import connections, router
 from django.http import Http404
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
@@ -29,7 +30,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
-from cortex_sessions import services
+from cortex_sessions import search, services
 from cortex_sessions.conf import DEFAULTS, app_settings
 from cortex_sessions.exceptions import MessageNotFound, SessionNotFound
 from cortex_sessions.models import Message, Session
@@ -38,7 +39,14 @@ from cortex_sessions.references import service as references
 from cortex_sessions.scope import Scope
 
 from .exceptions import InvalidQuery, ReferencesNotAllowed, exception_handler
-from .filters import SessionFilter, SessionFilterBackend, text_param
+from .filters import (
+    SEARCH_QUERY_HELP,
+    SEARCH_QUERY_SCHEMA,
+    SessionFilter,
+    SessionFilterBackend,
+    parse_search_query,
+    text_param,
+)
 from .idempotency import IDEMPOTENCY_PARAMETER, idempotent
 from .pagination import SessionPagination, parse_int_param
 from .parsers import MERGE_PATCH_MEDIA_TYPE, JSONObjectParser, MergePatchParser
@@ -50,6 +58,7 @@ from .serializers import (
     CountSerializer,
     ErrorSerializer,
     ForkSerializer,
+    ListedSessionSerializer,
     MessageAppendResultSerializer,
     MessageInputSerializer,
     MessagePageSerializer,
@@ -215,6 +224,17 @@ MESSAGE_PAGE_PARAMETERS = [
         OpenApiParameter.QUERY,
         description="Read backward: the newest `limit` messages with a smaller seq.",
     ),
+    OpenApiParameter(
+        "q",
+        SEARCH_QUERY_SCHEMA,
+        OpenApiParameter.QUERY,
+        description=(
+            f"{SEARCH_QUERY_HELP}. Only the matching messages, paged as without it "
+            "(chronological), each with `match` (snippet, seq, rank). PostgreSQL: full-text "
+            "search, websearch syntax; SQLite: case-insensitive substring; MySQL/MariaDB: 400 "
+            "`invalid_filter`."
+        ),
+    ),
 ]
 
 
@@ -224,7 +244,9 @@ class CortexAutoSchema(AutoSchema):
     ``additionalProperties: false``, since the server refuses undefined fields; a body of
     several shapes (a :class:`PolymorphicProxySerializer`) is required, as each shape is; and
     ``application/merge-patch+json`` is offered only where an operation names it (``PATCH
-    /sessions/{id}/``), since every other endpoint answers it with 415."""
+    /sessions/{id}/``), since every other endpoint answers it with 415; a response field a
+    serializer lists in ``optional_fields`` (``match``, only in search results) is not
+    required; and the message search ``q`` is offered only where the database searches."""
 
     def _map_basic_serializer(self, serializer: Any, direction: str) -> dict[str, Any]:
         schema: dict[str, Any] = super()._map_basic_serializer(  # type: ignore[no-untyped-call]
@@ -232,7 +254,26 @@ class CortexAutoSchema(AutoSchema):
         )
         if direction == "request" and isinstance(serializer, StrictSerializerMixin):
             schema["additionalProperties"] = False
+        optional = getattr(serializer, "optional_fields", ())
+        if direction == "response" and optional and "required" in schema:
+            schema["required"] = [name for name in schema["required"] if name not in optional]
         return schema
+
+    def _get_parameters(self) -> list[dict[str, Any]]:
+        """The operation's parameters, without the message search ``q`` where the database
+        has no search (MySQL/MariaDB answer it 400 ``invalid_filter``, so a client generated
+        from the schema never sends it; docs/design.md §11.5, §15)."""
+        parameters: list[dict[str, Any]] = super()._get_parameters()
+        if search.search_available(connections[router.db_for_read(Session)]):
+            return parameters
+        return [
+            parameter
+            for parameter in parameters
+            if not (
+                parameter.get("name") == "q"
+                and parameter.get("schema", {}).get("pattern") == search.QUERY_PATTERN
+            )
+        ]
 
     def map_parsers(self) -> list[Any]:
         """The request media types of an operation that does not name its own: the view's
@@ -335,7 +376,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
     query_parameters = {
         "list": frozenset({*SessionFilter.base_filters, "limit", "offset", "cursor"}),
         "count": frozenset(SessionFilter.base_filters),
-        "messages.get": frozenset({"limit", "after_seq", "before_seq"}),
+        "messages.get": frozenset({"limit", "after_seq", "before_seq", "q"}),
         "messages.delete": frozenset({"after_seq"}),
         "reference_candidates": frozenset({"q", "limit"}),
     }
@@ -388,16 +429,19 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
 
     @extend_schema(
         summary="List sessions",
-        responses={200: SessionSerializer(many=True), **errors()},
+        responses={200: ListedSessionSerializer(many=True), **errors()},
     )
     def list(self, request: Request) -> Response:
-        """A page of sessions, filtered and ordered (``{count, next, previous, results}``).
+        """A page of sessions, filtered and ordered (``{count, next, previous, results}``);
+        with ``q``, the sessions matching a message search, each with ``match``
+        (docs/design.md §11.5).
 
-        Errors: 400 ``invalid_filter`` for a bad parameter; 400/403 scope errors.
+        Errors: 400 ``invalid_filter`` for a bad parameter (``q`` on MySQL/MariaDB too);
+        400/403 scope errors.
         """
         queryset = self.filter_queryset(self.get_queryset())
         page = self.paginate_queryset(queryset)
-        return self.get_paginated_response(SessionSerializer(page, many=True).data)
+        return self.get_paginated_response(ListedSessionSerializer(page, many=True).data)
 
     @extend_schema(
         summary="Create a session",
@@ -836,7 +880,12 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
         after = parse_int_param(request, "after_seq", default=None, minimum=0, maximum=MAX_SEQ)
         before = parse_int_param(request, "before_seq", default=None, minimum=0, maximum=MAX_SEQ)
         rows = services.list_messages(
-            scope=self.scope, session_id=pk, limit=limit + 1, after_seq=after, before_seq=before
+            scope=self.scope,
+            session_id=pk,
+            limit=limit + 1,
+            after_seq=after,
+            before_seq=before,
+            q=parse_search_query(request),
         )
         forward = after is not None and before is None
         has_more = len(rows) > limit

@@ -99,8 +99,18 @@ def _decode(cursor: Any, ordering: str) -> tuple[Any, uuid.UUID, bool]:
 
 
 def _ordering_of(queryset: SessionQuerySet) -> str:
-    """The sort key of a queryset from :func:`session_queryset` (ordered by key, then id)."""
+    """The sort key of a queryset from :func:`session_queryset` (ordered by key, then id).
+
+    Raises:
+        InvalidFilter: the queryset is a search ordered by rank (``q`` without ``ordering``):
+            a rank is no position to resume from.
+    """
     order = [str(term) for term in queryset.query.order_by]
+    if order and "search_rank" in order[0]:
+        raise _invalid(
+            "cursor pages of a search (q) need an ordering (e.g. ordering=-updated_at); "
+            "results ordered by rank page with limit and offset."
+        )
     if len(order) != 2 or order[1].lstrip("-") != "id":
         raise ValueError("paginate_keyset needs a queryset from session_queryset().")
     return order[0]
@@ -169,12 +179,15 @@ def list_sessions_page(
     cursor: str | None = None,
     archived: bool | None = False,
     metadata: Mapping[str, Any] | None = None,
+    q: str | None = None,
 ) -> SessionPage:
     """A keyset page of the sessions at ``scope`` (filters as :func:`session_queryset`).
 
     Start without ``cursor``; pass ``next_cursor`` (or ``previous_cursor``) of the page you have
     to get the one after (or before) it, with the same filters and ordering. Each page is one
     query whose cost does not grow with how far the client has paged (docs/design.md §14).
+    A search (``q``, docs/design.md §11.5) pages by cursor only with an explicit ``ordering``
+    (on PostgreSQL its default order is the rank).
 
     Returns:
         :class:`SessionPage`.
@@ -182,8 +195,13 @@ def list_sessions_page(
     Raises:
         NoScope, InvalidScope.
         InvalidFilter: a bad ordering, filter, ``limit`` or ``cursor`` (a cursor of another
-            ordering included).
+            ordering included); ``q`` without ``ordering``.
     """
+    if q is not None and ordering is None:
+        raise _invalid(
+            "cursor pages of a search (q) need an ordering (e.g. ordering=-updated_at); "
+            "results ordered by rank page with limit and offset."
+        )
     queryset = session_queryset(
         scope=scope,
         agent_id=agent_id,
@@ -193,5 +211,6 @@ def list_sessions_page(
         ordering=ordering,
         archived=archived,
         metadata=metadata,
+        q=q,
     )
     return paginate_keyset(queryset, cursor=cursor, limit=limit)

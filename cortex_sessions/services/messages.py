@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -27,6 +27,7 @@ from ..exceptions import (
 )
 from ..models import Message, Session
 from ..scope import Scope, as_scope
+from ..search import check_query, filter_messages
 from . import _pg
 from ._common import (
     _check_int,
@@ -301,6 +302,7 @@ def list_messages(
     limit: int = 50,
     after_seq: int | None = None,
     before_seq: int | None = None,
+    q: str | None = None,
 ) -> list[Message]:
     """Messages of a session in chronological (``seq``) order (docs/design.md §7.1).
 
@@ -309,18 +311,25 @@ def list_messages(
         after_seq: return the oldest ``limit`` messages with ``seq > after_seq``.
         before_seq: return the newest ``limit`` messages with ``seq < before_seq``.
             Without either, the newest ``limit`` messages. Both may be combined.
+        q: only the conversation messages matching this search (docs/design.md §11.5, as
+            :func:`~cortex_sessions.services.list_sessions`), paged as above; each has
+            ``search_match`` (snippet, ``seq``, rank).
 
     Raises:
         NoScope, InvalidScope, SessionNotFound.
-        InvalidFilter: ``limit`` is not an integer ``>= 1`` or a seq bound not one ``>= 0``.
+        InvalidFilter: ``limit`` is not an integer ``>= 1`` or a seq bound not one ``>= 0``;
+            a bad ``q``, or ``q`` on MySQL/MariaDB.
+        NulCharacter, InvalidText: ``q`` holds NUL or a lone surrogate.
     """
     _check_int(limit, field="limit", minimum=1)
     if after_seq is not None:
         _check_int(after_seq, field="after_seq", minimum=0)
     if before_seq is not None:
         _check_int(before_seq, field="before_seq", minimum=0)
+    if q is not None:
+        check_query(q)
     alias = _db_for_read()
-    if _pg.enabled(alias):
+    if _pg.enabled(alias) and q is None:
         canonical = as_scope(scope).canonical
         page = _pg.newest_messages(
             alias,
@@ -335,6 +344,8 @@ def list_messages(
         return page
     session = get_session(scope=scope, session_id=session_id)
     queryset = Message.objects.filter(session=session)
+    if q is not None:
+        queryset = filter_messages(queryset, q=q, connection=connections[alias])
     if after_seq is not None:
         queryset = queryset.filter(seq__gt=after_seq)
     if before_seq is not None:

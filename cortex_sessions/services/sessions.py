@@ -6,7 +6,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, cast
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from .. import signals
@@ -14,7 +15,8 @@ from ..content import check_json_object
 from ..exceptions import DefaultConflict, InvalidFilter, SessionNotFound
 from ..metadata import check_metadata_filter, filter_by_metadata
 from ..models import Message, Session, SessionQuerySet
-from ..scope import Scope, as_scope
+from ..scope import Scope, as_scope, scope_q
+from ..search import check_query, filter_sessions
 from . import _pg
 from ._common import (
     _UNSET,
@@ -53,9 +55,10 @@ def session_queryset(
     ordering: str | None = None,
     archived: bool | None = False,
     metadata: Mapping[str, Any] | None = None,
+    q: str | None = None,
 ) -> SessionQuerySet:
     """The sessions a list at ``scope`` shows, filtered and ordered (docs/design.md §7.2, §11.2,
-    §11.3).
+    §11.3, §11.5).
 
     Args:
         scope: the caller's scope; rows at it and beneath it match, or only at it with ``exact``.
@@ -69,6 +72,12 @@ def session_queryset(
             ``None`` shows both (docs/design.md §11.2).
         metadata: only sessions whose metadata has every top-level key of this object with an
             equal JSON value; at most 10 keys (docs/design.md §11.3).
+        q: message search (docs/design.md §11.5): only sessions whose conversation messages or
+            title match; 1 to 1,000 characters. PostgreSQL: full-text, ``websearch_to_tsquery``
+            syntax; SQLite: case-insensitive substring; MySQL/MariaDB: refused. Each row has
+            ``search_match`` (:class:`~cortex_sessions.search.SearchMatch`). Without
+            ``ordering`` the best matches come first (PostgreSQL's rank, then ``-updated_at``;
+            SQLite has no rank: ``-updated_at``).
 
     Returns:
         An unevaluated queryset (callers paginate it).
@@ -76,9 +85,10 @@ def session_queryset(
     Raises:
         NoScope, InvalidScope: the scope is missing or malformed.
         InvalidFilter: ``ordering`` is not an accepted value, ``agent_id``/``search`` is
-            not a string, ``archived`` is not a boolean or ``None``, or ``metadata`` is not an
-            object of at most 10 keys.
-        NulCharacter, InvalidText: ``agent_id``/``search`` holds NUL or a lone surrogate.
+            not a string, ``archived`` is not a boolean or ``None``, ``metadata`` is not an
+            object of at most 10 keys, ``q`` is not a string of 1 to 1,000 characters with a
+            word in it, or ``q`` on a database without search (MySQL/MariaDB).
+        NulCharacter, InvalidText: ``agent_id``/``search``/``q`` holds NUL or a lone surrogate.
     """
     queryset = Session.objects.within(scope, exact=exact)
     agent_id = _check_filter_text(agent_id, field="agent_id")
@@ -99,6 +109,14 @@ def session_queryset(
         queryset = cast(
             SessionQuerySet, filter_by_metadata(queryset, check_metadata_filter(metadata))
         )
+    if q is not None:
+        queryset = filter_sessions(
+            queryset,
+            q=check_query(q),
+            scope_q=scope_q(scope, exact=exact),
+            connection=connections[queryset.db],
+        )
+    explicit_ordering = ordering is not None
     ordering = ordering or DEFAULT_ORDERING
     if (
         not isinstance(ordering, str)
@@ -111,6 +129,8 @@ def session_queryset(
             field="ordering",
         )
     tie = "-id" if ordering.startswith("-") else "id"
+    if q is not None and not explicit_ordering:  # best first (SQLite: rank is NULL, no effect)
+        return queryset.order_by(F("search_rank").desc(), ordering, tie)
     return queryset.order_by(ordering, tie)
 
 
@@ -126,6 +146,7 @@ def list_sessions(
     offset: int = 0,
     archived: bool | None = False,
     metadata: Mapping[str, Any] | None = None,
+    q: str | None = None,
 ) -> list[Session]:
     """A page of the sessions at ``scope`` (docs/design.md §7.2; filters as :func:`session_queryset`).
 
@@ -149,6 +170,7 @@ def list_sessions(
         ordering=ordering,
         archived=archived,
         metadata=metadata,
+        q=q,
     )
     end = None if limit is None else offset + limit
     return list(queryset[offset:end])
@@ -163,6 +185,7 @@ def count_sessions(
     search: str | None = None,
     archived: bool | None = False,
     metadata: Mapping[str, Any] | None = None,
+    q: str | None = None,
 ) -> int:
     """How many sessions :func:`list_sessions` would list with the same filters (docs/design.md §7.2).
 
@@ -170,19 +193,24 @@ def count_sessions(
         NoScope, InvalidScope.
         InvalidFilter: a bad filter (as :func:`session_queryset`).
     """
-    return (
-        session_queryset(
-            scope=scope,
-            agent_id=agent_id,
-            exact=exact,
-            default_only=default_only,
-            search=search,
-            archived=archived,
-            metadata=metadata,
-        )
-        .order_by()
-        .count()
+    queryset = session_queryset(
+        scope=scope,
+        agent_id=agent_id,
+        exact=exact,
+        default_only=default_only,
+        search=search,
+        archived=archived,
+        metadata=metadata,
     )
+    if q is not None:  # the matches without their rank and snippet
+        queryset = filter_sessions(
+            queryset,
+            q=check_query(q),
+            scope_q=scope_q(scope, exact=exact),
+            connection=connections[queryset.db],
+            annotate=False,
+        )
+    return queryset.order_by().count()
 
 
 def get_session(

@@ -16,6 +16,7 @@ import json
 from urllib.parse import quote, urlsplit
 
 import pytest
+from django.db import connection
 
 from cortex_sessions import services
 from cortex_sessions.api.views import SessionViewSet
@@ -396,6 +397,8 @@ def test_a_parameter_given_once_with_its_valid_value_is_accepted(api, session, a
     for method, url, parameter in _parameters_of_every_operation(session):
         if method == "delete":
             continue  # a delete that succeeds changes the session the other checks use
+        if parameter == "q" and "reference-candidates" not in url and connection.vendor == "mysql":
+            continue  # no message search there: a documented 400 (tests/test_search_databases.py)
         response = getattr(api, method)(url, {parameter: values[parameter]})
         assert response.status_code == 200, (url, parameter, response.content)
 

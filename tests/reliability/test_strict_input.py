@@ -136,7 +136,7 @@ def test_a_csrf_failure_answers_a_code_the_docs_list(django_user_model, alice):
     [
         ("messages/", "limit=2&before=3", ["before"]),
         ("messages/", "offset=2", ["offset"]),
-        ("messages/", "limit=2&after=1&q=x", ["after", "q"]),
+        ("messages/", "limit=2&after=1&query=x", ["after", "query"]),  # q is the search
         ("", "verbose=1", ["verbose"]),
         ("reference-candidates/", "search=x", ["search"]),
     ],
