@@ -242,7 +242,8 @@ class CheckedInputAdminMixin(_ModelAdmin):
         pk_field = self.model._meta.pk
         for value in selected:
             try:
-                pk_field.run_validators(pk_field.to_python(value.strip()))
+                # As posted: Django filters the queryset with the value untrimmed.
+                pk_field.run_validators(pk_field.to_python(value))
             except (ValidationError, TypeError, ValueError):
                 self.message_user(
                     request,
@@ -252,6 +253,19 @@ class CheckedInputAdminMixin(_ModelAdmin):
                 )
                 return None
         return super().response_action(request, queryset, *args, **kwargs)
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        """Django's search, except that a term holding NUL finds nothing.
+
+        The changelist redirects such a term before it gets here, but the admin's autocomplete
+        view (``/admin/autocomplete/?term=``) calls this directly; PostgreSQL cannot compare
+        text with NUL, so it would be a 500.
+        """
+        if "\x00" in search_term:
+            return queryset.none(), False
+        return super().get_search_results(request, queryset, search_term)
 
 
 # -- list filters ---------------------------------------------------------------------------------

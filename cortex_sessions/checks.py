@@ -17,9 +17,12 @@ IDs:
 - ``cortex_sessions.W002`` (database check): the message search column was built with another
   configuration than ``SEARCH_CONFIG`` (``manage.py cortex_sessions_search_rebuild`` rebuilds it).
 - ``cortex_sessions.W015`` (database check: ``migrate``, ``check --database``): on MySQL/MariaDB
-  the session titles, or the database default they would get, use a ``*_general_ci``
-  collation, under which the title ``search`` takes every character outside the BMP for any
-  other and ``ß`` for ``s`` (docs/design.md §15.6).
+  the session titles, or the database default they would get, use a collation of the
+  ``general`` family (``*_general_ci``, ``*_general_nopad_ci``), under which the title
+  ``search`` takes every character outside the BMP for any other and ``ß`` for ``s``
+  (docs/design.md §15.6).
+- ``cortex_sessions.W016`` (database check, same): that collation is not a utf8mb4 one
+  (``latin1``, ``utf8mb3``), so a title or search holding an emoji fails in the database.
 
 Database checks run where Django runs them: ``manage.py migrate`` and ``manage.py check
 --database default``.
@@ -165,6 +168,12 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     return errors
 
 
+_COLLATION_HINT = (
+    "Create the database with CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci (or "
+    "uca1400_ai_ci on MariaDB 10.10+) before migrating; see README.md, Databases."
+)
+
+
 @register(Tags.database)
 def check_search_config(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
@@ -217,8 +226,9 @@ def check_search_config(
 def check_database_collation(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    """Warn (``cortex_sessions.W015``) when a MySQL/MariaDB database gives session titles a
-    ``*_general_ci`` collation (docs/design.md §15.6).
+    """Warn when a MySQL/MariaDB database gives session titles a collation of the ``general``
+    family (``cortex_sessions.W015``: ``*_general_ci``, ``*_general_nopad_ci``, …) or of
+    another character set than utf8mb4 (``cortex_sessions.W016``) (docs/design.md §15.6).
 
     Reads the collation of ``cortex_sessions_session.title`` when the table exists, else the
     database's default (what ``migrate`` will give it). Runs for the aliases in ``databases``
@@ -243,14 +253,23 @@ def check_database_collation(
                 (collation,) = cursor.fetchone()
         except DatabaseError:
             continue
-        if str(collation).endswith("_general_ci"):
+        collation = str(collation)
+        if not collation.startswith("utf8mb4_"):
+            warnings.append(
+                Warning(
+                    f"Database {alias!r} gives session titles the collation {collation}, "
+                    "not a utf8mb4 one: a title or search holding a character outside its "
+                    "character set (an emoji) fails with a database error.",
+                    hint=_COLLATION_HINT,
+                    id="cortex_sessions.W016",
+                )
+            )
+        if "_general_" in collation or collation.endswith("_general_ci"):
             warnings.append(
                 Warning(
                     f"Database {alias!r} gives session titles the collation {collation}: the "
                     "title search there takes every emoji for any other and 'ß' for 's'.",
-                    hint="Create the database with CHARACTER SET utf8mb4 COLLATE "
-                    "utf8mb4_unicode_ci (or uca1400_ai_ci on MariaDB 10.10+) before migrating; "
-                    "see README.md, Databases.",
+                    hint=_COLLATION_HINT,
                     id="cortex_sessions.W015",
                 )
             )

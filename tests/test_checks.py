@@ -97,9 +97,10 @@ def test_a_general_ci_title_collation_is_warned_of_on_mysql():
     table = Session._meta.db_table
 
     def set_title_collation(collation: str) -> None:
+        charset = collation.split("_", 1)[0]
         with connection.cursor() as cursor:
             cursor.execute(
-                f"ALTER TABLE {table} MODIFY title {column_type} CHARACTER SET utf8mb4 "
+                f"ALTER TABLE {table} MODIFY title {column_type} CHARACTER SET {charset} "
                 f"COLLATE {collation} NOT NULL"
             )
 
@@ -110,9 +111,23 @@ def test_a_general_ci_title_collation_is_warned_of_on_mysql():
             [table],
         )
         column_type, original = cursor.fetchone()
-    set_title_collation("utf8mb4_general_ci")
+    found = {}
     try:
-        found = [m.id for m in check_database_collation(databases=["default"])]
+        for collation in [
+            "utf8mb4_general_ci",
+            "utf8mb4_general_nopad_ci",
+            "utf8mb3_general_ci",
+            "latin1_swedish_ci",
+            "utf8mb4_unicode_ci",
+        ]:
+            set_title_collation(collation)
+            found[collation] = [m.id for m in check_database_collation(databases=["default"])]
     finally:
         set_title_collation(original)
-    assert found == ["cortex_sessions.W015"]
+    assert found == {
+        "utf8mb4_general_ci": ["cortex_sessions.W015"],
+        "utf8mb4_general_nopad_ci": ["cortex_sessions.W015"],
+        "utf8mb3_general_ci": ["cortex_sessions.W016", "cortex_sessions.W015"],
+        "latin1_swedish_ci": ["cortex_sessions.W016"],
+        "utf8mb4_unicode_ci": [],
+    }

@@ -141,6 +141,32 @@ def test_resolves_racing_make_default_swaps_never_fail():
         assert Session.objects.filter(scope=scope).count() in (threads // 2, threads // 2 + 1)
 
 
+@pytest.mark.parametrize("write", ["archive", "delete"])
+def test_demoting_writes_racing_make_default_never_fail(write):
+    """Archiving or deleting the default while another thread makes a sibling the default:
+    both write the one-default index, so InnoDB may break a deadlock between them by rolling one
+    back; the demoting write runs again as make-default does (docs/design.md §11.2, §15.4)."""
+    rounds = 12
+    for round_ in range(rounds):
+        scope = f"{SCOPE}/{write}={round_}"
+        default, _ = services.resolve_session(scope=scope, agent_id=AGENT)
+        other = services.create_session(scope=scope, agent_id=AGENT)
+
+        def race(
+            index: int, scope: str = scope, default: Session = default, other: Session = other
+        ) -> Any:
+            if index == 0:
+                return services.make_default(scope=scope, session_id=other.pk).pk
+            if write == "archive":
+                return services.archive_session(scope=scope, session_id=default.pk).pk
+            return services.delete_session(scope=scope, session_id=default.pk)
+
+        run_together(2, race)  # re-raises any worker's error
+
+        assert Session.objects.defaults_of(agent_id=AGENT, scope=scope).count() <= 1
+        assert Session.objects.filter(pk=other.pk, is_default=True).exists()
+
+
 def _backend_id(connection: Any) -> int:
     """The server's id of ``connection``'s session (PostgreSQL pid, MariaDB thread id)."""
     connection.ensure_connection()

@@ -30,8 +30,10 @@ from ._common import (
     _check_title,
     _db_for_write,
     _locked_session,
+    _retry_default_race,
     _send_on_commit,
 )
+from .sessions import MAKE_DEFAULT_ATTEMPTS
 
 __all__ = [
     "PATCHABLE_FIELDS",
@@ -211,19 +213,27 @@ def archive_session(
     Raises:
         NoScope, InvalidScope, SessionNotFound.
         InvalidInput: ``at`` is not an aware datetime.
+        OperationalError: a deadlock inside a caller's transaction, or on every attempt.
     """
     if at is not None and (not isinstance(at, datetime) or timezone.is_naive(at)):
         raise InvalidInput("at must be an aware datetime.", field="archived_at")
-    with transaction.atomic(using=_db_for_write()):
-        session = _locked_session(scope, session_id)
-        if session.archived_at is not None:
-            return session
-        now = timezone.now()
-        Session.objects.filter(pk=session.pk).update(
-            archived_at=at or now, is_default=False, updated_at=now
-        )
-        session.refresh_from_db()
-    return session
+    using = _db_for_write()
+
+    def attempt() -> Session:
+        with transaction.atomic(using=using):
+            session = _locked_session(scope, session_id)
+            if session.archived_at is not None:
+                return session
+            now = timezone.now()
+            Session.objects.filter(pk=session.pk).update(
+                archived_at=at or now, is_default=False, updated_at=now
+            )
+            session.refresh_from_db()
+        return session
+
+    # Demoting writes the one-default index, so on MySQL/MariaDB it can deadlock with a
+    # concurrent make-default; it runs again as make-default does (docs/design.md §15.4).
+    return _retry_default_race(using, attempt, attempts=MAKE_DEFAULT_ATTEMPTS)
 
 
 def unarchive_session(*, scope: Scope | str, session_id: uuid.UUID | str) -> Session:

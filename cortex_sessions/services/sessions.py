@@ -360,14 +360,29 @@ def delete_session(*, scope: Scope | str, session_id: uuid.UUID | str) -> None:
 
     Deleting the default is allowed; the next :func:`resolve_session` creates a new one.
 
+    A delete the database rolled back to break a deadlock (deleting the default writes the
+    one-default index, as a concurrent :func:`make_default` does on MySQL/MariaDB) runs again,
+    unless a caller's transaction encloses it (docs/design.md §15.4).
+
     Raises:
         NoScope, InvalidScope, SessionNotFound.
+        OperationalError: a deadlock inside a caller's transaction, or on every attempt.
     """
-    with transaction.atomic(using=_db_for_write()):
-        session = _locked_session(scope, session_id)
-        details = {"session_id": session.pk, "agent_id": session.agent_id, "scope": session.scope}
-        Message.objects.filter(session=session).delete()
-        session.delete()
+    using = _db_for_write()
+
+    def attempt() -> dict[str, Any]:
+        with transaction.atomic(using=using):
+            session = _locked_session(scope, session_id)
+            details = {
+                "session_id": session.pk,
+                "agent_id": session.agent_id,
+                "scope": session.scope,
+            }
+            Message.objects.filter(session=session).delete()
+            session.delete()
+        return details
+
+    details = _retry_default_race(using, attempt, attempts=MAKE_DEFAULT_ATTEMPTS)
     _send_on_commit(signals.session_deleted, **details)
 
 

@@ -82,6 +82,31 @@ def test_a_message_action_on_a_selection_that_is_not_an_id_is_an_error(
     assert session.message_count == 3
 
 
+@pytest.mark.parametrize(
+    ("model_name", "field_name"),
+    [("message", "session")],
+)
+@pytest.mark.parametrize("term", [NUL, f"a{NUL}b", "planner"])
+def test_autocomplete_search_never_is_a_server_error(
+    admin_client, session_with_messages, model_name, field_name, term
+):
+    """``/admin/autocomplete/`` runs the model admin's search outside the changelist, so a NUL
+    there must be refused too (docs/design.md §12.5)."""
+    session_with_messages()
+    response = admin_client.get(
+        "/admin/autocomplete/",
+        {
+            "term": term,
+            "app_label": "cortex_sessions",
+            "model_name": model_name,
+            "field_name": field_name,
+        },
+    )
+    assert response.status_code == 200
+    if NUL in term:
+        assert response.json()["results"] == []
+
+
 def test_an_action_name_holding_nul_is_an_error(admin_client, session_with_messages):
     session = session_with_messages()
     response = admin_client.post(

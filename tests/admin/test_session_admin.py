@@ -607,6 +607,22 @@ def test_an_action_on_a_selection_that_is_not_a_session_id_is_an_error_not_a_cra
     assert Session.objects.filter(pk=session.pk, is_default=False).exists()
 
 
+@pytest.mark.parametrize("action", ["make_default", "recount_messages", "delete_selected"])
+@pytest.mark.parametrize("padding", [" {}", "{} ", "\t{}\n"])
+def test_an_action_on_a_padded_session_id_is_an_error_not_a_crash(admin_client, action, padding):
+    """Django filters the selection as posted, so a valid id with spaces around it must be
+    refused like any other value that is not an id (docs/design.md §12.5)."""
+    session = services.create_session(scope="org=acme", agent_id="planner")
+    response = admin_client.post(
+        changelist_url(),
+        {"action": action, "_selected_action": [padding.format(session.pk)]},
+        follow=True,
+    )
+    assert response.status_code == 200
+    assert "The selection holds an invalid session id." in response.content.decode()
+    assert Session.objects.filter(pk=session.pk, is_default=False).exists()
+
+
 def test_make_default_action_swaps_the_default(admin_client):
     old = services.create_session(scope="org=acme", agent_id="planner", is_default=True)
     new = services.create_session(scope="org=acme", agent_id="planner", title="New")
