@@ -343,7 +343,8 @@ class SessionFilter(django_filters.FilterSet):
         ),
     )
 
-    q = extend_schema_field(SEARCH_QUERY_SCHEMA)(  # type: ignore[type-var]
+    q = with_schema(
+        SEARCH_QUERY_SCHEMA,
         SearchQueryFilter(
             method=_noop,
             strip=False,
@@ -355,7 +356,7 @@ class SessionFilter(django_filters.FilterSet):
                 "(HTML-escaped, hits in <mark>), the message's seq and the rank. With "
                 "`cursor`, `ordering` is required."
             ),
-        )
+        ),
     )
 
     class Meta:
