@@ -18,11 +18,11 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pydantic
 import pytest
 
 pytest.importorskip("google.adk")
 
+import pydantic  # ADK's dependency: present whenever google.adk is
 from asgiref.sync import async_to_sync
 from django.core.management import call_command
 from django.db import connections
