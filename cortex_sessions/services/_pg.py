@@ -114,25 +114,15 @@ def _sql_append() -> str:
     Parameters: n, updated_at, last_message (NULL: keep), id, the four scope parameters,
     roles, sources, contents (JSON text), metadata (JSON text), created_at values.
     """
-    table = Session._meta.db_table
-    return (
-        f"WITH s AS ("
-        f' UPDATE {table} s SET "last_seq" = s."last_seq" + %s,'
-        f' "message_count" = s."message_count" + %s,'
-        f' "updated_at" = %s,'
-        f' "last_message" = COALESCE(%s, s."last_message")'
-        f' WHERE s."id" = %s AND s."archived_at" IS NULL AND {_WITHIN}'
-        f" RETURNING {_columns(Session, 's.')}"
-        f"), m AS ("
-        f" INSERT INTO {Message._meta.db_table}"
-        f' ("session_id", "agent_id", "scope", "seq", "role", "source", "content", "metadata",'
-        f' "created_at")'
-        f' SELECT s."id", s."agent_id", s."scope", s."last_seq" - %s + v.ord, v.role, v.source,'
-        f" v.content::jsonb, v.metadata::jsonb, v.created_at"
-        f" FROM s, unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::timestamptz[])"
-        f" WITH ORDINALITY AS v(role, source, content, metadata, created_at, ord)"
-        f' RETURNING "id", "seq"'
-        f') SELECT {_columns(Session, "s.")}, m."id", m."seq" FROM s, m ORDER BY m."seq"'
+    return _append_statement(
+        step="%s",
+        values=(
+            's."last_seq" - %s + v.ord, v.role, v.source, v.content::jsonb, v.metadata::jsonb,'
+            " v.created_at FROM s, unnest(%s::text[], %s::text[], %s::text[], %s::text[],"
+            " %s::timestamptz[]) WITH ORDINALITY AS v(role, source, content, metadata,"
+            " created_at, ord)"
+        ),
+        order=' ORDER BY m."seq"',
     )
 
 
@@ -145,11 +135,25 @@ def _sql_append_one() -> str:
     Parameters: updated_at, last_message (NULL: keep), id, the four scope parameters, role,
     source, content (JSON text), metadata (JSON text), created_at.
     """
+    return _append_statement(
+        step="1",
+        values='s."last_seq", %s, %s, %s::jsonb, %s::jsonb, %s FROM s',
+        order="",
+    )
+
+
+def _append_statement(*, step: str, values: str, order: str) -> str:
+    """The append statement both :func:`_sql_append` and :func:`_sql_append_one` send: the
+    session update ``s`` moving ``last_seq`` and ``message_count`` by ``step`` (a placeholder or
+    a literal), the message insert ``m`` selecting the session's id, agent and scope followed by
+    ``values`` (the rest of the select list and its ``FROM``), and the outer select, ordered by
+    ``order``.
+    """
     table = Session._meta.db_table
     return (
         f"WITH s AS ("
-        f' UPDATE {table} s SET "last_seq" = s."last_seq" + 1,'
-        f' "message_count" = s."message_count" + 1,'
+        f' UPDATE {table} s SET "last_seq" = s."last_seq" + {step},'
+        f' "message_count" = s."message_count" + {step},'
         f' "updated_at" = %s,'
         f' "last_message" = COALESCE(%s, s."last_message")'
         f' WHERE s."id" = %s AND s."archived_at" IS NULL AND {_WITHIN}'
@@ -158,10 +162,9 @@ def _sql_append_one() -> str:
         f" INSERT INTO {Message._meta.db_table}"
         f' ("session_id", "agent_id", "scope", "seq", "role", "source", "content", "metadata",'
         f' "created_at")'
-        f' SELECT s."id", s."agent_id", s."scope", s."last_seq", %s, %s, %s::jsonb, %s::jsonb,'
-        f" %s FROM s"
+        f' SELECT s."id", s."agent_id", s."scope", {values}'
         f' RETURNING "id", "seq"'
-        f') SELECT {_columns(Session, "s.")}, m."id", m."seq" FROM s, m'
+        f') SELECT {_columns(Session, "s.")}, m."id", m."seq" FROM s, m{order}'
     )
 
 
