@@ -9,10 +9,13 @@ the same database.
 
 from __future__ import annotations
 
+import importlib
 import uuid
 
 import pytest
+from django.apps import apps as django_apps
 from django.db import connection, models
+from django.db.models.signals import post_migrate
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
@@ -64,7 +67,64 @@ def test_append_is_one_statement(session):
         services.append_messages(
             scope="org=acme", session_id=session.pk, messages=[{"role": "user", "content": "hi"}]
         )
-    assert len(statements(captured)) == 1
+    (statement,) = statements(captured)
+    # One message: a call of the function whose plan the server keeps (§14.1).
+    assert statement.startswith(f"SELECT * FROM {_pg.APPEND_ONE}(")
+
+
+# -- the append function ----------------------------------------------------------------------------
+
+
+def _migration_0013():
+    return importlib.import_module("cortex_sessions.migrations.0013_append_one_function")
+
+
+def _function_exists() -> bool:
+    signature = _pg.append_one_function_sql(connection)[1].removeprefix("DROP FUNCTION IF EXISTS ")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regprocedure(%s) IS NOT NULL", [signature])
+        return bool(cursor.fetchone()[0])
+
+
+@on_postgresql
+def test_the_migration_creates_the_function_the_code_calls():
+    """The migration's frozen SQL is what the code describes today: a change to the session's
+    columns or to the append statement needs a migration that replaces the function."""
+    create, drop = _pg.append_one_function_sql(connection)
+    assert (create, drop) == (_migration_0013().CREATE, _migration_0013().DROP)
+    assert _function_exists()  # the test database was migrated
+
+
+@on_postgresql
+def test_the_migration_drops_the_function_backward_and_creates_it_forward():
+    operation = _migration_0013().AppendOneFunction()
+    with connection.schema_editor() as editor:
+        operation.database_backwards("cortex_sessions", editor, None, None)
+    assert not _function_exists()
+    with connection.schema_editor() as editor:
+        operation.database_forwards("cortex_sessions", editor, None, None)
+    assert _function_exists()
+
+
+@on_postgresql
+def test_migrations_disabled_the_function_comes_from_post_migrate(session):
+    """With this app's migrations disabled (pytest-django ``--nomigrations``, ``TEST["MIGRATE"]
+    = False``), ``post_migrate`` creates the function the migration would have; with them
+    enabled it leaves the function to the migration. DDL is transactional: the test's
+    rollback restores the function."""
+    config = django_apps.get_app_config("cortex_sessions")
+    with connection.cursor() as cursor:
+        cursor.execute(_pg.append_one_function_sql(connection)[1])
+    post_migrate.send(sender=config, app_config=config, using="default", verbosity=0)
+    assert not _function_exists()
+    with override_settings(MIGRATION_MODULES={"cortex_sessions": None}):
+        post_migrate.send(sender=config, app_config=config, using="default", verbosity=0)
+    assert _function_exists()
+    result = services.append_messages(
+        scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "hi"}]
+    )
+    assert [m.seq for m in result.messages] == [1]
+    assert result.session.message_count == 1
 
 
 @on_postgresql
@@ -117,7 +177,7 @@ def test_prepared_statements_keep_one_statement_and_the_same_results(session):
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement FROM pg_prepared_statements")
         prepared = [row[0] for row in cursor.fetchall()]
-    assert any(text.startswith("WITH s AS ( UPDATE") for text in prepared)
+    assert any(text.startswith(f"SELECT * FROM {_pg.APPEND_ONE}(") for text in prepared)
     assert result.session.message_count == 3
     assert [m.seq for m in page] == [2, 3]
     assert page[-1].content == [{"type": "text", "text": "p"}]

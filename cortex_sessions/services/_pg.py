@@ -20,7 +20,9 @@ error classes behave as for any ORM query. They are sent with server-side bindin
 as unnamed statements, which any pooler passes through; with
 ``CORTEX_SESSIONS["PREPARED_STATEMENTS"]`` (default off) they are prepared once per connection
 instead (``prepare=True``); see :func:`_cursor` and docs/performance.md for the PgBouncer
-caveat.
+caveat. The append of one message is a call of the PL/pgSQL function :data:`APPEND_ONE`
+(migration ``0013_append_one_function``), whose statement the server plans once per session
+and keeps: see :func:`_sql_append_one`.
 
 The scope predicate is the one :func:`cortex_sessions.scope.scope_q` builds: an index range on
 the canonical string (the column has ``COLLATE "C"``) plus a filter that keeps exactly the
@@ -46,7 +48,10 @@ from ..fields import ScopeField
 from ..models import Message, Session
 
 __all__ = [
+    "APPEND_ONE",
+    "append_one_function_sql",
     "append_rows",
+    "create_functions",
     "enabled",
     "get_session",
     "newest_messages",
@@ -126,15 +131,47 @@ def _sql_append() -> str:
     )
 
 
+#: The PL/pgSQL function that appends one message (docs/design.md §14.1), and its argument
+#: types in the order of :func:`_sql_append_one`'s parameters.
+APPEND_ONE = "cortex_sessions_append_one"
+_APPEND_ONE_ARGUMENTS = (
+    "timestamptz",  # updated_at
+    "text",  # last_message (NULL: keep)
+    "uuid",  # session id
+    "text",  # the four scope parameters (see _scope_params)
+    "text",
+    "text",
+    "text",
+    "text",  # role
+    "text",  # source
+    "text",  # content (JSON text)
+    "text",  # metadata (JSON text)
+    "timestamptz",  # created_at
+)
+
+
 @cache
 def _sql_append_one() -> str:
-    """:func:`_sql_append` for one message, the common case of a runtime's turn: the same
-    statement with scalar parameters instead of ``unnest`` over arrays, which the server
-    parses and plans in well under the time of the array form (docs/performance.md).
+    """:func:`_sql_append` for one message, the call a runtime makes on every turn: a call of
+    the function :data:`APPEND_ONE`, which runs :func:`_append_one_statement`.
+
+    Why a function: an unnamed statement is parsed and planned by the server on every call,
+    which for this statement is about a third of its time (docs/performance.md); a prepared
+    one is not, but lives in one server session, which poolers in transaction mode break
+    (``PREPARED_STATEMENTS``, §14.2). PL/pgSQL plans the statements of a function once per
+    server session and keeps the plan, invisibly to the client, so every pooler passes the
+    call through and only the short call itself is planned each time.
 
     Parameters: updated_at, last_message (NULL: keep), id, the four scope parameters, role,
     source, content (JSON text), metadata (JSON text), created_at.
     """
+    placeholders = ", ".join(["%s"] * len(_APPEND_ONE_ARGUMENTS))
+    return f"SELECT * FROM {APPEND_ONE}({placeholders})"
+
+
+def _append_one_statement() -> str:
+    """The statement :data:`APPEND_ONE` runs: :func:`_sql_append` for one message, with scalar
+    parameters instead of ``unnest`` over arrays. Parameters as :func:`_sql_append_one`'s."""
     return _append_statement(
         step="1",
         values='s."last_seq", %s, %s, %s::jsonb, %s::jsonb, %s FROM s',
@@ -142,8 +179,58 @@ def _sql_append_one() -> str:
     )
 
 
+def append_one_function_sql(connection: Any) -> tuple[str, str]:
+    """The SQL that creates the function :data:`APPEND_ONE` on PostgreSQL ``connection``, and
+    the SQL that drops it, as ``(create, drop)``.
+
+    The function returns the session's columns in model order, then the new message's ``id``
+    and ``seq`` (the rows :func:`append_rows` reads). Migration
+    ``0013_append_one_function`` holds a copy of this SQL, frozen as migrations are;
+    ``tests/test_hot_paths.py`` checks that the two agree, so a change to the session's
+    columns or to the statement comes with a migration that replaces the function. When the
+    app's migrations are disabled, :func:`create_functions` runs this SQL instead.
+    """
+    body = _append_one_statement()
+    pieces = body.split("%s")
+    if len(pieces) != len(_APPEND_ONE_ARGUMENTS) + 1:  # pragma: no cover - a code change
+        raise AssertionError("the statement and the function's arguments disagree")
+    body = "".join(f"{piece}${number}" for number, piece in enumerate(pieces[:-1], 1))
+    body += pieces[-1]
+    results = ", ".join(
+        [f'"{field.column}" {field.db_type(connection)}' for field in Session._meta.concrete_fields]
+        + ['"message_id" bigint', '"message_seq" bigint']
+    )
+    signature = f"{APPEND_ONE}({', '.join(_APPEND_ONE_ARGUMENTS)})"
+    create = (
+        f"CREATE OR REPLACE FUNCTION {signature}"
+        f" RETURNS TABLE ({results}) LANGUAGE plpgsql AS $function$\n"
+        "#variable_conflict use_column\n"
+        f"BEGIN\n  RETURN QUERY {body};\nEND\n$function$"
+    )
+    return create, f"DROP FUNCTION IF EXISTS {signature}"
+
+
+def create_functions(*, app_config: Any, using: str, **kwargs: Any) -> None:
+    """``post_migrate`` receiver: create :data:`APPEND_ONE` on a PostgreSQL database whose
+    tables were made from the models because this app's migrations are disabled (a test
+    database under pytest-django's ``--nomigrations`` or ``TEST["MIGRATE"] = False``), where
+    migration ``0013_append_one_function`` never ran. With migrations enabled it does
+    nothing: the migration owns the function.
+    """
+    from django.db import router
+    from django.db.migrations.loader import MigrationLoader
+
+    connection = connections[using]
+    if connection.vendor != "postgresql" or not router.allow_migrate_model(using, Session):
+        return
+    if MigrationLoader.migrations_module(app_config.label)[0] is not None:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(append_one_function_sql(connection)[0])
+
+
 def _append_statement(*, step: str, values: str, order: str) -> str:
-    """The append statement both :func:`_sql_append` and :func:`_sql_append_one` send: the
+    """The append statement of :func:`_sql_append` and of :data:`APPEND_ONE`: the
     session update ``s`` moving ``last_seq`` and ``message_count`` by ``step`` (a placeholder or
     a literal), the message insert ``m`` selecting the session's id, agent and scope followed by
     ``values`` (the rest of the select list and its ``FROM``), and the outer select, ordered by
