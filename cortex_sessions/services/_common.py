@@ -215,6 +215,9 @@ def _send_on_commit(signal: Any, **kwargs: Any) -> None:
         kwargs: the signal's arguments (``sender`` is always :class:`~cortex_sessions.models.Session`).
     """
 
+    if not signal.has_listeners(Session):
+        return  # as Django's own model signals: receivers are those connected at the write
+
     def send() -> None:
         for receiver, result in signal.send_robust(sender=Session, **kwargs):
             if isinstance(result, Exception):
