@@ -750,6 +750,23 @@ def test_an_id_over_255_characters_is_refused_before_any_query(service, django_a
     assert created.id == "x" * 255
 
 
+@pytest.mark.parametrize("bad_id", ["x\x00y", "\x00", "x\ud800"])
+def test_an_id_no_session_can_have_names_none_on_every_database(
+    service, bad_id, django_assert_num_queries
+):
+    """An id ``create_session`` refuses (NUL, a lone surrogate) is a missing session for get,
+    delete and append, without a query: PostgreSQL would refuse the NUL parameter."""
+    with pytest.raises(InvalidInput):  # NulCharacter or InvalidText
+        run(service.create_session, app_name=APP, user_id="u", session_id=bad_id)
+    with django_assert_num_queries(0):
+        assert run(service.get_session, app_name=APP, user_id="u", session_id=bad_id) is None
+        run(service.delete_session, app_name=APP, user_id="u", session_id=bad_id)
+    real = run(service.create_session, app_name=APP, user_id="u")
+    forged = real.model_copy(update={"id": bad_id})
+    with pytest.raises(SessionNotFoundError):
+        run(service.append_event, forged, text_event("hi"))
+
+
 # -- app: and user: state under tenancy -----------------------------------------------------------
 
 #: The tenant a request serves, as a multi-tenant host keeps it (e.g. set by a middleware).

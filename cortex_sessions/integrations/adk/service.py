@@ -455,7 +455,19 @@ def _find(
     a missing one.
     """
     scope = service.scope_for(app_name, user_id)
+    if not _nameable(session_id):
+        return scope, None
     return scope, _session_row(scope.canonical, app_name, user_id, session_id)
+
+
+def _nameable(session_id: str) -> bool:
+    """Whether ``session_id`` could name a stored session: at most :data:`MAX_ID_CHARS`
+    characters, without NUL or a lone surrogate, which ``create_session`` refuses. Any other
+    id names no session, on every database, without a query (PostgreSQL refuses NUL in a
+    query parameter, and a lone surrogate has no UTF-8 form to hash)."""
+    return len(session_id) <= MAX_ID_CHARS and not any(
+        char == "\x00" or "\ud800" <= char <= "\udfff" for char in session_id
+    )
 
 
 def _session_row(scope: str, app_name: str, user_id: str, session_id: str) -> AdkSession | None:
@@ -535,9 +547,6 @@ def _get_sync(
     config: GetSessionConfig | None,
 ) -> AdkSessionModel | None:
     session_id = cast(str, _strip(session_id))
-    if len(session_id) > MAX_ID_CHARS:
-        service.scope_for(app_name, user_id)  # still refuses a name outside the tenant
-        return None
     scope, row = _find(service, app_name, user_id, session_id)
     if row is None:
         return None
@@ -599,9 +608,6 @@ def _delete_sync(
     service: CortexSessionService, app_name: str, user_id: str, session_id: str
 ) -> None:
     session_id = cast(str, _strip(session_id))
-    if len(session_id) > MAX_ID_CHARS:
-        service.scope_for(app_name, user_id)  # still refuses a name outside the tenant
-        return
     scope, row = _find(service, app_name, user_id, session_id)
     if row is None:
         return
