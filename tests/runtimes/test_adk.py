@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import datetime as dt
+import random
 import subprocess
 import sys
 import textwrap
@@ -45,6 +46,7 @@ from cortex_sessions.integrations.adk.models import (
 )
 from cortex_sessions.integrations.adk.service import EVENT_BLOCK_TYPE, AdkIdTooLong
 from cortex_sessions.models import Message, Session
+from cortex_sessions.scope import MAX_CANONICAL_BYTES
 from example_project.runtimes.adk_example import main
 from tests.asyncio_support import async_test
 
@@ -748,6 +750,23 @@ def test_an_id_over_255_characters_is_refused_before_any_query(service, django_a
     assert created.id == "x" * 255
 
 
+@pytest.mark.parametrize("bad_id", ["x\x00y", "\x00", "x\ud800"])
+def test_an_id_no_session_can_have_names_none_on_every_database(
+    service, bad_id, django_assert_num_queries
+):
+    """An id ``create_session`` refuses (NUL, a lone surrogate) is a missing session for get,
+    delete and append, without a query: PostgreSQL would refuse the NUL parameter."""
+    with pytest.raises(InvalidInput):  # NulCharacter or InvalidText
+        run(service.create_session, app_name=APP, user_id="u", session_id=bad_id)
+    with django_assert_num_queries(0):
+        assert run(service.get_session, app_name=APP, user_id="u", session_id=bad_id) is None
+        run(service.delete_session, app_name=APP, user_id="u", session_id=bad_id)
+    real = run(service.create_session, app_name=APP, user_id="u")
+    forged = real.model_copy(update={"id": bad_id})
+    with pytest.raises(SessionNotFoundError):
+        run(service.append_event, forged, text_event("hi"))
+
+
 # -- app: and user: state under tenancy -----------------------------------------------------------
 
 #: The tenant a request serves, as a multi-tenant host keeps it (e.g. set by a middleware).
@@ -806,6 +825,157 @@ async def test_services_bound_to_the_same_tenant_share_app_state(settings):
     assert await CortexSessionService().list_sessions(app_name=APP, user_id="2") == (
         ListSessionsResponse(sessions=[other_user.model_copy(update={"state": {}})])
     )
+
+
+def tenant_services(bound):
+    """acme's and globex's service: bound to their tenant, or both unbound (then only the
+    mapping tells the tenants apart)."""
+    if bound:
+        return CortexSessionService(within="org=acme"), CortexSessionService(within="org=globex")
+    return CortexSessionService(), CortexSessionService()
+
+
+@pytest.mark.parametrize("bound", [True, False], ids=["bound", "unbound"])
+@async_test
+async def test_two_tenants_use_the_same_session_id_and_each_sees_only_its_own(settings, bound):
+    """Ids are unique per mapped scope, app and user, not across tenants (migration 0003)."""
+    settings.CORTEX_SESSIONS_ADK_SCOPE = "tests.runtimes.test_adk.tenant_scope"
+    acme, globex = tenant_services(bound)
+
+    current_tenant.set("acme")
+    mine = await acme.create_session(app_name=APP, user_id="1", session_id="s", state={"k": "a"})
+    await acme.append_event(mine, text_event("acme's secret"))
+    current_tenant.set("globex")
+    theirs = await globex.create_session(
+        app_name=APP, user_id="1", session_id="s", state={"k": "g"}
+    )
+    assert (theirs.id, theirs.state, theirs.events) == ("s", {"k": "g"}, [])
+    await globex.append_event(theirs, text_event("globex's own"))
+    with pytest.raises(AlreadyExistsError):  # still unique within the tenant
+        await globex.create_session(app_name=APP, user_id="1", session_id="s")
+
+    def texts(session):
+        return [e.content.parts[0].text for e in session.events]
+
+    got = await globex.get_session(app_name=APP, user_id="1", session_id="s")
+    assert (got.state, texts(got)) == ({"k": "g"}, ["globex's own"])
+    listed = (await globex.list_sessions(app_name=APP, user_id="1")).sessions
+    assert [(s.id, s.state) for s in listed] == [("s", {"k": "g"})]
+    if bound:  # an unbound service's list without a user spans every scope
+        assert [s.state for s in (await globex.list_sessions(app_name=APP)).sessions] == [
+            {"k": "g"}
+        ]
+    await globex.delete_session(app_name=APP, user_id="1", session_id="s")
+    assert await globex.get_session(app_name=APP, user_id="1", session_id="s") is None
+
+    current_tenant.set("acme")
+    got = await acme.get_session(app_name=APP, user_id="1", session_id="s")
+    assert (got.state, texts(got)) == ({"k": "a"}, ["acme's secret"])
+    await acme.append_event(got, text_event("more"))
+    assert [s.id for s in (await acme.list_sessions(app_name=APP, user_id="1")).sessions] == ["s"]
+    assert await AdkSession.objects.acount() == 1
+
+
+async def _outcomes(service, session_id, forged):
+    """What every call answers for ``session_id`` (and ``forged``, a session object naming it),
+    with the id itself blanked out of messages."""
+
+    async def outcome(awaitable):
+        try:
+            result = await awaitable
+        except Exception as exc:  # comparing what was raised is the point
+            return ("raised", type(exc), str(exc).replace(session_id, "<id>"))
+        return ("returned", result)
+
+    return [
+        await outcome(service.get_session(app_name=APP, user_id="1", session_id=session_id)),
+        await outcome(service.append_event(forged, text_event("intrusion"))),
+        await outcome(service.delete_session(app_name=APP, user_id="1", session_id=session_id)),
+        await outcome(service.list_sessions(app_name=APP, user_id="1")),
+        await outcome(service.get_user_state(app_name=APP, user_id="1")),
+    ]
+
+
+@pytest.mark.parametrize("bound", [True, False], ids=["bound", "unbound"])
+@async_test
+async def test_another_tenants_session_id_is_exactly_a_missing_one(settings, bound):
+    """No call tells a tenant whether another uses an id: same results, same errors."""
+    settings.CORTEX_SESSIONS_ADK_SCOPE = "tests.runtimes.test_adk.tenant_scope"
+    acme, globex = tenant_services(bound)
+    current_tenant.set("acme")
+    used = await acme.create_session(
+        app_name=APP, user_id="1", session_id="used", state={"user:n": 1}
+    )
+    await acme.append_event(used, text_event("acme's secret"))
+
+    current_tenant.set("globex")
+    missing = used.model_copy(update={"id": "missing", "events": []})
+    foreign = used.model_copy(update={"events": []})
+    assert await _outcomes(globex, "used", foreign) == await _outcomes(globex, "missing", missing)
+    assert (await _outcomes(globex, "used", foreign))[1][1] is SessionNotFoundError
+    created = await globex.create_session(app_name=APP, user_id="1", session_id="used")
+    assert (created.id, created.state, created.events) == ("used", {}, [])
+    assert await Message.objects.filter(session__scope="org=globex/app=my_app/user=1").acount() == 0
+
+    current_tenant.set("acme")
+    kept = await acme.get_session(app_name=APP, user_id="1", session_id="used")
+    assert [e.content.parts[0].text for e in kept.events] == ["acme's secret"]
+
+
+def _wide(count, seed):
+    """``count`` random four-byte UTF-8 characters (CJK Extension B): nothing a database can
+    compress, so an index entry holding them is as long as it gets."""
+    rng = random.Random(seed)
+    return "".join(chr(rng.randrange(0x20000, 0x2A6E0)) for _ in range(count))
+
+
+#: A canonical scope of exactly MAX_CANONICAL_BYTES bytes: ``a=`` 254 four-byte characters,
+#: ``/b=`` one three-byte one.
+LONGEST_SCOPE = f"a={_wide(254, 1)}/b=\u4e00"
+
+
+def longest_scope(app_name, user_id):
+    return LONGEST_SCOPE
+
+
+def test_the_longest_names_at_the_longest_scope_are_stored_on_every_database(settings):
+    """Every key the integration indexes holds maximal values without a database error: on
+    PostgreSQL the natural keys of an ADK session and a user state were over the B-tree entry
+    limit (2,704 bytes) and made a 500; they are indexed by their hash now (migration 0003)."""
+    assert len(LONGEST_SCOPE.encode()) == MAX_CANONICAL_BYTES
+    settings.CORTEX_SESSIONS_ADK_SCOPE = "tests.runtimes.test_adk.longest_scope"
+    service = CortexSessionService(within=LONGEST_SCOPE)  # the longest app state tenant, too
+    app, user, session_id = _wide(255, 2), _wide(255, 3), _wide(255, 4)
+    state = {"app:a": 1, "user:u": 2, "k": 3}
+
+    created = run(
+        service.create_session, app_name=app, user_id=user, session_id=session_id, state=state
+    )
+    assert created.state == state
+    with pytest.raises(AlreadyExistsError):
+        run(service.create_session, app_name=app, user_id=user, session_id=session_id)
+    delta = {"app:a": 10, "user:u": 20, "k": 30}
+    run(service.append_event, created, text_event("x", actions=EventActions(state_delta=delta)))
+    got = run(service.get_session, app_name=app, user_id=user, session_id=session_id)
+    assert (got.id, got.state, len(got.events)) == (session_id, delta, 1)
+    assert [s.id for s in run(service.list_sessions, app_name=app, user_id=user).sessions] == [
+        session_id
+    ]
+    assert run(service.get_user_state, app_name=app, user_id=user) == {"u": 20}
+    run(service.delete_session, app_name=app, user_id=user, session_id=session_id)
+    assert run(service.get_session, app_name=app, user_id=user, session_id=session_id) is None
+
+
+def test_rows_saved_without_a_key_get_theirs(service):
+    """``save()`` fills in the key the service looks rows up by (for rows a host writes)."""
+    cortex = services.create_session(scope=f"app={APP}/user=u", agent_id=APP)
+    AdkSession.objects.create(session=cortex, app_name=APP, user_id="u", adk_id="s")
+    AdkUserState.objects.create(
+        scope=f"app={APP}/user=u", app_name=APP, user_id="u", state={"n": 1}
+    )
+    assert run(service.get_session, app_name=APP, user_id="u", session_id="s").state == {
+        "user:n": 1
+    }
 
 
 # -- the integration's app must be installed ------------------------------------------------------

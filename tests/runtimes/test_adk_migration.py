@@ -1,11 +1,16 @@
-"""Migration ``cortex_adk.0002`` keys app state by tenant and user state by scope, forward and
-backward on a populated database (docs/design.md §13.3)."""
+"""Migrations ``cortex_adk.0002`` (app state keyed by tenant, user state by scope) and ``0003``
+(session ids unique per scope; hashed unique keys), forward and backward on a populated database
+(docs/design.md §13.3)."""
 
 from __future__ import annotations
 
+import contextvars
+
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
+from django.db.migrations.exceptions import IrreversibleError
 from django.db.migrations.executor import MigrationExecutor
+from django.db.migrations.recorder import MigrationRecorder
 
 from cortex_sessions import services
 
@@ -73,3 +78,89 @@ def test_shared_state_moves_to_its_tenant_and_scope_and_back(at_0001):
         ("2", {"n": 2}),
         ("3", {"n": 3}),
     ]
+
+
+AT_0002 = AFTER
+KEYED = "0003_tenant_unique_session_ids"
+
+
+@pytest.fixture
+def at_0002():
+    apps = migrate(AT_0002)
+    try:
+        yield apps
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+def _adk_session(apps, scope, user, adk_id):
+    cortex = services.create_session(scope=scope, agent_id="bot")
+    return apps.get_model(APP, "AdkSession").objects.create(
+        session_id=cortex.pk, app_name="bot", user_id=user, adk_id=adk_id, state={"id": adk_id}
+    )
+
+
+def test_existing_sessions_and_user_states_get_the_keys_the_service_finds_them_by(
+    at_0002, settings
+):
+    pytest.importorskip("google.adk")
+    from asgiref.sync import async_to_sync
+
+    from cortex_sessions.integrations.adk import CortexSessionService
+
+    settings.CORTEX_SESSIONS_ADK_SCOPE = "tests.runtimes.test_adk_migration.org_scope"
+    _adk_session(at_0002, "org=acme/user=1", "1", "s")
+    _adk_session(at_0002, "org=acme/user=1", "1", "t")
+    at_0002.get_model(APP, "AdkUserState").objects.create(
+        scope="org=acme/user=1", app_name="bot", user_id="1", state={"n": 1}
+    )
+
+    migrate(KEYED)
+    service = CortexSessionService()
+    got = async_to_sync(service.get_session)(app_name="bot", user_id="1", session_id="s")
+    assert got.state == {"id": "s", "user:n": 1}
+    assert async_to_sync(service.get_user_state)(app_name="bot", user_id="1") == {"n": 1}
+    # The id is free in another tenant now, and still taken in its own.
+    current_org.set("globex")
+    async_to_sync(service.create_session)(app_name="bot", user_id="1", session_id="s")
+    current_org.set("acme")
+    from google.adk.errors.already_exists_error import AlreadyExistsError
+
+    with pytest.raises(AlreadyExistsError):
+        async_to_sync(service.create_session)(app_name="bot", user_id="1", session_id="t")
+
+
+def test_backward_is_refused_before_any_change_while_an_id_is_used_at_two_scopes(at_0002):
+    migrate(KEYED)
+    apps = MigrationExecutor(connection).loader.project_state([(APP, KEYED)]).apps
+    AdkSession = apps.get_model(APP, "AdkSession")
+    acme = _adk_session(apps, "org=acme/user=1", "1", "s")
+    AdkSession.objects.filter(pk=acme.pk).update(key="a" * 64)
+    globex = _adk_session(apps, "org=globex/user=1", "1", "s")
+    AdkSession.objects.filter(pk=globex.pk).update(key="b" * 64)
+
+    with pytest.raises(IrreversibleError, match=r"\('bot', '1', 's'\)"):
+        migrate(AT_0002)
+    assert MigrationRecorder(connection).migration_qs.filter(app=APP, name=KEYED).exists()
+    columns = [
+        c.name
+        for c in connection.introspection.get_table_description(
+            connection.cursor(), AdkSession._meta.db_table
+        )
+    ]
+    assert "key" in columns
+
+    AdkSession.objects.filter(pk=globex.pk).delete()
+    apps = migrate(AT_0002)
+    AdkSession = apps.get_model(APP, "AdkSession")
+    assert list(AdkSession.objects.values_list("adk_id", "state")) == [("s", {"id": "s"})]
+    with pytest.raises(IntegrityError), transaction.atomic():
+        _adk_session(apps, "org=globex/user=1", "1", "s")  # the old key is back
+
+
+current_org: contextvars.ContextVar[str] = contextvars.ContextVar("current_org", default="acme")
+
+
+def org_scope(app_name, user_id):
+    return f"org={current_org.get()}/user={user_id}"

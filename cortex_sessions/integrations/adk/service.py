@@ -7,7 +7,9 @@ Mapping:
   The cortex session lives at exactly that scope, with ``agent_id = app_name``.
 - An ADK session → one cortex :class:`~cortex_sessions.models.Session` and one
   :class:`~.models.AdkSession` row (ADK's id, any string, and the session state). A generated
-  id is the cortex session's UUID, so the ids in ADK, the admin and the API agree.
+  id is the cortex session's UUID, so the ids in ADK, the admin and the API agree. An id is
+  unique per mapped scope, app and user: the same id is free at every other scope (tenant),
+  and nothing a call returns or raises tells whether it is used there.
 - An event → one message: ``user`` when the user wrote it, ``tool`` when it carries function
   calls or responses, else ``assistant``; a text block with the event's text (so
   ``last_message`` reads naturally), then ``{"type": "adk_event", "event": {...}}`` with the
@@ -55,10 +57,10 @@ from cortex_sessions.content import (
 from cortex_sessions.exceptions import InvalidInput, ScopeForbidden, SessionNotFound, ValueTooLong
 from cortex_sessions.models import Message
 from cortex_sessions.models import Session as CortexSession
-from cortex_sessions.scope import Scope, as_scope, scope_q
+from cortex_sessions.scope import Scope, as_scope
 
 from .conf import default_scope, scope_mapper
-from .models import AdkAppState, AdkSession, AdkUserState
+from .models import AdkAppState, AdkSession, AdkUserState, session_key, user_state_key
 
 try:  # ADK >= 1.x ships these; older versions fall back to ValueError like their own stores.
     from google.adk.errors.already_exists_error import AlreadyExistsError
@@ -248,6 +250,9 @@ class CortexSessionService(BaseSessionService):
     ``app:`` state is shared by the sessions of an app *within the service's tenant*: services
     with the same ``within`` (or none) share it, services bound to different tenants never do.
     ``user:`` state is shared by a user's sessions of an app at the scope the user maps to.
+    Session ids are unique per mapped scope, app and user: every call finds only sessions at the
+    scope its ``(app_name, user_id)`` maps to, and a session of another scope with the same names
+    is to it exactly a missing one (``None``, ``SessionNotFoundError``, a free id).
 
     Raises (from every method):
         AdkIdTooLong: ``app_name`` or ``user_id`` (or ``create_session``'s ``session_id``) is over
@@ -298,7 +303,9 @@ class CortexSessionService(BaseSessionService):
         (``get_session`` and ``delete_session`` strip it too); ``None`` or blank: generated.
 
         Raises:
-            AlreadyExistsError: ``session_id`` is taken for this app and user.
+            AlreadyExistsError: ``session_id`` is taken for this app and user at the scope they
+                map to. The same id at another scope (another tenant's) neither raises it nor
+                is touched: ids are unique per scope, app and user.
             AdkIdTooLong: ``session_id`` is over 255 characters.
             NulCharacter, InvalidText: a state key or value holds NUL or a lone surrogate.
         """
@@ -372,6 +379,17 @@ def _db() -> str:
     return router.db_for_write(AdkSession)
 
 
+def _user_state_q(scope: str, app_name: str, user_id: str) -> dict[str, Any]:
+    """The lookup of the user state row at ``scope``: its key (the unique index), and the names
+    it stands for."""
+    return {
+        "key": user_state_key(scope, app_name, user_id),
+        "scope": scope,
+        "app_name": app_name,
+        "user_id": user_id,
+    }
+
+
 def _shared_state(tenant: str, scope: str, app_name: str, user_id: str) -> dict[str, Any]:
     """The app's (in ``tenant``) and the user's (at ``scope``) shared state, prefixed, in one
     query."""
@@ -381,7 +399,7 @@ def _shared_state(tenant: str, scope: str, app_name: str, user_id: str) -> dict[
         .values_list("kind", "state")
     )
     user = (
-        AdkUserState.objects.filter(scope=scope, app_name=app_name, user_id=user_id)
+        AdkUserState.objects.filter(**_user_state_q(scope, app_name, user_id))
         .annotate(kind=Value(State.USER_PREFIX))
         .values_list("kind", "state")
     )
@@ -405,7 +423,7 @@ def _create_shared_state_rows(
     if deltas["app"]:
         AdkAppState.objects.get_or_create(tenant=tenant, app_name=app_name)
     if deltas["user"]:
-        AdkUserState.objects.get_or_create(scope=scope, app_name=app_name, user_id=user_id)
+        AdkUserState.objects.get_or_create(**_user_state_q(scope, app_name, user_id))
 
 
 def _update_shared_state(
@@ -420,7 +438,7 @@ def _update_shared_state(
         app_row.save(update_fields=["state"])
     if deltas["user"]:
         user_row, _ = AdkUserState.objects.select_for_update().get_or_create(
-            scope=scope, app_name=app_name, user_id=user_id
+            **_user_state_q(scope, app_name, user_id)
         )
         user_row.state = {**user_row.state, **deltas["user"]}
         user_row.save(update_fields=["state"])
@@ -429,16 +447,36 @@ def _update_shared_state(
 def _find(
     service: CortexSessionService, app_name: str, user_id: str, session_id: str
 ) -> tuple[Scope, AdkSession | None]:
-    """``(scope, row)``: the AdkSession row of the session if its cortex session lies at or
-    beneath the mapped scope (one query, the scope checked in the join), else ``(scope, None)``."""
+    """``(scope, row)``: the AdkSession row of the session at exactly the mapped scope, where
+    ``create_session`` puts it, else ``(scope, None)``.
+
+    One query, by the unique key (which holds the scope), the scope also checked in the join: a
+    session of another scope (another tenant's, with the same names) is never found, exactly as
+    a missing one.
+    """
     scope = service.scope_for(app_name, user_id)
-    row = (
+    if not _nameable(session_id):
+        return scope, None
+    return scope, _session_row(scope.canonical, app_name, user_id, session_id)
+
+
+def _nameable(session_id: str) -> bool:
+    """Whether ``session_id`` could name a stored session: at most :data:`MAX_ID_CHARS`
+    characters, without NUL or a lone surrogate, which ``create_session`` refuses. Any other
+    id names no session, on every database, without a query (PostgreSQL refuses NUL in a
+    query parameter, and a lone surrogate has no UTF-8 form to hash)."""
+    return len(session_id) <= MAX_ID_CHARS and not any(
+        char == "\x00" or "\ud800" <= char <= "\udfff" for char in session_id
+    )
+
+
+def _session_row(scope: str, app_name: str, user_id: str, session_id: str) -> AdkSession | None:
+    return (
         AdkSession.objects.select_related("session")
-        .filter(scope_q(scope, field="session__scope"))
-        .filter(app_name=app_name, user_id=user_id, adk_id=session_id)
+        .filter(key=session_key(scope, app_name, user_id, session_id))
+        .filter(session__scope=scope, app_name=app_name, user_id=user_id, adk_id=session_id)
         .first()
     )
-    return scope, row
 
 
 def _build(
@@ -483,18 +521,19 @@ def _create_sync(
     try:
         with transaction.atomic(using=_db()):
             cortex = services.create_session(scope=scope, agent_id=app_name, title=session_id or "")
+            adk_id = session_id or str(cortex.pk)
             row = AdkSession.objects.create(
                 session=cortex,
                 app_name=app_name,
                 user_id=user_id,
-                adk_id=session_id or str(cortex.pk),
+                adk_id=adk_id,
+                key=session_key(scope.canonical, app_name, user_id, adk_id),
                 state=deltas["session"],
             )
             _update_shared_state(tenant, scope.canonical, app_name, user_id, deltas)
     except IntegrityError:
-        if AdkSession.objects.filter(
-            app_name=app_name, user_id=user_id, adk_id=session_id
-        ).exists():
+        # Only a session at this scope can hold the key: another scope's never makes this fail.
+        if session_id and _session_row(scope.canonical, app_name, user_id, session_id):
             raise AlreadyExistsError(f"Session with id {session_id} already exists.") from None
         raise
     return _build(service, scope.canonical, row, [], cortex.updated_at, cortex.last_seq)
@@ -508,9 +547,6 @@ def _get_sync(
     config: GetSessionConfig | None,
 ) -> AdkSessionModel | None:
     session_id = cast(str, _strip(session_id))
-    if len(session_id) > MAX_ID_CHARS:
-        service.scope_for(app_name, user_id)  # still refuses a name outside the tenant
-        return None
     scope, row = _find(service, app_name, user_id, session_id)
     if row is None:
         return None
@@ -572,9 +608,6 @@ def _delete_sync(
     service: CortexSessionService, app_name: str, user_id: str, session_id: str
 ) -> None:
     session_id = cast(str, _strip(session_id))
-    if len(session_id) > MAX_ID_CHARS:
-        service.scope_for(app_name, user_id)  # still refuses a name outside the tenant
-        return
     scope, row = _find(service, app_name, user_id, session_id)
     if row is None:
         return
@@ -587,7 +620,7 @@ def _delete_sync(
 def _user_state_sync(service: CortexSessionService, app_name: str, user_id: str) -> dict[str, Any]:
     scope = service.scope_for(app_name, user_id)
     state = (
-        AdkUserState.objects.filter(scope=scope.canonical, app_name=app_name, user_id=user_id)
+        AdkUserState.objects.filter(**_user_state_q(scope.canonical, app_name, user_id))
         .values_list("state", flat=True)
         .first()
     )
