@@ -115,7 +115,8 @@ def test_migrations_disabled_the_function_comes_from_post_migrate(session):
     config = django_apps.get_app_config("cortex_sessions")
     with connection.cursor() as cursor:
         cursor.execute(_pg.append_one_function_sql(connection)[1])
-    post_migrate.send(sender=config, app_config=config, using="default", verbosity=0)
+    with override_settings(MIGRATION_MODULES={}):  # enabled, even under --nomigrations
+        post_migrate.send(sender=config, app_config=config, using="default", verbosity=0)
     assert not _function_exists()
     with override_settings(MIGRATION_MODULES={"cortex_sessions": None}):
         post_migrate.send(sender=config, app_config=config, using="default", verbosity=0)
