@@ -62,8 +62,8 @@ def test_append_returns_the_session_as_stored_without_reading_it_back(session):
         for q in captured.captured_queries
         if q["sql"].split()[0].upper() not in {"BEGIN", "COMMIT", "SAVEPOINT", "RELEASE"}
     ]
-    if connection.vendor == "postgresql":  # one statement: update + insert (services/_pg.py)
-        assert statements == ["WITH"]
+    if connection.vendor == "postgresql":  # one statement: update + insert (services/_pg.py),
+        assert statements == ["SELECT"]  # inside the function cortex_sessions_append_one
     else:
         assert statements == ["SELECT", "INSERT", "UPDATE"]  # lock, insert, counters; no re-read
     row = stored(session)
