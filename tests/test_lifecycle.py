@@ -400,12 +400,30 @@ def test_metadata_filter_does_not_take_one_for_true(tagged):
 
 @pytest.mark.parametrize(
     "filter_",
-    [[1], "team", 3, {str(i): i for i in range(11)}, {"a": "\x00"}, {"a": float("nan")}],
+    [[1], "team", 3, {str(i): i for i in range(11)}, {"a": float("nan")}],
 )
 def test_metadata_filter_refuses_anything_but_an_object_of_at_most_ten_keys(filter_):
     with pytest.raises(InvalidFilter) as caught:
         services.list_sessions(scope=SCOPE, metadata=filter_)
     assert caught.value.code == "invalid_filter"
+
+
+@pytest.mark.parametrize(
+    ("filter_", "code"),
+    [
+        ({"a": "\x00"}, "nul_character"),
+        ({"a\x00": 1}, "nul_character"),
+        ({"a": [{"b": "\x00"}]}, "nul_character"),
+        ({"a": "\ud800"}, "invalid_text"),
+    ],
+)
+@pytest.mark.parametrize("service", [services.list_sessions, services.count_sessions])
+def test_metadata_filter_text_has_the_code_it_has_in_every_other_string(service, filter_, code):
+    """A NUL in the metadata filter was ``invalid_filter``; everywhere else it is
+    ``nul_character`` (and a lone surrogate ``invalid_text``), docs/design.md §12.4."""
+    with pytest.raises(InvalidInput) as caught:
+        service(scope=SCOPE, metadata=filter_)
+    assert (caught.value.code, caught.value.field) == (code, "metadata")
 
 
 def test_merge_patch_follows_rfc_7386_appendix_a():

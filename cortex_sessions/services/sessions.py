@@ -92,7 +92,8 @@ def session_queryset(
             ``archived`` is not a boolean or ``None``, ``metadata`` is not an object of at
             most 10 keys, ``q`` is not a string of 1 to 1,000 characters with a word in it,
             or ``q`` on a database without search (MySQL/MariaDB).
-        NulCharacter, InvalidText: ``agent_id``/``search``/``q`` holds NUL or a lone surrogate.
+        NulCharacter, InvalidText: ``agent_id``/``search``/``q``/``metadata`` holds NUL or
+            a lone surrogate.
     """
     queryset = Session.objects.within(scope, exact=exact)
     agent_id = _check_agent_id_filter(agent_id)

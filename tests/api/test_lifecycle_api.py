@@ -176,7 +176,7 @@ def test_metadata_filter_on_list_and_count(api, chat, alice_scope):
         "not json",
         "NaN",
         json.dumps({str(i): i for i in range(11)}),
-        '{"a":"\\u0000"}',
+        '{"a":"\\ud800"}',  # a lone surrogate escape is malformed JSON here, as in a body
     ],
 )
 @pytest.mark.parametrize("path", [BASE, f"{BASE}count/"])
@@ -185,6 +185,25 @@ def test_metadata_filter_refuses_anything_but_a_small_object(api, chat, path, va
     assert response.status_code == 400
     assert response.json()["code"] == "invalid_filter"
     assert "metadata" in response.json()["errors"]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        '{"a":"\\u0000"}',  # escaped in a value
+        '{"a\\u0000":1}',  # escaped in a key
+        '{"a":{"b":["\\u0000"]}}',  # nested
+        '{"a":"\x00"}',  # the character itself in the parameter's text
+    ],
+)
+@pytest.mark.parametrize("path", [BASE, f"{BASE}count/"])
+def test_metadata_filter_answers_a_nul_as_every_parameter_does(api, chat, path, value):
+    """A NUL in the metadata filter was ``invalid_filter`` where a NUL in any other parameter
+    or body string is ``nul_character`` (docs/design.md §12.4)."""
+    response = api.get(f"{path}?metadata={quote(value)}")
+    assert response.status_code == 400
+    assert response.json()["code"] == "nul_character"
+    assert [e["code"] for e in response.json()["errors"]["metadata"]] == ["nul_character"]
 
 
 def test_merge_patch_merges_metadata(api, chat):
