@@ -489,31 +489,28 @@ class SessionMergePatchSerializer(StrictSerializerMixin, serializers.Serializer[
 
 
 @extend_schema_field({"type": "integer", "minimum": 0, "maximum": 2**63 - 1})
-class UpToSeqField(serializers.JSONField):
-    """A fork point; the service checks it is a JSON integer from 0 to the source's last seq
-    (400 ``invalid_up_to_seq`` for every bad value)."""
+class UpToSeqField(StrictFieldMixin, serializers.JSONField):
+    """A fork point; the service checks it is a JSON integer from 0 to the source's last seq.
+    Every bad value is 400 ``invalid_up_to_seq``, ``null`` included (it is not an integer;
+    leave the field out to copy everything)."""
+
+    rule_code = "invalid_up_to_seq"
 
 
 class ForkSerializer(StrictSerializerMixin, serializers.Serializer[Any]):
     """Body of ``POST /sessions/{id}/fork/`` (docs/design.md §11.1); every field optional, any
-    other key is 400 ``unknown_field``."""
+    other key is 400 ``unknown_field``. ``title`` and ``metadata`` follow the rules they have
+    in ``POST /sessions/`` (``null`` is ``invalid`` and ``invalid_metadata``); left out, they
+    are the source's."""
 
     up_to_seq = UpToSeqField(
         required=False,
-        allow_null=True,
-        help_text="Copy the messages with seq up to this value (0 to the last seq); default all.",
+        help_text=(
+            "Copy the messages with seq up to this value (0 to the source's last seq); default all."
+        ),
     )
-    title = StrictCharField(
-        max_length=500,
-        allow_blank=True,
-        required=False,
-        allow_null=True,
-        trim_whitespace=False,
-        help_text="Default: the source's title.",
-    )
-    metadata = MetadataField(
-        required=False, allow_null=True, help_text="Default: the source's metadata."
-    )
+    title = TitleField(required=False, help_text="Default: the source's title.")
+    metadata = MetadataField(required=False, help_text="Default: the source's metadata.")
 
 
 class ResolveSerializer(StrictSerializerMixin, serializers.Serializer[Any]):

@@ -82,7 +82,14 @@ def test_fork_with_an_empty_body_copies_everything(api, chat):
         ({"up_to_seq": "2"}, "invalid_up_to_seq"),
         ({"up_to_seq": 1.5}, "invalid_up_to_seq"),
         ({"up_to_seq": True}, "invalid_up_to_seq"),
+        ({"up_to_seq": None}, "invalid_up_to_seq"),  # not an integer: leave it out for all
+        ({"up_to_seq": 1000}, "invalid_up_to_seq"),  # schemathesis: past the last seq
         ({"metadata": [1]}, "invalid_metadata"),
+        ({"metadata": None}, "invalid_metadata"),
+        ({"metadata": {"a\x00": 1}}, "nul_character"),
+        ({"title": None}, "invalid"),
+        ({"title": "a\x00"}, "nul_character"),
+        ({"metadata": None, "up_to_seq": 1000, "title": None}, "invalid"),  # schemathesis
     ],
 )
 def test_fork_refuses_bad_input_with_a_code_and_writes_nothing(api, chat, body, code):
@@ -91,6 +98,38 @@ def test_fork_refuses_bad_input_with_a_code_and_writes_nothing(api, chat, body, 
     assert response.status_code == 400
     assert response.json()["code"] == code
     assert _state() == before
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("title", None),
+        ("title", 5),
+        ("title", "x" * 501),
+        ("title", "nul\x00"),
+        ("metadata", None),
+        ("metadata", [1]),
+        ("metadata", "x"),
+        ("metadata", {"k\x00": 1}),
+    ],
+)
+def test_fork_refuses_a_title_or_metadata_as_create_does(api, chat, field, value):
+    """Fork took ``"title": null`` and ``"metadata": null`` (as "the source's") where create
+    refuses them: the same field follows the same rule, with the same code (§11.1, §12.4)."""
+    before = _state()
+    created = api.post(BASE, {"agent_id": "a", field: value}, "json")
+    forked = api.post(session_url(chat.pk, "fork/"), {field: value}, "json")
+    assert created.status_code == forked.status_code == 400
+    assert forked.json()["code"] == created.json()["code"]
+    assert forked.json()["errors"] == created.json()["errors"]
+    assert _state() == before
+
+
+def test_fork_without_title_or_metadata_takes_the_sources(api, chat):
+    body = api.post(session_url(chat.pk, "fork/"), {"up_to_seq": 0}, "json").json()
+    assert (body["title"], body["metadata"]) == (chat.title, chat.metadata)
+    empty = api.post(session_url(chat.pk, "fork/"), {"title": "", "metadata": {}}, "json").json()
+    assert (empty["title"], empty["metadata"]) == ("", {})
 
 
 def test_fork_of_a_foreign_id_is_the_same_404_as_a_missing_one(api, foreign, missing_id):
