@@ -253,6 +253,23 @@ def test_merge_patch_merges_metadata(api, chat):
     assert response.json()["title"] == "T2"
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"metadata": {"gone\x00": None}},  # schemathesis: a NUL in a key that only deletes
+        {"metadata": {"team": {"x\x00": None}}},
+        {"title": "a\x00"},
+        {"cwd": "/a\x00"},
+    ],
+)
+def test_merge_patch_refuses_a_nul_anywhere_as_every_body_does(api, chat, body):
+    before = _state()
+    response = api.patch(session_url(chat.pk), json.dumps(body), content_type=MERGE_PATCH)
+    assert response.status_code == 400
+    assert response.json()["code"] == "nul_character"
+    assert _state() == before
+
+
 def test_plain_json_patch_still_replaces_metadata(api, chat):
     response = api.patch(session_url(chat.pk), {"metadata": {"only": 1}}, "json")
     assert response.json()["metadata"] == {"only": 1}
