@@ -13,6 +13,7 @@ import re
 import uuid
 from pathlib import Path
 
+import jsonschema
 import pytest
 import schemathesis
 import yaml
@@ -152,6 +153,88 @@ def test_schema_states_what_the_server_refuses_in_parameters(schema_document):
     agent = _parameter(schema_document, "/api/cortex/sessions/", "get", "agent_id")["schema"]
     body = schema_document["components"]["schemas"]["SessionCreate"]["properties"]["agent_id"]
     assert (agent["pattern"], agent["maxLength"]) == (body["pattern"], body["maxLength"])
+
+
+def _one_of_lists(node):
+    if isinstance(node, dict):
+        if isinstance(node.get("oneOf"), list):
+            yield node["oneOf"]
+        for value in node.values():
+            yield from _one_of_lists(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _one_of_lists(value)
+
+
+def test_no_one_of_has_two_branches_that_take_the_same_value(schema_document):
+    """``title`` and ``cwd`` were ``oneOf`` a no-NUL string and an empty string: ``""`` matched
+    both, so by the schema ``""`` was invalid (``oneOf`` means exactly one) while the server
+    stores it. schemathesis sent it as a negative case and the server accepted it."""
+    one_ofs = list(_one_of_lists(schema_document))
+    assert one_ofs  # content is a string or a list of blocks
+    components = {"components": schema_document["components"]}  # so that $refs resolve
+    for branches in one_ofs:
+        validators = [jsonschema.Draft7Validator({**b, **components}) for b in branches]
+        for probe in ("", "x", [], [{"type": "text", "text": "x"}], {}):
+            taking = [v for v in validators if v.is_valid(probe)]
+            assert len(taking) <= 1, (probe, branches)
+
+
+def test_title_and_cwd_take_the_empty_string_and_refuse_nul_in_every_body(schema_document):
+    schemas = schema_document["components"]["schemas"]
+    for name in ("SessionCreate", "PatchedSessionUpdate", "PatchedSessionMergePatch", "Fork"):
+        for field in ("title", "cwd") if name != "Fork" else ("title",):
+            schema = schemas[name]["properties"][field]
+            validator = jsonschema.Draft7Validator(schema)
+            assert validator.is_valid(""), (name, field, schema)
+            assert not validator.is_valid("a\x00"), (name, field, schema)
+
+
+def test_fork_body_states_what_create_refuses(schema_document):
+    """Fork's ``title`` and ``metadata`` follow create's rules, so neither is nullable, and
+    ``up_to_seq`` is an integer (``null`` is ``invalid_up_to_seq``), docs/design.md §11.1."""
+    schemas = schema_document["components"]["schemas"]
+    fork = schemas["Fork"]["properties"]
+    create = schemas["SessionCreate"]["properties"]
+    assert not any(field.get("nullable") for field in fork.values())
+    assert {key: fork["title"][key] for key in ("type", "maxLength", "pattern")} == {
+        key: create["title"][key] for key in ("type", "maxLength", "pattern")
+    }
+    assert fork["metadata"]["type"] == create["metadata"]["type"] == "object"
+    assert (fork["up_to_seq"]["type"], fork["up_to_seq"]["minimum"]) == ("integer", 0)
+
+
+def test_message_bodies_state_what_the_server_refuses(schema_document):
+    """Found by schemathesis runs with other seeds: schema-valid bodies the server refused.
+    A message's ``source`` of ``session-reference`` (only the app writes those), a blank
+    string content (``empty_content``), an empty list of messages (``empty``), a NUL in a
+    block's ``type`` or ``text`` or in a reference's ``label``."""
+    schemas = schema_document["components"]["schemas"]
+    components = {"components": schema_document["components"]}
+
+    def valid(schema, value):
+        return jsonschema.Draft7Validator({**schema, **components}).is_valid(value)
+
+    for name in ("MessageInput", "MessageWithReferencesInput"):
+        source = schemas[name]["properties"]["source"]
+        assert valid(source, "checkpoint") and not valid(source, "session-reference"), name
+    assert valid(schemas["Message"]["properties"]["source"], "session-reference")  # as read
+    for name in ("MessageInput", "ReferencePrepare"):
+        content = schemas[name]["properties"]["content"]
+        assert valid(content, "x") and valid(content, [{"type": "text", "text": "x"}])
+        for refused in (
+            "",
+            " \t\u3000",
+            "a\x00",
+            [{"type": "x\x00"}],
+            [{"type": "text", "text": "\x00"}],
+        ):
+            assert not valid(content, refused), (name, refused)
+        assert valid(content, "\x01"), name  # a control character is content, not blank
+    listed = {"$ref": "#/components/schemas/MessageInputOrList"}
+    assert not valid(listed, []) and valid(listed, [{"role": "user", "content": "x"}])
+    label = schemas["ReferencePrepare"]["properties"]["references"]["items"]["properties"]["label"]
+    assert valid(label, "ok") and not valid(label, "a\x00")
 
 
 REFERENCE_CODES = {
