@@ -16,7 +16,7 @@ from django.db.models import BooleanField, CharField, F, Func, QuerySet, Value
 from django.db.models.fields.json import KeyTransform
 
 from .content import check_json_value, json_bytes
-from .exceptions import InvalidFilter, InvalidInput
+from .exceptions import InvalidFilter, InvalidInput, InvalidText, NulCharacter
 from .sqlite_json import SQL_FUNCTION, canonical_json
 
 __all__ = [
@@ -41,10 +41,12 @@ def check_metadata_filter(value: Any) -> dict[str, Any]:
 
     Raises:
         InvalidFilter: ``value`` is not an object, has more than
-            :data:`MAX_METADATA_FILTER_KEYS` keys, is not JSON-serializable, is nested deeper
-            than ``content.MAX_JSON_DEPTH``, or holds a NUL character or a lone surrogate (no
-            database can compare those); all with code
-            ``invalid_filter`` and field ``metadata``.
+            :data:`MAX_METADATA_FILTER_KEYS` keys, is not JSON-serializable, or is nested
+            deeper than ``content.MAX_JSON_DEPTH``; all with code ``invalid_filter`` and field
+            ``metadata``.
+        NulCharacter, InvalidText: a string or key of ``value`` holds a NUL character
+            (``nul_character``) or a lone surrogate (``invalid_text``), which no database
+            can compare — the codes these have in every other input (docs/design.md §12.4).
     """
     if not isinstance(value, Mapping):
         raise InvalidFilter(
@@ -59,7 +61,9 @@ def check_metadata_filter(value: Any) -> dict[str, Any]:
     try:
         check_json_value(checked, field="metadata")
         json_bytes(checked, field="metadata")
-    except InvalidInput as exc:  # one rule, one code: every bad filter is invalid_filter
+    except (NulCharacter, InvalidText):  # one rule, one code: as in every other string
+        raise
+    except InvalidInput as exc:  # the filter's shape: invalid_filter
         raise InvalidFilter(f"metadata filter: {exc.message}", field="metadata") from None
     return checked
 

@@ -391,7 +391,8 @@ def import_conversations(
 
     Raises:
         NoScope, InvalidScope: ``scope`` is missing or malformed (before anything is read).
-        InvalidAgentId: ``agent_id`` is not acceptable (before anything is read).
+        InvalidAgentId, NulCharacter, InvalidText: ``agent_id`` is not acceptable (before
+            anything is read; :func:`~cortex_sessions.services.check_agent_id`).
     """
     canonical = as_scope(scope).canonical
     services.check_agent_id(agent_id)

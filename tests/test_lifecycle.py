@@ -10,6 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from cortex_sessions import services
+from cortex_sessions.content import MAX_JSON_DEPTH
 from cortex_sessions.exceptions import (
     InvalidFilter,
     InvalidInput,
@@ -30,6 +31,13 @@ OTHER = "org=acme/user=2"
 
 def _session(scope=SCOPE, agent_id="a", **kwargs):
     return services.create_session(scope=scope, agent_id=agent_id, **kwargs)
+
+
+def _nested(depth, leaf=1):
+    """``leaf`` inside ``depth`` objects: ``{"a": {"a": ... leaf}}``."""
+    for _ in range(depth):
+        leaf = {"a": leaf}
+    return leaf
 
 
 def _append(session, *items):
@@ -400,12 +408,30 @@ def test_metadata_filter_does_not_take_one_for_true(tagged):
 
 @pytest.mark.parametrize(
     "filter_",
-    [[1], "team", 3, {str(i): i for i in range(11)}, {"a": "\x00"}, {"a": float("nan")}],
+    [[1], "team", 3, {str(i): i for i in range(11)}, {"a": float("nan")}],
 )
 def test_metadata_filter_refuses_anything_but_an_object_of_at_most_ten_keys(filter_):
     with pytest.raises(InvalidFilter) as caught:
         services.list_sessions(scope=SCOPE, metadata=filter_)
     assert caught.value.code == "invalid_filter"
+
+
+@pytest.mark.parametrize(
+    ("filter_", "code"),
+    [
+        ({"a": "\x00"}, "nul_character"),
+        ({"a\x00": 1}, "nul_character"),
+        ({"a": [{"b": "\x00"}]}, "nul_character"),
+        ({"a": "\ud800"}, "invalid_text"),
+    ],
+)
+@pytest.mark.parametrize("service", [services.list_sessions, services.count_sessions])
+def test_metadata_filter_text_has_the_code_it_has_in_every_other_string(service, filter_, code):
+    """A NUL in the metadata filter was ``invalid_filter``; everywhere else it is
+    ``nul_character`` (and a lone surrogate ``invalid_text``), docs/design.md §12.4."""
+    with pytest.raises(InvalidInput) as caught:
+        service(scope=SCOPE, metadata=filter_)
+    assert (caught.value.code, caught.value.field) == (code, "metadata")
 
 
 def test_merge_patch_follows_rfc_7386_appendix_a():
@@ -454,6 +480,26 @@ def test_patch_session_refuses_a_patch_that_is_not_an_object_and_writes_nothing(
     before = Session.objects.filter(pk=session.pk).values().get()
     with pytest.raises(InvalidInput):
         services.patch_session(scope=SCOPE, session_id=session.pk, patch=patch)
+    assert Session.objects.filter(pk=session.pk).values().get() == before
+
+
+@pytest.mark.parametrize(
+    ("metadata", "code"),
+    [
+        ({"gone\x00": None}, "nul_character"),  # a key that would only delete
+        ({"keep": {"x\x00": None}}, "nul_character"),
+        ({"gone\ud800": None}, "invalid_text"),
+        ({"a": _nested(MAX_JSON_DEPTH)}, "invalid_metadata"),  # deeper than MAX_JSON_DEPTH
+    ],
+)
+def test_patch_session_checks_the_patch_itself_not_only_what_it_leaves(metadata, code):
+    """A NUL in a merge-patch key whose ``null`` deletes it was accepted (nothing stored holds
+    it), where every other JSON value taken in is refused for it (docs/design.md §12.4)."""
+    session = _session(metadata={"keep": {"a": 1}})
+    before = Session.objects.filter(pk=session.pk).values().get()
+    with pytest.raises(InvalidInput) as caught:
+        services.patch_session(scope=SCOPE, session_id=session.pk, patch={"metadata": metadata})
+    assert (caught.value.code, caught.value.field) == (code, "metadata")
     assert Session.objects.filter(pk=session.pk).values().get() == before
 
 

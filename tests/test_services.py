@@ -379,6 +379,68 @@ def test_bad_list_arguments_raise_a_coded_error_on_every_database(kwargs, code):
     assert info.value.code == code
 
 
+#: Agent ids no session can have: every way of breaking the rule of ``check_agent_id``.
+BAD_AGENT_IDS = ["", " ", "a\tb", "a\nb", "a\x7fb", "\x01", "a" * 256, 5, b"agent-1"]
+
+#: Every service that takes ``agent_id`` as a filter, called with one.
+AGENT_ID_FILTERS = {
+    "list_sessions": lambda agent_id: services.list_sessions(scope=ALICE, agent_id=agent_id),
+    "count_sessions": lambda agent_id: services.count_sessions(scope=ALICE, agent_id=agent_id),
+    "list_sessions_page": lambda agent_id: services.list_sessions_page(
+        scope=ALICE, agent_id=agent_id
+    ),
+    "session_queryset": lambda agent_id: list(
+        services.session_queryset(scope=ALICE, agent_id=agent_id)
+    ),
+    "get_session": lambda agent_id: services.get_session(
+        scope=ALICE, session_id=uuid.uuid4(), agent_id=agent_id
+    ),
+}
+
+
+@pytest.mark.parametrize("agent_id", BAD_AGENT_IDS)
+@pytest.mark.parametrize("service", sorted(AGENT_ID_FILTERS))
+def test_a_bad_agent_id_filter_is_refused_as_invalid_agent_id_not_answered_empty(service, agent_id):
+    """``list_sessions(agent_id="a\tb")`` returned [] where ``?agent_id=a%09b`` is a 400
+    ``invalid_agent_id``: a filter naming an agent no session can have is the services'
+    agent id rule broken, as in ``create_session`` and ``resolve_session`` (§12.4)."""
+    make()
+    with pytest.raises(InvalidAgentId) as info:
+        AGENT_ID_FILTERS[service](agent_id)
+    assert (info.value.code, info.value.field) == ("invalid_agent_id", "agent_id")
+
+
+@pytest.mark.parametrize(
+    ("agent_id", "code"), [("a\x00b", "nul_character"), ("a\ud800", "invalid_text")]
+)
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda agent_id: services.list_sessions(scope=ALICE, agent_id=agent_id),
+        lambda agent_id: services.create_session(scope=ALICE, agent_id=agent_id),
+        lambda agent_id: services.resolve_session(scope=ALICE, agent_id=agent_id),
+        lambda agent_id: services.check_agent_id(agent_id),
+    ],
+    ids=["list", "create", "resolve", "check_agent_id"],
+)
+def test_nul_or_a_lone_surrogate_in_an_agent_id_has_the_code_it_has_in_every_string(
+    call, agent_id, code
+):
+    """As in the API (a NUL in any body string or text parameter is ``nul_character``), in a
+    filter and in a write alike; ``create_session`` answered ``invalid_agent_id`` to a NUL."""
+    with pytest.raises(InvalidInput) as info:
+        call(agent_id)
+    assert info.value.code == code
+    assert not Session.objects.exists()
+
+
+def test_a_good_agent_id_filter_still_lists_that_agents_sessions():
+    mine, _ = make(agent_id="planner"), make(agent_id="coder")
+    assert [s.pk for s in services.list_sessions(scope=ALICE, agent_id="planner")] == [mine.pk]
+    assert services.count_sessions(scope=ALICE, agent_id="planner") == 1
+    assert services.get_session(scope=ALICE, session_id=mine.pk, agent_id="planner") == mine
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [

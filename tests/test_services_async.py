@@ -11,6 +11,7 @@ from django.db import transaction
 
 from cortex_sessions import services, signals
 from cortex_sessions.exceptions import (
+    InvalidAgentId,
     InvalidFilter,
     InvalidRole,
     MessageNotFound,
@@ -116,6 +117,16 @@ async def test_twins_raise_the_services_errors_unchanged():
     with pytest.raises(InvalidFilter) as info:
         await services.alist_messages(scope=ALICE, session_id=session.pk, limit=0)
     assert info.value.code == "invalid_filter"
+
+
+@pytest.mark.parametrize("twin", ["alist_sessions", "acount_sessions", "alist_sessions_page"])
+@async_test
+async def test_twins_refuse_a_bad_agent_id_filter_as_the_services_do(twin):
+    """``alist_sessions(agent_id="a\tb")`` answered [] (docs/design.md §12.4)."""
+    await services.acreate_session(scope=ALICE, agent_id=AGENT)
+    with pytest.raises(InvalidAgentId) as info:
+        await getattr(services, twin)(scope=ALICE, agent_id="a\tb")
+    assert info.value.code == "invalid_agent_id"
 
 
 @async_test

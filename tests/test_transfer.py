@@ -531,6 +531,12 @@ def test_import_prints_progress_on_long_runs(tmp_path):
         (["--agent-id", "", "--scope", ALICE], "invalid_agent_id"),
         (["--agent-id", "a\tb", "--scope", ALICE], "invalid_agent_id"),
         (["--agent-id", "x" * 256, "--scope", ALICE], "invalid_agent_id"),
+        # an argument that is not UTF-8 arrives with lone surrogates (surrogateescape)
+        (
+            ["--agent-id", b"bot\xff".decode("utf-8", "surrogateescape"), "--scope", ALICE],
+            "invalid_text",
+        ),
+        (["--agent-id", "a\x00b", "--scope", ALICE], "nul_character"),
     ],
 )
 def test_bad_scope_or_agent_is_a_command_error_before_anything_is_read(tmp_path, args, message):

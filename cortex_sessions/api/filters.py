@@ -20,7 +20,7 @@ from rest_framework.exceptions import ErrorDetail
 
 from cortex_sessions import services
 from cortex_sessions.content import parse_json
-from cortex_sessions.exceptions import InvalidAgentId, InvalidFilter
+from cortex_sessions.exceptions import InvalidAgentId, InvalidFilter, InvalidText, NulCharacter
 from cortex_sessions.metadata import MAX_METADATA_FILTER_KEYS, check_metadata_filter
 from cortex_sessions.models import Session
 from cortex_sessions.search import BLANK, MAX_QUERY_CHARS, QUERY_PATTERN
@@ -236,13 +236,19 @@ class MetadataFilterField(forms.CharField):
     def to_python(self, value: Any) -> dict[str, Any] | None:  # type: ignore[override]  # parses to a dict
         """Parse the JSON text and check it (an object of at most 10 keys).
 
+        A NUL character is ``nul_character`` as in every other parameter and body string,
+        whether it is in the text itself or escaped (``\\u0000``) in a string or key of the
+        JSON; a lone surrogate escape is malformed JSON here, as in a body.
+
         Raises:
-            ValidationError: not JSON, not an object, too many keys, or unstorable text
-                (code ``invalid_filter``).
+            ValidationError: a NUL (code ``nul_character``); not JSON, not an object, too
+                many keys, too deep, or a lone surrogate (code ``invalid_filter``).
         """
         text = super().to_python(value)
         if text in (None, ""):
             return None
+        if "\x00" in text:
+            raise ValidationError("NUL characters are not allowed.", code=NulCharacter.code)
         try:
             parsed = parse_json(text)
         except ValueError as exc:
@@ -251,7 +257,12 @@ class MetadataFilterField(forms.CharField):
             ) from None
         try:
             return check_metadata_filter(parsed)
-        except InvalidFilter as exc:
+        except InvalidText:  # what the body parser calls a parse error
+            raise ValidationError(
+                "metadata must be a JSON object: a string contains a lone surrogate.",
+                code="invalid_filter",
+            ) from None
+        except (InvalidFilter, NulCharacter) as exc:
             raise ValidationError(exc.message, code=exc.code) from None
 
 
@@ -338,7 +349,7 @@ class SessionFilter(django_filters.FilterSet):
                 "compared as PostgreSQL's jsonb compares them on every database: object keys in "
                 'any order, 1 equal to 1.0, a string never equal to a number ({"n": 1} does not '
                 'match {"n": "1"}), arrays in order. Anything but a JSON object is 400 '
-                "invalid_filter."
+                "invalid_filter; a NUL character (raw or escaped) is 400 nul_character."
             ),
         ),
     )

@@ -74,6 +74,14 @@ NO_NUL_PATTERN = r"^[^\u0000]*$"
 #: whose white space is not ECMA-262's ``\s`` (it has U+0085, and not U+FEFF), so it is spelt out.
 _PY_SPACE = r"\u0000-\u0020\u007f\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 AGENT_ID_PATTERN = rf"^[^\u0000-\u001f\u007f]*[^{_PY_SPACE}][^\u0000-\u001f\u007f]*$"
+#: Python's white space exactly (``str.isspace``), for text whose other control characters
+#: count as content.
+_PY_WHITESPACE = (
+    r"\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+#: Text that is not blank (by Python's ``str.strip``) and holds no NUL: a message's string
+#: content, which an empty or blank one is 400 ``empty_content``.
+NOT_BLANK_PATTERN = rf"^[^\u0000]*[^\u0000{_PY_WHITESPACE}][^\u0000]*$"
 _SCOPE_LEVEL = r"[a-z][a-z0-9_.-]{0,63}=(?:[^%/=\u0000-\u001f\u007f-\u009f]|%25|%2F|%3D){1,255}"
 #: A canonical scope of 1 to 3 levels (the default ``MAX_SCOPE_DEPTH``), docs/design.md §2.2.
 SCOPE_PATTERN = rf"^{_SCOPE_LEVEL}(?:/{_SCOPE_LEVEL}){{0,2}}$"
@@ -284,7 +292,10 @@ _BLOCK_SCHEMA = {
     "description": (
         "A content block: {'type': 'text', 'text': ...} or any other type, kept as given."
     ),
-    "properties": {"type": {"type": "string", "minLength": 1}, "text": {"type": "string"}},
+    "properties": {
+        "type": {"type": "string", "minLength": 1, "pattern": NO_NUL_PATTERN},
+        "text": {"type": "string", "pattern": NO_NUL_PATTERN},
+    },
     "required": ["type"],
     "additionalProperties": True,
 }
@@ -301,7 +312,12 @@ class MetadataField(StrictFieldMixin, serializers.JSONField):
 @extend_schema_field(
     {
         "oneOf": [
-            {"type": "string", "description": "Becomes one text block."},
+            {
+                "type": "string",
+                "minLength": 1,
+                "pattern": NOT_BLANK_PATTERN,
+                "description": "Becomes one text block; not blank.",
+            },
             {"type": "array", "items": _BLOCK_SCHEMA, "minItems": 1},
         ]
     }
@@ -337,6 +353,7 @@ class BlocksField(serializers.JSONField):
                 "label": {
                     "type": "string",
                     "nullable": True,
+                    "pattern": NO_NUL_PATTERN,
                     "description": "Display label; default the id.",
                 },
             },
@@ -483,37 +500,34 @@ class SessionMergePatchSerializer(StrictSerializerMixin, serializers.Serializer[
 
     ignored_fields = SESSION_READ_ONLY_FIELDS
 
-    title = StrictCharField(max_length=500, allow_blank=True, required=False, trim_whitespace=False)
+    title = TitleField(required=False)
     metadata = MetadataPatchField(required=False, allow_null=True)
-    cwd = StrictCharField(allow_null=True, allow_blank=True, required=False, trim_whitespace=False)
+    cwd = CwdField(required=False)
 
 
 @extend_schema_field({"type": "integer", "minimum": 0, "maximum": 2**63 - 1})
-class UpToSeqField(serializers.JSONField):
-    """A fork point; the service checks it is a JSON integer from 0 to the source's last seq
-    (400 ``invalid_up_to_seq`` for every bad value)."""
+class UpToSeqField(StrictFieldMixin, serializers.JSONField):
+    """A fork point; the service checks it is a JSON integer from 0 to the source's last seq.
+    Every bad value is 400 ``invalid_up_to_seq``, ``null`` included (it is not an integer;
+    leave the field out to copy everything)."""
+
+    rule_code = "invalid_up_to_seq"
 
 
 class ForkSerializer(StrictSerializerMixin, serializers.Serializer[Any]):
     """Body of ``POST /sessions/{id}/fork/`` (docs/design.md §11.1); every field optional, any
-    other key is 400 ``unknown_field``."""
+    other key is 400 ``unknown_field``. ``title`` and ``metadata`` follow the rules they have
+    in ``POST /sessions/`` (``null`` is ``invalid`` and ``invalid_metadata``); left out, they
+    are the source's."""
 
     up_to_seq = UpToSeqField(
         required=False,
-        allow_null=True,
-        help_text="Copy the messages with seq up to this value (0 to the last seq); default all.",
+        help_text=(
+            "Copy the messages with seq up to this value (0 to the source's last seq); default all."
+        ),
     )
-    title = StrictCharField(
-        max_length=500,
-        allow_blank=True,
-        required=False,
-        allow_null=True,
-        trim_whitespace=False,
-        help_text="Default: the source's title.",
-    )
-    metadata = MetadataField(
-        required=False, allow_null=True, help_text="Default: the source's metadata."
-    )
+    title = TitleField(required=False, help_text="Default: the source's title.")
+    metadata = MetadataField(required=False, help_text="Default: the source's metadata.")
 
 
 class ResolveSerializer(StrictSerializerMixin, serializers.Serializer[Any]):
@@ -560,6 +574,31 @@ class ListedMessageSerializer(SearchResultMixin, MessageSerializer):
         read_only_fields = fields
 
 
+#: The sources a client may send: every one but ``session-reference``, which only the app
+#: writes (docs/design.md §8.8).
+INPUT_SOURCES = [
+    value for value in Message.Source.values if value != Message.Source.SESSION_REFERENCE
+]
+
+
+# The enum sits inside ``allOf`` so that drf-spectacular does not make it a component: a
+# second choice set under the name ``source`` (next to the messages' ``SourceEnum``) would be a
+# naming collision warning for every host.
+@extend_schema_field({"allOf": [{"type": "string", "enum": INPUT_SOURCES}]})
+class InputSourceField(StrictChoiceField):
+    """A message's ``source`` on input: ``session-reference`` is ``invalid_source`` like any
+    other value outside :data:`INPUT_SOURCES`, and the schema's enum leaves it out."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        """``data`` if it is a source a client may send; else 400 ``invalid_source``."""
+        if data == Message.Source.SESSION_REFERENCE:
+            raise serializers.ValidationError(
+                "session-reference messages are written by the app (resolve_references).",
+                code="invalid_source",
+            )
+        return super().to_internal_value(data)
+
+
 class MessageInputSerializer(StrictSerializerMixin, serializers.Serializer[Any]):
     """One message in ``POST /sessions/{id}/messages/`` (docs/design.md §7.3)."""
 
@@ -567,7 +606,7 @@ class MessageInputSerializer(StrictSerializerMixin, serializers.Serializer[Any])
 
     role = StrictChoiceField(choices=Message.Role.choices, rule_code="invalid_role")
     content = ContentField()
-    source = StrictChoiceField(  # type: ignore[assignment]  # a field named like a Field attribute
+    source = InputSourceField(  # type: ignore[assignment]  # a field named like a Field attribute
         choices=Message.Source.choices,
         rule_code="invalid_source",
         required=False,
@@ -577,15 +616,6 @@ class MessageInputSerializer(StrictSerializerMixin, serializers.Serializer[Any])
         ),
     )
     metadata = MetadataField(required=False)
-
-    def validate_source(self, value: str) -> str:
-        """Refuse ``session-reference``: only the app writes reference snapshots (§8.8)."""
-        if value == Message.Source.SESSION_REFERENCE:
-            raise serializers.ValidationError(
-                "session-reference messages are written by the app (resolve_references).",
-                code="invalid_source",
-            )
-        return value
 
 
 class MessageWithReferencesInputSerializer(MessageInputSerializer):

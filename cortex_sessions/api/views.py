@@ -10,6 +10,7 @@ body, on every endpoint and method (docs/design.md §7.3).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
@@ -18,6 +19,7 @@ from django.http import Http404
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
+    Direction,
     OpenApiParameter,
     OpenApiResponse,
     PolymorphicProxySerializer,
@@ -238,6 +240,22 @@ MESSAGE_PAGE_PARAMETERS = [
 ]
 
 
+#: The alternative drf-spectacular adds to the schema of a blank-allowing string field.
+_EMPTY_STRING_BRANCH = {"type": "string", "maxLength": 0}
+
+
+def _takes_empty_string(schema: Mapping[str, Any]) -> bool:
+    """Whether a string schema accepts ``""``: no ``format``, no ``minLength`` above 0, and a
+    ``pattern`` (if any) that matches the empty string."""
+    if schema.get("type") != "string" or "format" in schema or schema.get("minLength", 0) > 0:
+        return False
+    pattern = schema.get("pattern")
+    try:
+        return pattern is None or re.search(pattern, "") is not None
+    except re.error:  # an ECMA-262 pattern Python cannot read: keep both branches
+        return False
+
+
 class CortexAutoSchema(AutoSchema):
     """drf-spectacular's schema with the app's strictness stated (docs/design.md §12.4): a
     request body of a :class:`StrictSerializerMixin` serializer has
@@ -246,7 +264,41 @@ class CortexAutoSchema(AutoSchema):
     ``application/merge-patch+json`` is offered only where an operation names it (``PATCH
     /sessions/{id}/``), since every other endpoint answers it with 415; a response field a
     serializer lists in ``optional_fields`` (``match``, only in search results) is not
-    required; and the message search ``q`` is offered only where the database searches."""
+    required; the message search ``q`` is offered only where the database searches; and a
+    blank-allowing string whose schema already takes ``""`` is one schema, not a ``oneOf`` of
+    two branches that both match ``""`` (which would make ``""`` invalid)."""
+
+    def _unwrap_list_serializer(
+        self, serializer: Any, direction: Direction
+    ) -> dict[str, Any] | None:
+        """A list serializer's array schema, with ``minItems: 1`` when the list may not be
+        empty (``allow_empty=False``: a list of messages, which an empty one is 400
+        ``empty``)."""
+        schema: dict[str, Any] | None = super()._unwrap_list_serializer(serializer, direction)
+        if schema is not None and getattr(serializer, "allow_empty", True) is False:
+            schema["minItems"] = 1
+        return schema
+
+    def _insert_field_validators(self, field: Any, schema: dict[str, Any]) -> None:
+        """drf-spectacular's validators, without an empty-string alternative that overlaps.
+
+        For a string field with ``allow_blank`` and a ``pattern``, drf-spectacular writes
+        ``oneOf: [<the field's schema>, {"type": "string", "maxLength": 0}]`` so that ``""``
+        passes a pattern that would refuse it. When the field's schema takes ``""`` already
+        (``title``, ``cwd``: ``^[^\\u0000]*$``), both branches match ``""``, and by ``oneOf``
+        (exactly one) ``""`` is then invalid although the server accepts it: the schema would
+        lie. Such a ``oneOf`` is replaced by the field's schema itself.
+        """
+        super()._insert_field_validators(field, schema)  # type: ignore[no-untyped-call]
+        branches = schema.get("oneOf")
+        if (
+            isinstance(branches, list)
+            and len(branches) == 2
+            and branches[1] == _EMPTY_STRING_BRANCH
+            and _takes_empty_string(branches[0])
+        ):
+            del schema["oneOf"]
+            schema.update(branches[0])
 
     def _map_basic_serializer(self, serializer: Any, direction: str) -> dict[str, Any]:
         schema: dict[str, Any] = super()._map_basic_serializer(  # type: ignore[no-untyped-call]
@@ -719,7 +771,10 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
         parameters=[ID_PARAMETER, IDEMPOTENCY_PARAMETER],
         request=PolymorphicProxySerializer(
             component_name="MessageInputOrList",
-            serializers=[MessageWithReferencesInputSerializer, MessageInputSerializer(many=True)],
+            serializers=[
+                MessageWithReferencesInputSerializer,
+                MessageInputSerializer(many=True, allow_empty=False),
+            ],
             resource_type_field_name=None,
             many=False,
         ),

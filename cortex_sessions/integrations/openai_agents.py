@@ -170,7 +170,7 @@ class CortexSession:
 
     Raises:
         NoScope, InvalidScope: at construction, for a missing or malformed scope.
-        InvalidAgentId: at construction, for a bad agent id.
+        InvalidAgentId, NulCharacter, InvalidText: at construction, for a bad agent id.
         SessionNotFound: on use of a pinned session that is missing, out of scope or
             another agent's — never another tenant's data.
     """

@@ -44,6 +44,8 @@ logger = logging.getLogger("cortex_sessions")
 def _check_agent_id(agent_id: Any) -> str:
     if not isinstance(agent_id, str) or not agent_id.strip():
         raise InvalidAgentId("agent_id is required.", field="agent_id")
+    # A NUL or a lone surrogate has the code it has in every other string (as in the API).
+    check_json_value(agent_id, field="agent_id")
     if len(agent_id) > AGENT_ID_MAX_CHARS:
         raise InvalidAgentId(field="agent_id")
     if any(
@@ -62,10 +64,19 @@ def check_agent_id(agent_id: Any) -> str:
         ``agent_id`` unchanged.
 
     Raises:
+        NulCharacter: it holds a NUL character (``nul_character``, as every string does).
+        InvalidText: it holds a lone surrogate (``invalid_text``, as every string does).
         InvalidAgentId: it is not a non-blank string of at most 255 characters without
             control characters.
     """
     return _check_agent_id(agent_id)
+
+
+def _check_agent_id_filter(agent_id: Any) -> str | None:
+    """``None`` (no filter), or an agent id under the rule of :func:`check_agent_id`: a
+    filter naming an agent no session can have is refused, never answered with nothing
+    (docs/design.md §12.4), as the API refuses ``?agent_id=a%09b``."""
+    return None if agent_id is None else _check_agent_id(agent_id)
 
 
 def _check_title(title: Any) -> str:

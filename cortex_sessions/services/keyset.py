@@ -194,6 +194,8 @@ def list_sessions_page(
 
     Raises:
         NoScope, InvalidScope.
+        InvalidAgentId, NulCharacter, InvalidText: a bad ``agent_id`` or filter text (as
+            :func:`~cortex_sessions.services.session_queryset`).
         InvalidFilter: a bad ordering, filter, ``limit`` or ``cursor`` (a cursor of another
             ordering included); ``q`` without ``ordering``.
     """

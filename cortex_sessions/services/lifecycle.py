@@ -18,7 +18,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from .. import signals
-from ..content import check_json_object
+from ..content import check_json_object, check_json_value
 from ..counters import newest_conversation_text
 from ..exceptions import InvalidInput, InvalidMetadata, InvalidUpToSeq
 from ..metadata import merge_patch
@@ -276,9 +276,12 @@ def patch_session(
     Raises:
         NoScope, InvalidScope, SessionNotFound.
         InvalidInput: ``patch`` is not an object or names another field.
-        InvalidMetadata: the ``metadata`` member is neither an object nor ``null``, or the
-            merged metadata is not storable.
-        ValueTooLong, NulCharacter, InvalidText: a bad title, cwd or metadata value.
+        InvalidMetadata: the ``metadata`` member is neither an object nor ``null``, is
+            nested deeper than ``content.MAX_JSON_DEPTH``, or the merged metadata is not
+            storable.
+        ValueTooLong, NulCharacter, InvalidText: a bad title or cwd, or a NUL or lone
+            surrogate anywhere in the ``metadata`` member (in a key whose ``null`` only
+            deletes, too).
     """
     if not isinstance(patch, Mapping):
         raise InvalidInput(
@@ -304,6 +307,11 @@ def patch_session(
             f"{type(metadata_patch).__name__}.",
             field="metadata",
         )
+    if metadata_patch is not None:
+        # The patch itself is a JSON value taken in: a NUL or a lone surrogate anywhere in it
+        # (a key that only deletes included) is refused as in every other input, and so is
+        # nesting over MAX_JSON_DEPTH (docs/design.md §12.4).
+        check_json_value(metadata_patch, field="metadata")
     with transaction.atomic(using=_db_for_write()):
         session = _locked_session(scope, session_id)
         if "metadata" in patch:

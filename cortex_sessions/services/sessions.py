@@ -23,6 +23,7 @@ from ._common import (
     DEFAULT_ORDERING,
     ORDERING_FIELDS,
     _check_agent_id,
+    _check_agent_id_filter,
     _check_cwd,
     _check_filter_text,
     _check_int,
@@ -62,7 +63,8 @@ def session_queryset(
 
     Args:
         scope: the caller's scope; rows at it and beneath it match, or only at it with ``exact``.
-        agent_id: only this agent's sessions.
+        agent_id: only this agent's sessions; checked as :func:`check_agent_id` checks it, so
+            an agent id no session can have is refused rather than matching nothing.
         exact: match rows stored at ``scope`` itself only.
         default_only: only default sessions.
         search: case-insensitive substring of the title; ``%`` and ``_`` match literally.
@@ -84,14 +86,17 @@ def session_queryset(
 
     Raises:
         NoScope, InvalidScope: the scope is missing or malformed.
-        InvalidFilter: ``ordering`` is not an accepted value, ``agent_id``/``search`` is
-            not a string, ``archived`` is not a boolean or ``None``, ``metadata`` is not an
-            object of at most 10 keys, ``q`` is not a string of 1 to 1,000 characters with a
-            word in it, or ``q`` on a database without search (MySQL/MariaDB).
-        NulCharacter, InvalidText: ``agent_id``/``search``/``q`` holds NUL or a lone surrogate.
+        InvalidAgentId: ``agent_id`` is not a string of 1 to 255 characters, not blank and
+            without control characters (docs/design.md §12.4).
+        InvalidFilter: ``ordering`` is not an accepted value, ``search`` is not a string,
+            ``archived`` is not a boolean or ``None``, ``metadata`` is not an object of at
+            most 10 keys, ``q`` is not a string of 1 to 1,000 characters with a word in it,
+            or ``q`` on a database without search (MySQL/MariaDB).
+        NulCharacter, InvalidText: ``agent_id``/``search``/``q``/``metadata`` holds NUL or
+            a lone surrogate.
     """
     queryset = Session.objects.within(scope, exact=exact)
-    agent_id = _check_filter_text(agent_id, field="agent_id")
+    agent_id = _check_agent_id_filter(agent_id)
     search = _check_filter_text(search, field="search")
     if agent_id is not None:
         queryset = queryset.filter(agent_id=agent_id)
@@ -156,6 +161,8 @@ def list_sessions(
 
     Raises:
         NoScope, InvalidScope.
+        InvalidAgentId, NulCharacter, InvalidText: a bad ``agent_id`` or filter text (as
+            :func:`session_queryset`).
         InvalidFilter: a bad ordering, filter or page bound (as :func:`session_queryset`).
     """
     _check_int(offset, field="offset", minimum=0)
@@ -191,6 +198,8 @@ def count_sessions(
 
     Raises:
         NoScope, InvalidScope.
+        InvalidAgentId, NulCharacter, InvalidText: a bad ``agent_id`` or filter text (as
+            :func:`session_queryset`).
         InvalidFilter: a bad filter (as :func:`session_queryset`).
     """
     queryset = session_queryset(
@@ -220,12 +229,14 @@ def get_session(
 
     Raises:
         NoScope, InvalidScope: the scope is missing or malformed.
+        InvalidAgentId, NulCharacter, InvalidText: ``agent_id`` is given and is not an agent
+            id (:func:`check_agent_id`).
         SessionNotFound: no such session, out of scope, or another agent's — all alike (§6.1).
     """
     alias = _db_for_read()
     if _pg.enabled(alias):
         canonical = as_scope(scope).canonical
-        agent_id = _check_filter_text(agent_id, field="agent_id")
+        agent_id = _check_agent_id_filter(agent_id)
         session = _pg.get_session(
             alias, canonical=canonical, session_id=_session_id(session_id), agent_id=agent_id
         )
@@ -233,7 +244,7 @@ def get_session(
             raise SessionNotFound()
         return session
     queryset = Session.objects.within(scope)
-    if _check_filter_text(agent_id, field="agent_id") is not None:
+    if _check_agent_id_filter(agent_id) is not None:
         queryset = queryset.filter(agent_id=agent_id)
     try:
         return queryset.get(pk=_session_id(session_id))
@@ -406,6 +417,7 @@ def resolve_session(
 
     Raises:
         NoScope, InvalidScope, InvalidAgentId.
+        NulCharacter, InvalidText: ``agent_id`` holds NUL or a lone surrogate.
         SessionNotFound: ``session_id`` is missing, out of scope or another agent's.
         DefaultConflict: every attempt collided with a concurrent create that was deleted
             again before it could be read (a resolve/delete storm; 409, safe to retry).

@@ -82,7 +82,14 @@ def test_fork_with_an_empty_body_copies_everything(api, chat):
         ({"up_to_seq": "2"}, "invalid_up_to_seq"),
         ({"up_to_seq": 1.5}, "invalid_up_to_seq"),
         ({"up_to_seq": True}, "invalid_up_to_seq"),
+        ({"up_to_seq": None}, "invalid_up_to_seq"),  # not an integer: leave it out for all
+        ({"up_to_seq": 1000}, "invalid_up_to_seq"),  # schemathesis: past the last seq
         ({"metadata": [1]}, "invalid_metadata"),
+        ({"metadata": None}, "invalid_metadata"),
+        ({"metadata": {"a\x00": 1}}, "nul_character"),
+        ({"title": None}, "invalid"),
+        ({"title": "a\x00"}, "nul_character"),
+        ({"metadata": None, "up_to_seq": 1000, "title": None}, "invalid"),  # schemathesis
     ],
 )
 def test_fork_refuses_bad_input_with_a_code_and_writes_nothing(api, chat, body, code):
@@ -91,6 +98,38 @@ def test_fork_refuses_bad_input_with_a_code_and_writes_nothing(api, chat, body, 
     assert response.status_code == 400
     assert response.json()["code"] == code
     assert _state() == before
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("title", None),
+        ("title", 5),
+        ("title", "x" * 501),
+        ("title", "nul\x00"),
+        ("metadata", None),
+        ("metadata", [1]),
+        ("metadata", "x"),
+        ("metadata", {"k\x00": 1}),
+    ],
+)
+def test_fork_refuses_a_title_or_metadata_as_create_does(api, chat, field, value):
+    """Fork took ``"title": null`` and ``"metadata": null`` (as "the source's") where create
+    refuses them: the same field follows the same rule, with the same code (§11.1, §12.4)."""
+    before = _state()
+    created = api.post(BASE, {"agent_id": "a", field: value}, "json")
+    forked = api.post(session_url(chat.pk, "fork/"), {field: value}, "json")
+    assert created.status_code == forked.status_code == 400
+    assert forked.json()["code"] == created.json()["code"]
+    assert forked.json()["errors"] == created.json()["errors"]
+    assert _state() == before
+
+
+def test_fork_without_title_or_metadata_takes_the_sources(api, chat):
+    body = api.post(session_url(chat.pk, "fork/"), {"up_to_seq": 0}, "json").json()
+    assert (body["title"], body["metadata"]) == (chat.title, chat.metadata)
+    empty = api.post(session_url(chat.pk, "fork/"), {"title": "", "metadata": {}}, "json").json()
+    assert (empty["title"], empty["metadata"]) == ("", {})
 
 
 def test_fork_of_a_foreign_id_is_the_same_404_as_a_missing_one(api, foreign, missing_id):
@@ -176,7 +215,7 @@ def test_metadata_filter_on_list_and_count(api, chat, alice_scope):
         "not json",
         "NaN",
         json.dumps({str(i): i for i in range(11)}),
-        '{"a":"\\u0000"}',
+        '{"a":"\\ud800"}',  # a lone surrogate escape is malformed JSON here, as in a body
     ],
 )
 @pytest.mark.parametrize("path", [BASE, f"{BASE}count/"])
@@ -187,12 +226,48 @@ def test_metadata_filter_refuses_anything_but_a_small_object(api, chat, path, va
     assert "metadata" in response.json()["errors"]
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        '{"a":"\\u0000"}',  # escaped in a value
+        '{"a\\u0000":1}',  # escaped in a key
+        '{"a":{"b":["\\u0000"]}}',  # nested
+        '{"a":"\x00"}',  # the character itself in the parameter's text
+    ],
+)
+@pytest.mark.parametrize("path", [BASE, f"{BASE}count/"])
+def test_metadata_filter_answers_a_nul_as_every_parameter_does(api, chat, path, value):
+    """A NUL in the metadata filter was ``invalid_filter`` where a NUL in any other parameter
+    or body string is ``nul_character`` (docs/design.md §12.4)."""
+    response = api.get(f"{path}?metadata={quote(value)}")
+    assert response.status_code == 400
+    assert response.json()["code"] == "nul_character"
+    assert [e["code"] for e in response.json()["errors"]["metadata"]] == ["nul_character"]
+
+
 def test_merge_patch_merges_metadata(api, chat):
     body = json.dumps({"metadata": {"n": None, "new": {"k": 1}}, "title": "T2"})
     response = api.patch(session_url(chat.pk), body, content_type=MERGE_PATCH)
     assert response.status_code == 200
     assert response.json()["metadata"] == {"team": "x", "new": {"k": 1}}
     assert response.json()["title"] == "T2"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"metadata": {"gone\x00": None}},  # schemathesis: a NUL in a key that only deletes
+        {"metadata": {"team": {"x\x00": None}}},
+        {"title": "a\x00"},
+        {"cwd": "/a\x00"},
+    ],
+)
+def test_merge_patch_refuses_a_nul_anywhere_as_every_body_does(api, chat, body):
+    before = _state()
+    response = api.patch(session_url(chat.pk), json.dumps(body), content_type=MERGE_PATCH)
+    assert response.status_code == 400
+    assert response.json()["code"] == "nul_character"
+    assert _state() == before
 
 
 def test_plain_json_patch_still_replaces_metadata(api, chat):

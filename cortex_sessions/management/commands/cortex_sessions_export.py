@@ -13,7 +13,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count
 from django.utils.translation import ngettext
 
-from cortex_sessions.exceptions import InvalidAgentId, ScopeError
+from cortex_sessions.exceptions import InvalidInput, ScopeError
 from cortex_sessions.models import Session
 from cortex_sessions.scope import as_scope
 from cortex_sessions.services import check_agent_id
@@ -54,7 +54,7 @@ class Command(BaseCommand):
         if options["agent_id"] is not None:
             try:
                 check_agent_id(options["agent_id"])
-            except InvalidAgentId as exc:
+            except InvalidInput as exc:  # InvalidAgentId, NulCharacter, InvalidText
                 raise CommandError(f"{exc.code}: {exc.message}") from exc
         self._warn_if_mixed(options)
         path = options["output"]

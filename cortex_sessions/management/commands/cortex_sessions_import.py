@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from cortex_sessions.exceptions import InvalidAgentId, ScopeError
+from cortex_sessions.exceptions import InvalidInput, ScopeError
 from cortex_sessions.transfer import ImportReport, LineError, import_conversations
 
 
@@ -89,7 +89,7 @@ class Command(BaseCommand):
                 on_progress=on_progress if verbosity >= 1 else None,
                 progress_every=options["progress_every"],
             )
-        except (ScopeError, InvalidAgentId) as exc:
+        except (ScopeError, InvalidInput) as exc:  # InvalidAgentId, NulCharacter, InvalidText
             raise CommandError(f"{exc.code}: {exc.message}") from exc
         finally:
             if path != "-":
