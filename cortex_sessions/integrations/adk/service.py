@@ -465,9 +465,13 @@ def _nameable(session_id: str) -> bool:
     characters, without NUL or a lone surrogate, which ``create_session`` refuses. Any other
     id names no session, on every database, without a query (PostgreSQL refuses NUL in a
     query parameter, and a lone surrogate has no UTF-8 form to hash)."""
-    return len(session_id) <= MAX_ID_CHARS and not any(
-        char == "\x00" or "\ud800" <= char <= "\udfff" for char in session_id
-    )
+    if len(session_id) > MAX_ID_CHARS:
+        return False
+    try:
+        check_json_value(session_id, field="session_id")  # the rule every stored string follows
+    except InvalidInput:  # NulCharacter, InvalidText
+        return False
+    return True
 
 
 def _session_row(scope: str, app_name: str, user_id: str, session_id: str) -> AdkSession | None:
