@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 from django.apps import apps as django_apps
-from django.db import connection, models
+from django.db import connection, connections, models
 from django.db.models.signals import post_migrate
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
@@ -381,3 +381,78 @@ def test_empty_metadata_is_a_new_dict_for_each_message(path, session):
 def test_json_columns_decode_as_the_orm_decodes_them(text):
     field = Message._meta.get_field("content")
     assert _pg._json_value(text, connection) == field.from_db_value(text, None, connection)
+
+
+# -- the cursor a connection keeps ----------------------------------------------------------------
+
+
+def _kept():
+    return connections["default"].__dict__.get(_pg._KEPT)
+
+
+@on_postgresql
+def test_append_get_and_resolve_reuse_one_cursor_per_connection(session):
+    services.append_messages(
+        scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "a"}]
+    )
+    kept = _kept()
+    cursors = dict(kept.cursors)
+    cursor = cursors[False]  # PREPARED_STATEMENTS is off
+    services.get_session(scope=SCOPE, session_id=session.pk)
+    services.resolve_session(scope=SCOPE, agent_id="agent-1")
+    result = services.append_messages(
+        scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "b"}] * 2
+    )
+    assert _kept() is kept and kept.cursors == cursors
+    assert not kept.busy and not cursor.closed
+    assert [m.seq for m in result.messages] == [2, 3]
+    # A page of messages gets a cursor of its own (a large result is not kept).
+    services.list_messages(scope=SCOPE, session_id=session.pk)
+    assert kept.cursors == cursors
+
+
+@on_postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_new_connection_gets_new_cursors():
+    session = services.create_session(scope=SCOPE, agent_id="agent-1")
+    services.get_session(scope=SCOPE, session_id=session.pk)
+    before = _kept()
+    connection.close()
+    got = services.get_session(scope=SCOPE, session_id=session.pk)
+    assert _kept() is not before and _kept().raw is connection.connection
+    assert got.pk == session.pk
+
+
+@on_postgresql
+def test_a_statement_run_by_an_execute_wrapper_does_not_take_the_kept_cursor(session):
+    # A hook that runs another hot-path statement after the append's statement, before the
+    # append has fetched its row, gets a cursor of its own: both calls see their own rows.
+    other = services.create_session(scope=SCOPE, agent_id="agent-2", title="other")
+    seen: list = []
+    nested = []
+
+    def wrapper(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if not nested:  # once, and not for its own statement
+            nested.append(True)
+            seen.append(services.get_session(scope=SCOPE, session_id=other.pk))
+        return result
+
+    with connection.execute_wrapper(wrapper):
+        result = services.append_messages(
+            scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "a"}]
+        )
+    assert result.session.pk == session.pk and result.messages[0].seq == 1
+    assert seen[0].pk == other.pk and seen[0].title == "other"
+    assert not _kept().busy
+
+
+@on_postgresql
+def test_an_error_leaves_the_kept_cursor_usable(session):
+    from django.db import DataError, transaction
+
+    with pytest.raises(DataError), transaction.atomic():
+        # A statement the server refuses (the services send only parsed UUIDs).
+        _pg.get_session("default", canonical=SCOPE, session_id="not-a-uuid", agent_id=None)
+    assert not _kept().busy
+    assert services.get_session(scope=SCOPE, session_id=session.pk).pk == session.pk

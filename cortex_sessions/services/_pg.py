@@ -297,9 +297,17 @@ def _sql_messages(after: bool, before: bool, forward: bool) -> str:
 # -- execution ------------------------------------------------------------------------------------
 
 
-def _execute(alias: str, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+def _execute(
+    alias: str, sql: str, params: Sequence[Any], *, keep: bool = False
+) -> list[tuple[Any, ...]]:
     """Run one statement on database ``alias`` and return all its rows, through the cursor of
     :func:`_cursor` (server-side binding; prepared only with ``PREPARED_STATEMENTS``).
+
+    Args:
+        keep: run it on the cursor the connection keeps for statements that return a row or
+            a few (append, get, resolve): see :class:`_KeptCursors`. A page of messages
+            passes ``False`` and gets a cursor of its own, closed at once, so the connection
+            never holds a large result between calls.
 
     Timestamps are parsed by psycopg's own ``timestamptz`` loader (its C one with
     ``psycopg[binary]``) instead of the Python loader Django registers on its connections,
@@ -307,9 +315,17 @@ def _execute(alias: str, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...
     :func:`_instances` then sets the time zone exactly as Django's loader does (see
     :func:`_datetime_value`), so the values are the ORM's.
     """
-    with _cursor(connections[alias], prepare=app_settings.PREPARED_STATEMENTS) as cursor:
-        cursor.execute(sql, params)
-        return cast(list[tuple[Any, ...]], cursor.fetchall())
+    connection = connections[alias]
+    cursor, kept = _cursor(connection, prepare=app_settings.PREPARED_STATEMENTS, keep=keep)
+    try:
+        cursor.execute(sql, params)  # Django's wrapper: hooks, logging, error classes
+        with connection.wrap_database_errors:
+            return cast(list[tuple[Any, ...]], cursor.cursor.fetchall())
+    finally:
+        if kept is None:
+            cursor.close()
+        else:
+            kept.busy = False
 
 
 @cache
@@ -353,7 +369,47 @@ def _debug_wrapper_class() -> Any:
     return HotPathDebugWrapper
 
 
-def _cursor(connection: Any, *, prepare: bool) -> Any:
+#: The attribute of a Django connection (``DatabaseWrapper``) that holds its
+#: :class:`_KeptCursors`.
+_KEPT = "_cortex_sessions_kept_cursors"
+
+
+class _KeptCursors:
+    """The hot-path cursors one Django connection keeps between calls, one per value of
+    ``prepare``, each with the ``timestamptz`` loader of :func:`_execute` registered.
+
+    Making a psycopg cursor copies the connection's adapters, and registering a loader copies
+    them again; with the Django wrapper around it and its ``close`` that is a tenth of an
+    append's time in Python. A cursor can run any number of statements, so the append, get
+    and resolve reuse one. It belongs to the psycopg connection it was made on: after Django
+    reconnects, :func:`_cursor` makes new ones. ``busy`` is set while a statement runs on a
+    kept cursor, so a statement started meanwhile (by an ``execute_wrapper`` hook, say) gets
+    a cursor of its own instead of overwriting the result not yet fetched.
+    """
+
+    __slots__ = ("busy", "cursors", "raw")
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self.cursors: dict[bool, Any] = {}
+        self.busy = False
+
+
+def _new_cursor(raw: Any, prepare: bool) -> Any:
+    """A psycopg cursor of :func:`_cursor_class` on psycopg connection ``raw``, reading
+    ``timestamptz`` with :func:`_timestamptz_loader`."""
+    if prepare and raw.prepare_threshold is None:
+        # Django turns psycopg's preparing off (``prepare_threshold = None``) unless the
+        # host's OPTIONS set it, and then psycopg ignores ``prepare=True`` too. A threshold no
+        # query reaches turns it back on for explicit requests only: Django's own cursors
+        # bind client-side and never prepare anything.
+        raw.prepare_threshold = 2**31 - 1
+    cursor = _cursor_class(prepare)(raw)
+    cursor.adapters.register_loader("timestamptz", _timestamptz_loader())
+    return cursor
+
+
+def _cursor(connection: Any, *, prepare: bool, keep: bool = False) -> tuple[Any, Any]:
     """A Django cursor wrapper (query logging, ``execute_wrapper`` hooks, Django's error
     classes) around a psycopg 3 cursor that binds parameters on the server, as
     ``connection.cursor()`` would build one with another cursor class.
@@ -370,26 +426,35 @@ def _cursor(connection: Any, *, prepare: bool) -> Any:
     statements to several server sessions (PgBouncer in transaction or statement mode before
     1.21, or with ``max_prepared_statements = 0``); hence the setting is off by default.
 
-    On psycopg 2 (no server-side binding) Django's ordinary cursor is returned.
+    Returns:
+        ``(cursor wrapper, kept)``: with ``keep``, the psycopg cursor is the one
+        ``connection`` keeps (:class:`_KeptCursors`, returned as ``kept`` and marked busy;
+        the caller clears ``busy`` when done and does not close it); otherwise ``kept`` is
+        ``None`` and the caller closes the wrapper. On psycopg 2 (no server-side binding)
+        Django's ordinary cursor is returned, never kept.
     """
     connection.close_if_health_check_failed()
     connection.ensure_connection()
+    connection.validate_thread_sharing()
     with connection.wrap_database_errors:
         raw = connection.connection
         if not hasattr(raw, "prepare_threshold"):  # psycopg 2
-            return connection.cursor()
-        if prepare and raw.prepare_threshold is None:
-            # Django turns psycopg's preparing off (``prepare_threshold = None``) unless the
-            # host's OPTIONS set it, and then psycopg ignores ``prepare=True`` too. A threshold
-            # no query reaches turns it back on for explicit requests only: Django's own
-            # cursors bind client-side and never prepare anything.
-            raw.prepare_threshold = 2**31 - 1
-        cursor = _cursor_class(prepare)(raw)
-        cursor.adapters.register_loader("timestamptz", _timestamptz_loader())
-    connection.validate_thread_sharing()
+            return connection.cursor(), None
+        kept = connection.__dict__.get(_KEPT) if keep else None
+        if keep and (kept is None or kept.raw is not raw):
+            kept = connection.__dict__[_KEPT] = _KeptCursors(raw)
+        if kept is None or kept.busy:
+            kept, cursor = None, _new_cursor(raw, prepare)
+        else:
+            cursor = kept.cursors.get(prepare)
+            if cursor is None:
+                cursor = kept.cursors[prepare] = _new_cursor(raw, prepare)
+            elif prepare and raw.prepare_threshold is None:
+                raw.prepare_threshold = 2**31 - 1  # the host's code reset it (see _new_cursor)
+            kept.busy = True
     if connection.queries_logged:
-        return _debug_wrapper_class()(cursor, connection)
-    return connection.make_cursor(cursor)
+        return _debug_wrapper_class()(cursor, connection), kept
+    return connection.make_cursor(cursor), kept
 
 
 # -- rows to instances ----------------------------------------------------------------------------
@@ -523,7 +588,9 @@ def _plain(model: type[Model]) -> bool:
     """Whether :func:`_loaded` may fill instances' ``__dict__`` (see :func:`_row_plan`): the
     fields allow it and no ``pre_init``/``post_init`` receiver listens."""
     return _row_plan(model)[2] and not (
-        pre_init.has_listeners(model) or post_init.has_listeners(model)
+        # ``receivers`` first: when no model has any (the usual case), no look-up by sender
+        (pre_init.receivers and pre_init.has_listeners(model))
+        or (post_init.receivers and post_init.has_listeners(model))
     )
 
 
@@ -556,13 +623,13 @@ def get_session(
     params: list[Any] = [session_id, *_scope_params(canonical)]
     if agent_id is not None:
         params.append(agent_id)
-    rows = _execute(alias, _sql_get(agent_id is not None), params)
+    rows = _execute(alias, _sql_get(agent_id is not None), params, keep=True)
     return _instance(Session, alias, rows[0]) if rows else None
 
 
 def resolve_default(alias: str, *, canonical: str, agent_id: str) -> Session | None:
     """The default session of ``agent_id`` at exactly ``canonical``, or ``None``."""
-    rows = _execute(alias, _sql_resolve(), [agent_id, canonical])
+    rows = _execute(alias, _sql_resolve(), [agent_id, canonical], keep=True)
     return _instance(Session, alias, rows[0]) if rows else None
 
 
@@ -619,7 +686,7 @@ def append_rows(
             [metadata for _, metadata in json_texts],
             [row["created_at"] for row in rows],
         ]
-    result = _execute(alias, sql, params)
+    result = _execute(alias, sql, params, keep=True)
     if not result:
         return None
     width = len(Session._meta.concrete_fields)
