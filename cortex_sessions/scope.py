@@ -11,6 +11,7 @@ import re
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from django.db.models import Q
@@ -23,6 +24,7 @@ __all__ = [
     "MAX_VALUE_CHARS",
     "Scope",
     "as_scope",
+    "canonical_of",
     "scope_q",
     "user_scope_resolver",
 ]
@@ -136,6 +138,13 @@ class Scope:
             raise NoScope()
         if not isinstance(text, str):
             raise InvalidScope(f"A scope must be a string, not {type(text).__name__}.")
+        if cls is not Scope:  # a subclass builds its own instances
+            return cls._parse(text)
+        return _parsed(text, app_settings.MAX_SCOPE_DEPTH)
+
+    @classmethod
+    def _parse(cls, text: str) -> Scope:
+        """:meth:`parse` of a non-blank string, without the cache of :func:`_parsed`."""
         pairs = []
         for part in text.split("/"):
             key, sep, raw = part.partition("=")
@@ -174,6 +183,20 @@ class Scope:
         return f"Scope({self.canonical!r})"
 
 
+@lru_cache(maxsize=1024)
+def _parsed(text: str, max_depth: int) -> Scope:
+    """``Scope._parse(text)``, remembered for the 1,024 scopes parsed last.
+
+    Every service call parses its caller's scope, and a runtime sends the same few scopes over
+    and over: the cache makes that a dictionary look-up. ``max_depth`` (the
+    ``MAX_SCOPE_DEPTH`` in force) is part of the key, so a change of the setting is obeyed at
+    once; a scope that is refused raises each time and is never remembered. Scopes are
+    immutable, so callers may share one.
+    """
+    del max_depth  # only a key: from_levels reads the setting itself
+    return Scope._parse(text)
+
+
 def as_scope(value: Scope | str | None) -> Scope:
     """Coerce a ``Scope`` or canonical string to a ``Scope``.
 
@@ -184,6 +207,18 @@ def as_scope(value: Scope | str | None) -> Scope:
     if isinstance(value, Scope):
         return value
     return Scope.parse(value)  # type: ignore[arg-type]
+
+
+def canonical_of(value: Scope | str | None) -> str:
+    """The canonical string of a ``Scope`` or of a canonical string, checked as
+    :func:`as_scope` checks it (an accepted string is its own canonical form, §2.2).
+
+    Raises:
+        NoScope: ``value`` is ``None`` or empty (docs/design.md §2.4).
+        InvalidScope: ``value`` is not a canonical scope string.
+    """
+    scope = as_scope(value)
+    return value if type(value) is str else scope.canonical
 
 
 def scope_q(scope: Scope | str | None, *, exact: bool = False, field: str = "scope") -> Q:
@@ -204,7 +239,7 @@ def scope_q(scope: Scope | str | None, *, exact: bool = False, field: str = "sco
         NoScope: ``scope`` is missing or empty.
         InvalidScope: ``scope`` is not a canonical scope string.
     """
-    canonical = as_scope(scope).canonical
+    canonical = canonical_of(scope)
     at = Q(**{field: canonical})
     if exact:
         return at

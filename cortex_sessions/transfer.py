@@ -46,7 +46,7 @@ from . import services
 from .content import normalize_content, parse_json
 from .exceptions import CortexSessionsError, InvalidConversation
 from .models import EXTERNAL_ID_MAX_BYTES, ImportedConversation, Message, Session
-from .scope import Scope, as_scope
+from .scope import Scope, canonical_of
 from .services.lifecycle import record_fork_provenance
 
 __all__ = [
@@ -319,7 +319,7 @@ def import_conversation(
         InvalidInput and its subclasses: the services refused a value (title, metadata, cwd, a
             message).
     """
-    canonical = as_scope(scope).canonical
+    canonical = canonical_of(scope)
     external_id = conversation.external_id
     if external_id is not None and _already_imported(canonical, agent_id, external_id):
         return None
@@ -394,7 +394,7 @@ def import_conversations(
         InvalidAgentId, NulCharacter, InvalidText: ``agent_id`` is not acceptable (before
             anything is read; :func:`~cortex_sessions.services.check_agent_id`).
     """
-    canonical = as_scope(scope).canonical
+    canonical = canonical_of(scope)
     services.check_agent_id(agent_id)
     report = ImportReport()
     for number, raw in enumerate(lines, start=1):

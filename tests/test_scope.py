@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from cortex_sessions import services
 from cortex_sessions.exceptions import InvalidScope, NoScope
 from cortex_sessions.models import Session
-from cortex_sessions.scope import MAX_CANONICAL_BYTES, Scope, as_scope, scope_q
+from cortex_sessions.scope import MAX_CANONICAL_BYTES, Scope, as_scope, canonical_of, scope_q
 
 keys = st.from_regex(r"[a-z][a-z0-9_.-]{0,15}", fullmatch=True)
 values = st.text(
@@ -200,3 +200,34 @@ def test_database_prefix_match_agrees_with_contains(pair):
     assert found == outer.contains(candidate)
     found_exact = services.count_sessions(scope=outer, exact=True) == 1
     assert found_exact == (outer == candidate)
+
+
+def test_a_parsed_scope_obeys_a_later_change_of_max_scope_depth():
+    # Parsing remembers recent scopes (services parse the caller's scope on every call); the
+    # depth in force is part of what it remembers by.
+    text = "a=1/b=2/c=3/d=4"
+    with override_settings(CORTEX_SESSIONS={"MAX_SCOPE_DEPTH": 4}):
+        assert Scope.parse(text).depth == 4
+    with pytest.raises(InvalidScope, match="at most 3 levels"):
+        Scope.parse(text)
+    with override_settings(CORTEX_SESSIONS={"MAX_SCOPE_DEPTH": 4}):
+        assert Scope.parse(text) == Scope.from_levels(
+            [("a", "1"), ("b", "2"), ("c", "3"), ("d", "4")]
+        )
+
+
+def test_a_refused_scope_is_refused_every_time():
+    for _ in range(3):
+        with pytest.raises(InvalidScope):
+            Scope.parse("org=a/org")
+        with pytest.raises(NoScope):
+            Scope.parse("  ")
+
+
+@pytest.mark.parametrize("value", ["org=a%2Fb/user=1", Scope.from_levels([("org", "a/b")])])
+def test_canonical_of_a_scope_or_its_string(value):
+    assert canonical_of(value) == as_scope(value).canonical
+    with pytest.raises(InvalidScope):
+        canonical_of("org=a/b")
+    with pytest.raises(NoScope):
+        canonical_of(None)

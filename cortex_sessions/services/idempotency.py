@@ -34,7 +34,7 @@ from django.utils import timezone
 from ..conf import app_settings
 from ..exceptions import IdempotencyKeyReused, InvalidIdempotencyKey
 from ..models import IdempotencyKey
-from ..scope import Scope, as_scope
+from ..scope import Scope, canonical_of
 
 __all__ = [
     "IDEMPOTENCY_KEY_PATTERN",
@@ -140,7 +140,7 @@ def run_once(
         Whatever ``write`` raises; then nothing is recorded and the key stays free.
     """
     check_idempotency_key(key)
-    canonical = as_scope(scope).canonical
+    canonical = canonical_of(scope)
     using = router.db_for_write(IdempotencyKey)
     row = _live(canonical, endpoint, key)
     if row is not None:

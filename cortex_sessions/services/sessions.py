@@ -15,7 +15,7 @@ from ..content import check_json_object
 from ..exceptions import DefaultConflict, InvalidFilter, SessionNotFound
 from ..metadata import check_metadata_filter, filter_by_metadata
 from ..models import Message, Session, SessionQuerySet
-from ..scope import Scope, as_scope, scope_q
+from ..scope import Scope, canonical_of, scope_q
 from ..search import check_query, filter_sessions
 from . import _pg
 from ._common import (
@@ -235,7 +235,7 @@ def get_session(
     """
     alias = _db_for_read()
     if _pg.enabled(alias):
-        canonical = as_scope(scope).canonical
+        canonical = canonical_of(scope)
         agent_id = _check_agent_id_filter(agent_id)
         session = _pg.get_session(
             alias, canonical=canonical, session_id=_session_id(session_id), agent_id=agent_id
@@ -289,7 +289,7 @@ def create_session(
         IdempotencyKeyReused: the key was used with other fields.
         SessionNotFound: a replay whose session has been deleted since.
     """
-    canonical = as_scope(scope).canonical
+    canonical = canonical_of(scope)
     values = {
         "agent_id": _check_agent_id(agent_id),
         "title": _check_title(title),
@@ -426,7 +426,7 @@ def resolve_session(
     _check_agent_id(agent_id)
     if session_id is not None:
         return get_session(scope=scope, session_id=session_id, agent_id=agent_id), False
-    canonical = as_scope(scope).canonical
+    canonical = canonical_of(scope)
     alias = _db_for_write()
 
     def attempt() -> tuple[Session, bool]:
