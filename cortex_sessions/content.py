@@ -199,6 +199,11 @@ def parse_json(text: str) -> Any:
         raise ValueError("nested too deep to parse") from None
 
 
+#: ``json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)``, with
+#: its encoder made once (``json.dumps`` makes one on every call given such arguments).
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
 def json_text(value: Any, *, field: str) -> str:
     """The compact JSON encoding of ``value`` (no spaces, non-ASCII kept as is), the text a
     write stores and :func:`json_bytes` measures.
@@ -208,7 +213,7 @@ def json_text(value: Any, *, field: str) -> str:
             NaN, infinity); the class follows ``field`` as in :func:`check_json_value`.
     """
     try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return _encode(value)
     except (TypeError, ValueError) as exc:
         error = _JSON_FIELD_ERRORS.get(field, InvalidInput)
         raise error(f"{field} is not valid JSON: {exc}", field=field) from exc
@@ -262,9 +267,14 @@ def normalize_content(content: Any) -> list[dict[str, Any]]:
         InvalidText: a string inside contains a lone surrogate.
     """
     if isinstance(content, str):
-        blocks: list[dict[str, Any]] = [{"type": "text", "text": content}]
-    elif isinstance(content, list | tuple):
-        blocks = []
+        # One text block: the walk below would check only this string, and the blank test
+        # read only it (the append path takes this branch for most messages).
+        check_json_value(content, field="content")
+        if not content.strip():
+            raise EmptyContent(field="content")
+        return [{"type": "text", "text": content}]
+    if isinstance(content, list | tuple):
+        blocks: list[dict[str, Any]] = []
         for index, block in enumerate(content):
             if not isinstance(block, Mapping):
                 raise InvalidContent(

@@ -226,7 +226,7 @@ def _send_on_commit(signal: Any, **kwargs: Any) -> None:
         kwargs: the signal's arguments (``sender`` is always :class:`~cortex_sessions.models.Session`).
     """
 
-    if not signal.has_listeners(Session):
+    if not signal.receivers or not signal.has_listeners(Session):
         return  # as Django's own model signals: receivers are those connected at the write
 
     def send() -> None:

@@ -26,7 +26,7 @@ from ..exceptions import (
     SessionNotFound,
 )
 from ..models import Message, Session
-from ..scope import Scope, as_scope
+from ..scope import Scope, canonical_of
 from ..search import check_query, filter_messages
 from . import _pg
 from ._common import (
@@ -81,42 +81,46 @@ _NOT_COLUMNS = ("explicit_time", "content_json", "metadata_json")
 _JSON_TEXTS = ("content_json", "metadata_json")
 
 
+_INPUT_KEYS = frozenset({"role", "content", "source", "metadata", "created_at"})
+
+
 def _build_message(item: MessageInput | Mapping[str, Any], index: int) -> dict[str, Any]:
     """Validate one message input; returns the column values (without session and seq), plus
     the keys of ``_NOT_COLUMNS``."""
     if isinstance(item, Mapping):
-        unknown = set(item) - {"role", "content", "source", "metadata", "created_at"}
+        unknown = item.keys() - _INPUT_KEYS
         if unknown:
             raise InvalidInput(
                 f"messages[{index}] has unknown keys: {', '.join(sorted(map(str, unknown)))}.",
                 field="messages",
             )
-        item = MessageInput(
-            role=item.get("role"),  # type: ignore[arg-type]
-            content=item.get("content"),
-            source=item.get("source"),
-            metadata=item.get("metadata"),
-            created_at=item.get("created_at"),
-        )
-    elif not isinstance(item, MessageInput):
+        get = item.get
+        role, content, source = get("role"), get("content"), get("source")
+        metadata, created_at = get("metadata"), get("created_at")
+    elif isinstance(item, MessageInput):
+        role, content, source = item.role, item.content, item.source
+        metadata, created_at = item.metadata, item.created_at
+    else:
         raise InvalidInput(f"messages[{index}] must be an object.", field="messages")
-    if item.role not in _ROLES:
+    if role not in _ROLES:
         raise InvalidRole(
-            f"role must be one of {', '.join(_ROLES)}; got {item.role!r}.",
+            f"role must be one of {', '.join(_ROLES)}; got {role!r}.",
             field="role",
         )
-    source = item.source
     if source is None:
-        source = Message.Source.USER if item.role == Message.Role.USER else Message.Source.HOST
+        source = Message.Source.USER if role == Message.Role.USER else Message.Source.HOST
     if source not in _SOURCES:
         raise InvalidSource(
             f"source must be one of {', '.join(_SOURCES)}; got {source!r}.",
             field="source",
         )
-    content = normalize_content(item.content)
-    metadata = _check_metadata(item.metadata)
-    content_json = json_text(content, field="content")
-    metadata_json = json_text(metadata, field="metadata")
+    blocks = normalize_content(content)
+    if metadata is None:  # the usual case: no need to check or encode ``{}``
+        metadata, metadata_json = {}, "{}"
+    else:
+        metadata = _check_metadata(metadata)
+        metadata_json = json_text(metadata, field="metadata")
+    content_json = json_text(blocks, field="content")
     size = utf8_size(content_json) + utf8_size(metadata_json)
     limit = app_settings.MAX_MESSAGE_BYTES
     if size > limit:
@@ -126,13 +130,12 @@ def _build_message(item: MessageInput | Mapping[str, Any], index: int) -> dict[s
             size=size,
             limit=limit,
         )
-    created_at = item.created_at
     if created_at is not None and not isinstance(created_at, datetime):
         raise InvalidInput("created_at must be a datetime.", field="created_at")
     return {
-        "role": item.role,
+        "role": role,
         "source": source,
-        "content": content,
+        "content": blocks,
         "metadata": metadata,
         "created_at": created_at or timezone.now(),
         "explicit_time": created_at is not None,
@@ -265,7 +268,7 @@ def _append_pg(
     texts: list[tuple[str, str]],
 ) -> AppendResult:
     """:func:`append_messages` on PostgreSQL: the same checks, one statement (``_pg``)."""
-    canonical = as_scope(scope).canonical
+    canonical = canonical_of(scope)
     last = None
     for row in reversed(rows):
         if text := last_message_of(row["role"], row["source"], row["content"]):
@@ -330,7 +333,7 @@ def list_messages(
         check_query(q)
     alias = _db_for_read()
     if _pg.enabled(alias) and q is None:
-        canonical = as_scope(scope).canonical
+        canonical = canonical_of(scope)
         page = _pg.newest_messages(
             alias,
             canonical=canonical,
