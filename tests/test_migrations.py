@@ -583,3 +583,50 @@ def test_migrating_back_below_0010_keeps_agents_that_differ_by_case_or_a_trailin
         session, created = services.resolve_session(scope="org=x", agent_id=agent_id)
         assert (session.agent_id, created) == (agent_id, False)
     assert services.resolve_session(scope="org=y", agent_id="bot")[1] is True
+
+
+def _append_function_exists() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_proc WHERE proname = 'cortex_sessions_append_one'")
+        return bool(cursor.fetchone()[0])
+
+
+def _append_one(session_id: Any, text: str) -> int:
+    result = services.append_messages(
+        scope="org=x", session_id=session_id, messages=[{"role": "user", "content": text}]
+    )
+    return result.messages[0].seq
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_0013_backward_drops_the_append_function_and_forward_restores_appends(migrator):
+    """0013 on PostgreSQL through the executor, on a session with messages: back to 0012 the
+    function is gone (only a many-message append, a plain statement, still works with this
+    code), forward it is back and appends continue the session's seqs."""
+    session = services.create_session(scope="org=x", agent_id="a")
+    assert [_append_one(session.pk, text) for text in ("one", "two")] == [1, 2]
+
+    migrator.migrate("0012_message_search")
+    assert not _append_function_exists()
+    two = [{"role": "user", "content": "3"}, {"role": "user", "content": "4"}]
+    result = services.append_messages(scope="org=x", session_id=session.pk, messages=two)
+    assert [m.seq for m in result.messages] == [3, 4]
+
+    migrator.migrate(migrator.latest)
+    assert _append_function_exists()
+    assert _append_one(session.pk, "five") == 5
+    stored = Session.objects.get(pk=session.pk)
+    assert (stored.message_count, stored.last_seq, stored.last_message) == (5, 5, "five")
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_migrating_to_zero_drops_the_append_function_and_forward_creates_it(migrator):
+    services.create_session(scope="org=x", agent_id="a")
+    MigrationExecutor(connection).migrate([(APP, None)])  # migrate cortex_sessions zero
+    assert not _append_function_exists()
+    migrator.migrate(migrator.latest)
+    assert _append_function_exists()
+    session = services.create_session(scope="org=x", agent_id="a")
+    assert [_append_one(session.pk, text) for text in ("one", "two")] == [1, 2]
