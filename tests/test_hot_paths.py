@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import uuid
+from datetime import UTC, datetime
 
 import pytest
 from django.apps import apps as django_apps
@@ -322,6 +323,25 @@ def test_timestamps_carry_the_orms_time_zone(path, session):
         assert naive_page.created_at.tzinfo is None
         assert naive_session.updated_at == Session.objects.get(pk=session.pk).updated_at
         assert naive_session.updated_at.tzinfo is None
+
+
+@pytest.mark.parametrize("count", [1, 2])  # the function (one message) and the statement
+@override_settings(TIME_ZONE="America/Chicago")
+def test_a_naive_created_at_is_read_in_the_default_time_zone_on_both_paths(path, session, count):
+    # As the ORM saves a naive datetime with USE_TZ: a RuntimeWarning, then the default time
+    # zone (not the connection's UTC); the returned message holds the instant stored.
+    naive = datetime(2024, 1, 2, 3, 4, 5)
+    with pytest.warns(RuntimeWarning, match="naive datetime") as warned:
+        result = services.append_messages(
+            scope=SCOPE,
+            session_id=session.pk,
+            messages=[{"role": "user", "content": "x", "created_at": naive}] * count,
+        )
+    assert len(warned) == count
+    expected = datetime(2024, 1, 2, 9, 4, 5, tzinfo=UTC)  # 03:04:05 in Chicago in January
+    for message in result.messages:
+        assert message.created_at == expected
+        assert Message.objects.get(pk=message.pk).created_at == expected
 
 
 def test_init_receivers_see_every_instance(path, session):

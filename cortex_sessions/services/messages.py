@@ -220,12 +220,30 @@ def _append_once(
     return AppendResult(session=get_session(scope=scope, session_id=pk), messages=list(written))
 
 
+#: ``Message.created_at``, whose ``get_prep_value`` makes a naive datetime aware.
+_CREATED_AT = Message._meta.get_field("created_at")
+
+
+def _column_values(row: dict[str, Any]) -> dict[str, Any]:
+    """A built message's column values (without the keys of ``_NOT_COLUMNS``).
+
+    A naive ``created_at`` given with ``USE_TZ`` is made aware here as the ORM makes it aware
+    when it saves one (``DateTimeField.get_prep_value``: a ``RuntimeWarning``, then the default
+    time zone), so both paths store the same instant (the PostgreSQL statement would read it
+    in the connection's time zone, UTC) and the returned message holds what was stored.
+    """
+    values = {k: v for k, v in row.items() if k not in _NOT_COLUMNS}
+    if row["explicit_time"]:
+        values["created_at"] = _CREATED_AT.get_prep_value(values["created_at"])
+    return values
+
+
 def _append_rows(
     scope: Scope | str, session_id: uuid.UUID | str, rows: list[dict[str, Any]]
 ) -> AppendResult:
     """Write validated rows at the end of the session, in one transaction (docs/design.md §5)."""
     texts = [(row["content_json"], row["metadata_json"]) for row in rows]
-    rows = [{k: v for k, v in row.items() if k not in _NOT_COLUMNS} for row in rows]
+    rows = [_column_values(row) for row in rows]
     alias = _db_for_write()
     if _pg.enabled(alias):  # one statement (docs/design.md §14)
         return _append_pg(alias, scope, session_id, rows, texts)
