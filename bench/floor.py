@@ -46,6 +46,7 @@ def _filters(
     scope: str, *, exact: bool, default_only: bool, search: str | None
 ) -> tuple[str, list[Any]]:
     where, params = _scope_where(scope, exact)
+    where += " AND archived_at IS NULL"  # lists and counts hide archived sessions (§11.2)
     if default_only:
         where += " AND is_default"
     if search:
@@ -148,15 +149,16 @@ def recent_messages_two_statements(
 def append_one(
     conn: psycopg.Connection, *, scope: str, session_id: Any, role: str, text: str
 ) -> tuple:
-    """Append one message in one statement: update the in-scope session row (taking its lock
-    and the next ``seq``), insert the message and move the counters (``services/_pg.py``
-    does the same for any number of messages)."""
+    """Append one message in one statement: update the in-scope live session row (taking its
+    lock and the next ``seq``; an archived session takes no messages, §11.2), insert the
+    message and move the counters (``services/_pg.py`` does the same for any number of
+    messages)."""
     where, params = _scope_where(scope, False)
     content = json.dumps([{"type": "text", "text": text}])
     row = conn.execute(
         f"WITH s AS (UPDATE {SESSION_TABLE} SET last_seq = last_seq + 1, "
         "message_count = message_count + 1, updated_at = now(), last_message = %s "
-        f"WHERE id = %s AND {where} RETURNING {SESSION_COLUMNS}), "
+        f"WHERE id = %s AND archived_at IS NULL AND {where} RETURNING {SESSION_COLUMNS}), "
         f"m AS (INSERT INTO {MESSAGE_TABLE} (session_id, agent_id, scope, seq, role, source, "
         "content, metadata, created_at) SELECT s.id, s.agent_id, s.scope, s.last_seq, %s, "
         "'user', %s, '{}', now() FROM s RETURNING id) SELECT s.*, m.id FROM s, m",
@@ -177,7 +179,7 @@ def append_three_statements(
     with conn.transaction():
         session = conn.execute(
             f"SELECT {SESSION_COLUMNS} FROM {SESSION_TABLE} WHERE id = %s AND {where} "
-            "LIMIT 21 FOR UPDATE",
+            "AND archived_at IS NULL LIMIT 21 FOR UPDATE",
             [session_id, *params],
         ).fetchone()
         if session is None:
