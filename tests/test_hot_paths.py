@@ -80,31 +80,56 @@ def _migration_0013():
     return importlib.import_module("cortex_sessions.migrations.0013_append_one_function")
 
 
-def _function_exists() -> bool:
+def _migration_0014():
+    """The migration that holds the function as the code describes it today."""
+    return importlib.import_module("cortex_sessions.migrations.0014_append_one_narrow_row")
+
+
+def _function_result() -> str | None:
+    """The installed function's result type, or ``None`` when there is none."""
     signature = _pg.append_one_function_sql(connection)[1].removeprefix("DROP FUNCTION IF EXISTS ")
     with connection.cursor() as cursor:
-        cursor.execute("SELECT to_regprocedure(%s) IS NOT NULL", [signature])
-        return bool(cursor.fetchone()[0])
+        cursor.execute("SELECT pg_get_function_result(to_regprocedure(%s))", [signature])
+        return cursor.fetchone()[0]
+
+
+def _function_exists() -> bool:
+    return _function_result() is not None
+
+
+NARROW = (
+    "TABLE(session text[], created_at timestamp with time zone, updated_at timestamp with "
+    "time zone, archived_at timestamp with time zone, message_id bigint, message_seq bigint)"
+)
 
 
 @on_postgresql
 def test_the_migration_creates_the_function_the_code_calls():
-    """The migration's frozen SQL is what the code describes today: a change to the session's
-    columns or to the append statement needs a migration that replaces the function."""
+    """The latest migration's frozen SQL is what the code describes today: a change to the
+    session's columns or to the append statement needs a migration that replaces the
+    function."""
     create, drop = _pg.append_one_function_sql(connection)
-    assert (create, drop) == (_migration_0013().CREATE, _migration_0013().DROP)
-    assert _function_exists()  # the test database was migrated
+    assert (create, drop) == (_migration_0014().CREATE, _migration_0014().DROP)
+    assert _function_result() == NARROW  # the test database was migrated
 
 
 @on_postgresql
-def test_the_migration_drops_the_function_backward_and_creates_it_forward():
-    operation = _migration_0013().AppendOneFunction()
+def test_the_migrations_replace_the_function_backward_and_forward(session):
+    narrow, first = _migration_0014().AppendOneNarrowRow(), _migration_0013().AppendOneFunction()
     with connection.schema_editor() as editor:
-        operation.database_backwards("cortex_sessions", editor, None, None)
+        narrow.database_backwards("cortex_sessions", editor, None, None)
+    assert _function_result().startswith("TABLE(id uuid, agent_id character varying")  # 0013's
+    with connection.schema_editor() as editor:
+        first.database_backwards("cortex_sessions", editor, None, None)
     assert not _function_exists()
     with connection.schema_editor() as editor:
-        operation.database_forwards("cortex_sessions", editor, None, None)
-    assert _function_exists()
+        first.database_forwards("cortex_sessions", editor, None, None)
+        narrow.database_forwards("cortex_sessions", editor, None, None)
+    assert _function_result() == NARROW
+    result = services.append_messages(
+        scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "hi"}]
+    )
+    assert result.messages[0].seq == 1
 
 
 @on_postgresql
@@ -218,6 +243,36 @@ def test_append_returns_what_is_stored(path, session, django_capture_on_commit_c
         assert not message._state.adding
         assert message.session is result.session
     assert received == [(session.pk, [1, 2])]
+
+
+@pytest.mark.parametrize("messages", [1, 2], ids=["one message", "two messages"])
+def test_append_returns_every_field_as_stored(path, messages):
+    # Every kind of session field, null and not (a one-message append reads them back from
+    # one text array on PostgreSQL, _pg._narrow_session): a default, forked session with a
+    # cwd, an escaped scope, nested metadata and text that needs quoting in an array.
+    scope = "org=a%2Fb/user=al%3Dice"
+    source = services.create_session(scope=scope, agent_id="agent-1")
+    services.append_messages(
+        scope=scope, session_id=source.pk, messages=[{"role": "user", "content": "x"}]
+    )
+    fork = services.fork_session(
+        scope=scope,
+        session_id=source.pk,
+        up_to_seq=1,
+        title='Ti"tle, {with} \\ commas ☃',
+        metadata={"k": [1, 2.5, None, True, {"n": "é"}], "": "empty key"},
+    )
+    services.make_default(scope=scope, session_id=fork.pk)
+    services.update_session(scope=scope, session_id=fork.pk, cwd='/tmp/a b,"c"')
+    text = 'last, "quoted" {braces} \\ NULL\nnewline'
+    result = services.append_messages(
+        scope=scope, session_id=fork.pk, messages=[{"role": "user", "content": text}] * messages
+    )
+    stored = Session.objects.get(pk=fork.pk)
+    assert _fields(result.session) == _fields(stored)
+    assert stored.forked_from == source.pk and stored.forked_at_seq == 1 and stored.is_default
+    assert stored.last_message == text and stored.message_count == 1 + messages
+    assert result.session.default_flag == stored.default_flag
 
 
 def test_append_keeps_last_message_when_no_conversation_text(path, session):

@@ -39,7 +39,17 @@ from functools import cache
 from typing import Any, cast
 
 from django.db import connections
-from django.db.models import DateTimeField, JSONField, Model
+from django.db.models import (
+    BooleanField,
+    CharField,
+    DateTimeField,
+    GeneratedField,
+    IntegerField,
+    JSONField,
+    Model,
+    TextField,
+    UUIDField,
+)
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
@@ -171,21 +181,95 @@ def _sql_append_one() -> str:
 
 def _append_one_statement() -> str:
     """The statement :data:`APPEND_ONE` runs: :func:`_sql_append` for one message, with scalar
-    parameters instead of ``unnest`` over arrays. Parameters as :func:`_sql_append_one`'s."""
+    parameters instead of ``unnest`` over arrays, returning the narrow row of
+    :func:`_narrow_session`. Parameters as :func:`_sql_append_one`'s."""
+    texts, times = _narrow_fields()
+    array = ", ".join(f's."{field.column}"::text' for field in texts)
+    typed = "".join(f', s."{field.column}"' for field in times)
     return _append_statement(
         step="1",
         values='s."last_seq", %s, %s, %s::jsonb, %s::jsonb, %s FROM s',
         order="",
+        result=f'ARRAY[{array}]{typed}, m."id", m."seq"',
     )
+
+
+@cache
+def _narrow_fields() -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The session's concrete fields but the primary key, as :data:`APPEND_ONE` returns them:
+    ``(fields sent as the elements of one text array, timestamps sent as their own
+    columns)``, each in model order.
+
+    Why an array: sent unprepared, every result column costs the server and psycopg time on
+    each call (prepared, a statement is described once), and the session's 17 columns made
+    the call ~0.1 ms slower than the floor's prepared statement; one ``text[]`` (decoded by
+    psycopg's C array loader) and the timestamps (its C ``timestamptz`` loader) cost about
+    what two columns cost (docs/performance.md). The id is the one asked for.
+    """
+    fields = [field for field in Session._meta.concrete_fields if not field.primary_key]
+    texts = tuple(field for field in fields if not isinstance(field, DateTimeField))
+    times = tuple(field for field in fields if isinstance(field, DateTimeField))
+    return texts, times
+
+
+def _text_converter(field: Any) -> Any:
+    """How the ``::text`` form of ``field``'s column becomes the value the ORM loads:
+    ``convert(text, connection)``, or ``None`` for text kept as it is.
+
+    Raises:
+        AssertionError: ``field`` is of a type this does not know (a change to the model
+            must add it; ``tests/test_hot_paths.py`` compares every field with the ORM's).
+    """
+    kind = field.output_field if isinstance(field, GeneratedField) else field
+    if isinstance(kind, JSONField):
+        return _field_converter(kind)
+    if isinstance(kind, BooleanField):
+        return lambda text, connection: text == "true"
+    if isinstance(kind, IntegerField):  # BigIntegerField and the other integers
+        return lambda text, connection: int(text)
+    if isinstance(kind, UUIDField):
+        return lambda text, connection: uuid.UUID(text)
+    # Text as it is; ScopeField.from_db_value only decodes the bytes MySQL drivers return.
+    if isinstance(kind, CharField | TextField) and (
+        isinstance(kind, ScopeField) or not hasattr(kind, "from_db_value")
+    ):
+        return None
+    raise AssertionError(f"no text converter for {field!r}")  # pragma: no cover - a code change
+
+
+@cache
+def _narrow_plan() -> tuple[str, tuple[tuple[str, Any], ...], tuple[str, ...]]:
+    """:func:`_narrow_fields` as the primary key's attname, ``((attname, text converter),
+    …)`` and the timestamps' attnames."""
+    texts, times = _narrow_fields()
+    return (
+        Session._meta.pk.attname,
+        tuple((field.attname, _text_converter(field)) for field in texts),
+        tuple(field.attname for field in times),
+    )
+
+
+def _narrow_session(alias: str, session_id: uuid.UUID, values: Sequence[Any]) -> Session:
+    """The session of a row of :data:`APPEND_ONE` (``values``: the text array, then the
+    timestamps), as the ORM loads it; ``session_id`` is its primary key."""
+    pk, texts, times = _narrow_plan()
+    connection = connections[alias]
+    loaded: dict[str, Any] = {pk: session_id}
+    for (attname, convert), text in zip(texts, values[0], strict=True):
+        loaded[attname] = text if text is None or convert is None else convert(text, connection)
+    for attname, value in zip(times, values[1:], strict=False):
+        loaded[attname] = None if value is None else _datetime_value(value, connection)
+    return cast(Session, _loaded(Session, alias, loaded, _plain(Session)))
 
 
 def append_one_function_sql(connection: Any) -> tuple[str, str]:
     """The SQL that creates the function :data:`APPEND_ONE` on PostgreSQL ``connection``, and
     the SQL that drops it, as ``(create, drop)``.
 
-    The function returns the session's columns in model order, then the new message's ``id``
-    and ``seq`` (the rows :func:`append_rows` reads). Migration
-    ``0013_append_one_function`` holds a copy of this SQL, frozen as migrations are;
+    The function returns one row: the session's fields but its id as one text array and
+    its timestamps (:func:`_narrow_fields`), then the new message's ``id`` and ``seq``; no
+    row when nothing was written. Migration ``0014_append_one_narrow_row`` holds a copy of
+    this SQL (``0013_append_one_function`` the first version's), frozen as migrations are;
     ``tests/test_hot_paths.py`` checks that the two agree, so a change to the session's
     columns or to the statement comes with a migration that replaces the function. When the
     app's migrations are disabled, :func:`create_functions` runs this SQL instead.
@@ -196,8 +280,10 @@ def append_one_function_sql(connection: Any) -> tuple[str, str]:
         raise AssertionError("the statement and the function's arguments disagree")
     body = "".join(f"{piece}${number}" for number, piece in enumerate(pieces[:-1], 1))
     body += pieces[-1]
+    times = _narrow_fields()[1]
     results = ", ".join(
-        [f'"{field.column}" {field.db_type(connection)}' for field in Session._meta.concrete_fields]
+        ['"session" text[]']
+        + [f'"{field.column}" {field.db_type(connection)}' for field in times]
         + ['"message_id" bigint', '"message_seq" bigint']
     )
     signature = f"{APPEND_ONE}({', '.join(_APPEND_ONE_ARGUMENTS)})"
@@ -229,13 +315,16 @@ def create_functions(*, app_config: Any, using: str, **kwargs: Any) -> None:
         cursor.execute(append_one_function_sql(connection)[0])
 
 
-def _append_statement(*, step: str, values: str, order: str) -> str:
+def _append_statement(*, step: str, values: str, order: str, result: str | None = None) -> str:
     """The append statement of :func:`_sql_append` and of :data:`APPEND_ONE`: the
     session update ``s`` moving ``last_seq`` and ``message_count`` by ``step`` (a placeholder or
     a literal), the message insert ``m`` selecting the session's id, agent and scope followed by
-    ``values`` (the rest of the select list and its ``FROM``), and the outer select, ordered by
-    ``order``.
+    ``values`` (the rest of the select list and its ``FROM``), and the outer select of
+    ``result`` (default: the session's columns, then the message's ``id`` and ``seq``), ordered
+    by ``order``.
     """
+    if result is None:
+        result = f'{_columns(Session, "s.")}, m."id", m."seq"'
     table = Session._meta.db_table
     return (
         f"WITH s AS ("
@@ -251,7 +340,7 @@ def _append_statement(*, step: str, values: str, order: str) -> str:
         f' "created_at")'
         f' SELECT s."id", s."agent_id", s."scope", {values}'
         f' RETURNING "id", "seq"'
-        f') SELECT {_columns(Session, "s.")}, m."id", m."seq" FROM s, m{order}'
+        f") SELECT {result} FROM s, m{order}"
     )
 
 
@@ -689,8 +778,12 @@ def append_rows(
     result = _execute(alias, sql, params, keep=True)
     if not result:
         return None
-    width = len(Session._meta.concrete_fields)
-    session = _instance(Session, alias, result[0][:width])
+    if len(rows) == 1:  # the narrow row of APPEND_ONE
+        width = 1 + len(_narrow_fields()[1])
+        session = _narrow_session(alias, session_id, result[0][:width])
+    else:
+        width = len(Session._meta.concrete_fields)
+        session = _instance(Session, alias, result[0][:width])
     plain = _plain(Message)
     cache_session = Message._meta.get_field("session").set_cached_value
     messages = []

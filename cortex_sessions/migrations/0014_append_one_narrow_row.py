@@ -1,0 +1,102 @@
+"""On PostgreSQL, ``cortex_sessions_append_one`` returns one narrow row (docs/design.md §14.1):
+the session's fields but its id as one ``text[]``, its timestamps, and the new message's id and
+seq, instead of the session's 17 columns. Sent unprepared, every result column of a statement
+costs the server and psycopg time on each call; the narrow row costs about what two columns
+cost, which took the call from ~1.13x to ~1.05x the floor's prepared statement
+(docs/performance.md). Other databases append through the ORM, so on them this migration does
+nothing.
+
+The arguments and the statement's writes are those of ``0013_append_one_function``; only the
+result changes, which ``CREATE OR REPLACE`` cannot do, so the function is dropped and created
+again in this migration's transaction (no lock on the tables; a concurrent append waits for the
+commit). The SQL below is a frozen copy of ``_pg.append_one_function_sql``; ``tests/test_hot_paths.py``
+checks that they agree. Backward, 0013's function comes back: migrate back only together with
+the code you go back to, as with any schema change.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from django.db import migrations
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
+from django.db.migrations.operations.base import Operation
+from django.db.migrations.state import ProjectState
+
+CREATE = (
+    "CREATE OR REPLACE FUNCTION cortex_sessions_append_one(timestamptz, text, "
+    "uuid, text, text, text, text, text, text, text, text, timestamptz) RETURNS "
+    'TABLE ("session" text[], "created_at" timestamp with time zone, "updated_at" '
+    'timestamp with time zone, "archived_at" timestamp with time zone, "message_id" '
+    'bigint, "message_seq" bigint) LANGUAGE plpgsql AS $function$\n'
+    "#variable_conflict use_column\n"
+    "BEGIN\n"
+    '  RETURN QUERY WITH s AS ( UPDATE cortex_sessions_session s SET "last_seq" '
+    '= s."last_seq" + 1, "message_count" = s."message_count" + 1, "updated_at" '
+    '= $1, "last_message" = COALESCE($2, s."last_message") WHERE s."id" = $3 '
+    'AND s."archived_at" IS NULL AND (s."scope" >= $4 AND s."scope" < $5 AND '
+    '(s."scope" = $6 OR s."scope" >= $7)) RETURNING s."id", s."agent_id", s."scope", '
+    's."title", s."metadata", s."cwd", s."message_count", s."last_message", '
+    's."last_seq", s."is_default", s."default_flag", s."backfilled_by", s."created_at", '
+    's."updated_at", s."archived_at", s."forked_from", s."forked_at_seq"), m '
+    'AS ( INSERT INTO cortex_sessions_message ("session_id", "agent_id", "scope", '
+    '"seq", "role", "source", "content", "metadata", "created_at") SELECT s."id", '
+    's."agent_id", s."scope", s."last_seq", $8, $9, $10::jsonb, $11::jsonb, '
+    '$12 FROM s RETURNING "id", "seq") SELECT ARRAY[s."agent_id"::text, s."scope"::text, '
+    's."title"::text, s."metadata"::text, s."cwd"::text, s."message_count"::text, '
+    's."last_message"::text, s."last_seq"::text, s."is_default"::text, s."default_flag"::text, '
+    's."backfilled_by"::text, s."forked_from"::text, s."forked_at_seq"::text], '
+    's."created_at", s."updated_at", s."archived_at", m."id", m."seq" FROM s, '
+    "m;\n"
+    "END\n"
+    "$function$"
+)
+
+DROP = "DROP FUNCTION IF EXISTS cortex_sessions_append_one(timestamptz, text, uuid, text, text, text, text, text, text, text, text, timestamptz)"
+
+#: The function as ``0013_append_one_function`` created it (restored backward).
+_PREVIOUS = importlib.import_module("cortex_sessions.migrations.0013_append_one_function")
+
+
+class AppendOneNarrowRow(Operation):
+    """Replace ``cortex_sessions_append_one`` by its narrow-row version (backward: 0013's), on
+    PostgreSQL only."""
+
+    reversible = True
+    reduces_to_sql = True
+
+    def state_forwards(self, app_label: str, state: ProjectState) -> None:
+        """Nothing: a function is not part of the models."""
+
+    def database_forwards(
+        self,
+        app_label: str,
+        schema_editor: BaseDatabaseSchemaEditor,
+        from_state: ProjectState,
+        to_state: ProjectState,
+    ) -> None:
+        if schema_editor.connection.vendor == "postgresql":
+            schema_editor.execute(DROP)
+            schema_editor.execute(CREATE)
+
+    def database_backwards(
+        self,
+        app_label: str,
+        schema_editor: BaseDatabaseSchemaEditor,
+        from_state: ProjectState,
+        to_state: ProjectState,
+    ) -> None:
+        if schema_editor.connection.vendor == "postgresql":
+            schema_editor.execute(_PREVIOUS.DROP)
+            schema_editor.execute(_PREVIOUS.CREATE)
+
+    def describe(self) -> str:
+        return "On PostgreSQL: function cortex_sessions_append_one returns a narrow row"
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("cortex_sessions", "0013_append_one_function"),
+    ]
+
+    operations = [AppendOneNarrowRow()]
