@@ -1,8 +1,11 @@
-"""Settings of the app, read live from ``settings.CORTEX_SESSIONS`` on every access (docs/design.md §9).
+"""Settings of the app, read from ``settings.CORTEX_SESSIONS`` on every access (docs/design.md §9).
 
-Use ``from cortex_sessions.conf import app_settings`` and read attributes; nothing is cached, so
-``override_settings(CORTEX_SESSIONS={...})`` takes effect at once. Values are validated by the
-system checks in :mod:`cortex_sessions.checks`, not here.
+Use ``from cortex_sessions.conf import app_settings`` and read attributes. Only the
+``CORTEX_SESSIONS`` dict itself is remembered, and forgotten whenever Django's
+``setting_changed`` signal names it (``override_settings``, pytest-django's ``settings``
+fixture), as DRF does with ``REST_FRAMEWORK``: a change takes effect at once, and the
+services, which read several settings on every call, skip Django's settings proxy. Values are
+validated by the system checks in :mod:`cortex_sessions.checks`, not here.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from django.conf import settings
+from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
 __all__ = ["DEFAULTS", "HARD_MAX_REFERENCES", "HARD_MAX_SCOPE_DEPTH", "AppSettings", "app_settings"]
@@ -37,11 +41,24 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+#: Read ``settings.CORTEX_SESSIONS`` again (a value that is never the setting).
+_UNREAD: Any = object()
+
+
 class AppSettings:
     """Typed, live view of ``settings.CORTEX_SESSIONS`` with the defaults of docs/design.md §9."""
 
+    def __init__(self) -> None:
+        self._user: Any = _UNREAD
+
+    def reload(self) -> None:
+        """Forget the ``CORTEX_SESSIONS`` value read last (``setting_changed`` calls this)."""
+        self._user = _UNREAD
+
     def _get(self, name: str) -> Any:
-        user = getattr(settings, "CORTEX_SESSIONS", {})
+        user = self._user
+        if user is _UNREAD:
+            user = self._user = getattr(settings, "CORTEX_SESSIONS", {})
         if isinstance(user, dict) and name in user:
             return user[name]
         return DEFAULTS[name]
@@ -130,3 +147,11 @@ class AppSettings:
 
 
 app_settings = AppSettings()
+
+
+def _reload(*, setting: str, **kwargs: Any) -> None:
+    if setting == "CORTEX_SESSIONS":
+        app_settings.reload()
+
+
+setting_changed.connect(_reload)

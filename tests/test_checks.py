@@ -131,3 +131,15 @@ def test_a_general_ci_title_collation_is_warned_of_on_mysql():
         "latin1_swedish_ci": ["cortex_sessions.W016"],
         "utf8mb4_unicode_ci": [],
     }
+
+
+def test_app_settings_follow_every_change_of_the_setting(settings):
+    # The CORTEX_SESSIONS dict is remembered between reads and forgotten on setting_changed.
+    assert app_settings.PAGE_SIZE == 50
+    with override_settings(CORTEX_SESSIONS={"PAGE_SIZE": 7}):
+        assert app_settings.PAGE_SIZE == 7
+    assert app_settings.PAGE_SIZE == 50
+    settings.CORTEX_SESSIONS = {"PAGE_SIZE": 9}  # pytest-django sends setting_changed too
+    assert app_settings.PAGE_SIZE == 9
+    settings.CORTEX_SESSIONS["PAGE_SIZE"] = 11  # the same dict, changed in place
+    assert app_settings.PAGE_SIZE == 11

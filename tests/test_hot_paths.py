@@ -97,10 +97,7 @@ def _function_exists() -> bool:
     return _function_result() is not None
 
 
-NARROW = (
-    "TABLE(session text[], created_at timestamp with time zone, updated_at timestamp with "
-    "time zone, archived_at timestamp with time zone, message_id bigint, message_seq bigint)"
-)
+NARROW = "TABLE(session text[], created_at timestamp with time zone)"
 
 
 @on_postgresql

@@ -1,17 +1,18 @@
 """On PostgreSQL, ``cortex_sessions_append_one`` returns one narrow row (docs/design.md §14.1):
-the session's fields but its id as one ``text[]``, its timestamps, and the new message's id and
-seq, instead of the session's 17 columns. Sent unprepared, every result column of a statement
-costs the server and psycopg time on each call; the narrow row costs about what two columns
-cost, which took the call from ~1.13x to ~1.05x the floor's prepared statement
-(docs/performance.md). Other databases append through the ORM, so on them this migration does
-nothing.
+a ``text[]`` of the session's fields and the new message's id and seq, then the session's
+``created_at``, instead of the session's 17 columns and the message's two. Sent unprepared,
+every result column of a statement costs the server and psycopg time on each call; two columns
+took the call from ~1.13x to ~1.05x the floor's prepared statement (docs/performance.md). The
+id, ``updated_at`` and ``archived_at`` are not sent: the caller passed the first two, and the
+statement writes only to a session whose ``archived_at`` is null. Other databases append
+through the ORM, so on them this migration does nothing.
 
 The arguments and the statement's writes are those of ``0013_append_one_function``; only the
 result changes, which ``CREATE OR REPLACE`` cannot do, so the function is dropped and created
 again in this migration's transaction (no lock on the tables; a concurrent append waits for the
-commit). The SQL below is a frozen copy of ``_pg.append_one_function_sql``; ``tests/test_hot_paths.py``
-checks that they agree. Backward, 0013's function comes back: migrate back only together with
-the code you go back to, as with any schema change.
+commit). The SQL below is a frozen copy of ``_pg.append_one_function_sql``;
+``tests/test_hot_paths.py`` checks that they agree. Backward, 0013's function comes back:
+migrate back only together with the code you go back to, as with any schema change.
 """
 
 from __future__ import annotations
@@ -26,9 +27,8 @@ from django.db.migrations.state import ProjectState
 CREATE = (
     "CREATE OR REPLACE FUNCTION cortex_sessions_append_one(timestamptz, text, "
     "uuid, text, text, text, text, text, text, text, text, timestamptz) RETURNS "
-    'TABLE ("session" text[], "created_at" timestamp with time zone, "updated_at" '
-    'timestamp with time zone, "archived_at" timestamp with time zone, "message_id" '
-    'bigint, "message_seq" bigint) LANGUAGE plpgsql AS $function$\n'
+    'TABLE ("session" text[], "created_at" timestamp with time zone) LANGUAGE '
+    "plpgsql AS $function$\n"
     "#variable_conflict use_column\n"
     "BEGIN\n"
     '  RETURN QUERY WITH s AS ( UPDATE cortex_sessions_session s SET "last_seq" '
@@ -45,9 +45,8 @@ CREATE = (
     '$12 FROM s RETURNING "id", "seq") SELECT ARRAY[s."agent_id"::text, s."scope"::text, '
     's."title"::text, s."metadata"::text, s."cwd"::text, s."message_count"::text, '
     's."last_message"::text, s."last_seq"::text, s."is_default"::text, s."default_flag"::text, '
-    's."backfilled_by"::text, s."forked_from"::text, s."forked_at_seq"::text], '
-    's."created_at", s."updated_at", s."archived_at", m."id", m."seq" FROM s, '
-    "m;\n"
+    's."backfilled_by"::text, s."forked_from"::text, s."forked_at_seq"::text, '
+    'm."id"::text, m."seq"::text], s."created_at" FROM s, m;\n'
     "END\n"
     "$function$"
 )

@@ -69,9 +69,11 @@ __all__ = [
 ]
 
 
+@cache
 def enabled(alias: str) -> bool:
-    """Whether the hot-path SQL serves database ``alias`` (PostgreSQL only)."""
-    return connections[alias].vendor == "postgresql"
+    """Whether the hot-path SQL serves database ``alias`` (PostgreSQL only). An alias's
+    backend never changes while the process runs, so the answer is kept."""
+    return bool(connections[alias].vendor == "postgresql")
 
 
 # -- statements -----------------------------------------------------------------------------------
@@ -184,29 +186,41 @@ def _append_one_statement() -> str:
     parameters instead of ``unnest`` over arrays, returning the narrow row of
     :func:`_narrow_session`. Parameters as :func:`_sql_append_one`'s."""
     texts, times = _narrow_fields()
-    array = ", ".join(f's."{field.column}"::text' for field in texts)
+    array = ", ".join(
+        [f's."{field.column}"::text' for field in texts] + ['m."id"::text', 'm."seq"::text']
+    )
     typed = "".join(f', s."{field.column}"' for field in times)
     return _append_statement(
         step="1",
         values='s."last_seq", %s, %s, %s::jsonb, %s::jsonb, %s FROM s',
         order="",
-        result=f'ARRAY[{array}]{typed}, m."id", m."seq"',
+        result=f"ARRAY[{array}]{typed}",
     )
+
+
+#: Session fields whose value after an append the caller already has: the statement sets
+#: ``updated_at`` to its parameter and writes only to a session whose ``archived_at`` is null.
+_SET_BY_THE_APPEND = ("updated_at", "archived_at")
 
 
 @cache
 def _narrow_fields() -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    """The session's concrete fields but the primary key, as :data:`APPEND_ONE` returns them:
-    ``(fields sent as the elements of one text array, timestamps sent as their own
-    columns)``, each in model order.
+    """The session fields :data:`APPEND_ONE` returns, as ``(fields sent as the elements of one
+    text array, followed there by the new message's id and seq; timestamps sent as their
+    own columns)``, each in model order. The primary key and :data:`_SET_BY_THE_APPEND` are
+    not sent: the caller has them.
 
     Why an array: sent unprepared, every result column costs the server and psycopg time on
     each call (prepared, a statement is described once), and the session's 17 columns made
     the call ~0.1 ms slower than the floor's prepared statement; one ``text[]`` (decoded by
-    psycopg's C array loader) and the timestamps (its C ``timestamptz`` loader) cost about
-    what two columns cost (docs/performance.md). The id is the one asked for.
+    psycopg's C array loader) and a timestamp (its C ``timestamptz`` loader) cost what two
+    columns cost (docs/performance.md).
     """
-    fields = [field for field in Session._meta.concrete_fields if not field.primary_key]
+    fields = [
+        field
+        for field in Session._meta.concrete_fields
+        if not field.primary_key and field.name not in _SET_BY_THE_APPEND
+    ]
     texts = tuple(field for field in fields if not isinstance(field, DateTimeField))
     times = tuple(field for field in fields if isinstance(field, DateTimeField))
     return texts, times
@@ -249,25 +263,38 @@ def _narrow_plan() -> tuple[str, tuple[tuple[str, Any], ...], tuple[str, ...]]:
     )
 
 
-def _narrow_session(alias: str, session_id: uuid.UUID, values: Sequence[Any]) -> Session:
-    """The session of a row of :data:`APPEND_ONE` (``values``: the text array, then the
-    timestamps), as the ORM loads it; ``session_id`` is its primary key."""
+def _narrow_session(
+    alias: str,
+    connection: Any,
+    row: Sequence[Any],
+    *,
+    session_id: uuid.UUID,
+    updated_at: datetime,
+) -> tuple[Session, int, int]:
+    """The session, the new message's id and its seq, from the row of :data:`APPEND_ONE` read
+    on ``connection`` (of ``alias``), as the ORM loads them; ``session_id`` and
+    ``updated_at`` are the values the append was called with."""
     pk, texts, times = _narrow_plan()
-    connection = connections[alias]
-    loaded: dict[str, Any] = {pk: session_id}
-    for (attname, convert), text in zip(texts, values[0], strict=True):
+    array = row[0]
+    loaded: dict[str, Any] = dict(zip(times, row[1:], strict=True))
+    for attname, value in loaded.items():
+        if value is not None:
+            loaded[attname] = _datetime_value(value, connection)
+    loaded[pk] = session_id
+    loaded["updated_at"] = updated_at
+    loaded["archived_at"] = None
+    for (attname, convert), text in zip(texts, array, strict=False):
         loaded[attname] = text if text is None or convert is None else convert(text, connection)
-    for attname, value in zip(times, values[1:], strict=False):
-        loaded[attname] = None if value is None else _datetime_value(value, connection)
-    return cast(Session, _loaded(Session, alias, loaded, _plain(Session)))
+    session = cast(Session, _loaded(Session, alias, loaded, _plain(Session)))
+    return session, int(array[-2]), int(array[-1])
 
 
 def append_one_function_sql(connection: Any) -> tuple[str, str]:
     """The SQL that creates the function :data:`APPEND_ONE` on PostgreSQL ``connection``, and
     the SQL that drops it, as ``(create, drop)``.
 
-    The function returns one row: the session's fields but its id as one text array and
-    its timestamps (:func:`_narrow_fields`), then the new message's ``id`` and ``seq``; no
+    The function returns one row, the narrow row of :func:`_narrow_fields` (a text array of
+    the session's fields and the new message's ``id`` and ``seq``, then a timestamp), or no
     row when nothing was written. Migration ``0014_append_one_narrow_row`` holds a copy of
     this SQL (``0013_append_one_function`` the first version's), frozen as migrations are;
     ``tests/test_hot_paths.py`` checks that the two agree, so a change to the session's
@@ -282,9 +309,7 @@ def append_one_function_sql(connection: Any) -> tuple[str, str]:
     body += pieces[-1]
     times = _narrow_fields()[1]
     results = ", ".join(
-        ['"session" text[]']
-        + [f'"{field.column}" {field.db_type(connection)}' for field in times]
-        + ['"message_id" bigint', '"message_seq" bigint']
+        ['"session" text[]'] + [f'"{field.column}" {field.db_type(connection)}' for field in times]
     )
     signature = f"{APPEND_ONE}({', '.join(_APPEND_ONE_ARGUMENTS)})"
     create = (
@@ -387,10 +412,10 @@ def _sql_messages(after: bool, before: bool, forward: bool) -> str:
 
 
 def _execute(
-    alias: str, sql: str, params: Sequence[Any], *, keep: bool = False
+    connection: Any, sql: str, params: Sequence[Any], *, keep: bool = False
 ) -> list[tuple[Any, ...]]:
-    """Run one statement on database ``alias`` and return all its rows, through the cursor of
-    :func:`_cursor` (server-side binding; prepared only with ``PREPARED_STATEMENTS``).
+    """Run one statement on Django ``connection`` and return all its rows, through the cursor
+    of :func:`_cursor` (server-side binding; prepared only with ``PREPARED_STATEMENTS``).
 
     Args:
         keep: run it on the cursor the connection keeps for statements that return a row or
@@ -404,7 +429,6 @@ def _execute(
     :func:`_instances` then sets the time zone exactly as Django's loader does (see
     :func:`_datetime_value`), so the values are the ORM's.
     """
-    connection = connections[alias]
     cursor, kept = _cursor(connection, prepare=app_settings.PREPARED_STATEMENTS, keep=keep)
     try:
         cursor.execute(sql, params)  # Django's wrapper: hooks, logging, error classes
@@ -712,13 +736,13 @@ def get_session(
     params: list[Any] = [session_id, *_scope_params(canonical)]
     if agent_id is not None:
         params.append(agent_id)
-    rows = _execute(alias, _sql_get(agent_id is not None), params, keep=True)
+    rows = _execute(connections[alias], _sql_get(agent_id is not None), params, keep=True)
     return _instance(Session, alias, rows[0]) if rows else None
 
 
 def resolve_default(alias: str, *, canonical: str, agent_id: str) -> Session | None:
     """The default session of ``agent_id`` at exactly ``canonical``, or ``None``."""
-    rows = _execute(alias, _sql_resolve(), [agent_id, canonical], keep=True)
+    rows = _execute(connections[alias], _sql_resolve(), [agent_id, canonical], keep=True)
     return _instance(Session, alias, rows[0]) if rows else None
 
 
@@ -775,28 +799,32 @@ def append_rows(
             [metadata for _, metadata in json_texts],
             [row["created_at"] for row in rows],
         ]
-    result = _execute(alias, sql, params, keep=True)
+    connection = connections[alias]
+    result = _execute(connection, sql, params, keep=True)
     if not result:
         return None
     if len(rows) == 1:  # the narrow row of APPEND_ONE
-        width = 1 + len(_narrow_fields()[1])
-        session = _narrow_session(alias, session_id, result[0][:width])
+        session, message_id, seq = _narrow_session(
+            alias, connection, result[0], session_id=session_id, updated_at=updated_at
+        )
+        written = [(message_id, seq)]
     else:
         width = len(Session._meta.concrete_fields)
         session = _instance(Session, alias, result[0][:width])
+        written = [(values[width], values[width + 1]) for values in result]
     plain = _plain(Message)
     cache_session = Message._meta.get_field("session").set_cached_value
     messages = []
-    for row, values in zip(rows, result, strict=True):
+    for row, (message_id, seq) in zip(rows, written, strict=True):
         message = _loaded(
             Message,
             alias,
             {
-                "id": values[width],
+                "id": message_id,
                 "session_id": session.pk,
                 "agent_id": session.agent_id,
                 "scope": session.scope,
-                "seq": values[width + 1],
+                "seq": seq,
                 **row,
             },
             plain,
@@ -830,7 +858,7 @@ def newest_messages(
         params.append(before_seq)
     params += [limit, session_id, *_scope_params(canonical)]
     sql = _sql_messages(after_seq is not None, before_seq is not None, forward)
-    result = _execute(alias, sql, params)
+    result = _execute(connections[alias], sql, params)
     if not result:
         return None
     messages = _instances(
