@@ -25,21 +25,21 @@ from django.db.migrations.operations.base import Operation
 from django.db.migrations.state import ProjectState
 
 CREATE = (
-    "CREATE OR REPLACE FUNCTION cortex_sessions_append_one(timestamptz, text, "
-    "uuid, text, text, text, text, text, text, text, text, timestamptz) RETURNS "
+    'CREATE OR REPLACE FUNCTION cortex_sessions_append_one(timestamptz, text, '
+    'uuid, text, text, text, text, text, text, text, text, timestamptz) RETURNS '
     'TABLE ("session" text[], "created_at" timestamp with time zone) LANGUAGE '
-    "plpgsql AS $function$\n"
-    "#variable_conflict use_column\n"
-    "BEGIN\n"
+    'plpgsql AS $function$\n'
+    '#variable_conflict use_column\n'
+    'BEGIN\n'
     '  RETURN QUERY WITH s AS ( UPDATE cortex_sessions_session s SET "last_seq" '
     '= s."last_seq" + 1, "message_count" = s."message_count" + 1, "updated_at" '
     '= $1, "last_message" = COALESCE($2, s."last_message") WHERE s."id" = $3 '
-    'AND s."archived_at" IS NULL AND (s."scope" >= $4 AND s."scope" < $5 AND '
-    '(s."scope" = $6 OR s."scope" >= $7)) RETURNING s."id", s."agent_id", s."scope", '
-    's."title", s."metadata", s."cwd", s."message_count", s."last_message", '
-    's."last_seq", s."is_default", s."default_flag", s."backfilled_by", s."created_at", '
-    's."updated_at", s."archived_at", s."forked_from", s."forked_at_seq"), m '
-    'AS ( INSERT INTO cortex_sessions_message ("session_id", "agent_id", "scope", '
+    'AND s."archived_at" IS NULL AND CASE WHEN (s."scope" >= $4 AND s."scope" '
+    '< $5 AND (s."scope" = $6 OR s."scope" >= $7)) THEN TRUE END RETURNING s."id", '
+    's."agent_id", s."scope", s."title", s."metadata", s."cwd", s."message_count", '
+    's."last_message", s."last_seq", s."is_default", s."default_flag", s."backfilled_by", '
+    's."created_at", s."updated_at", s."archived_at", s."forked_from", s."forked_at_seq"), '
+    'm AS ( INSERT INTO cortex_sessions_message ("session_id", "agent_id", "scope", '
     '"seq", "role", "source", "content", "metadata", "created_at") SELECT s."id", '
     's."agent_id", s."scope", s."last_seq", $8, $9, $10::jsonb, $11::jsonb, '
     '$12 FROM s RETURNING "id", "seq") SELECT ARRAY[s."agent_id"::text, s."scope"::text, '
@@ -47,8 +47,8 @@ CREATE = (
     's."last_message"::text, s."last_seq"::text, s."is_default"::text, s."default_flag"::text, '
     's."backfilled_by"::text, s."forked_from"::text, s."forked_at_seq"::text, '
     'm."id"::text, m."seq"::text], s."created_at" FROM s, m;\n'
-    "END\n"
-    "$function$"
+    'END\n'
+    '$function$'
 )
 
 DROP = "DROP FUNCTION IF EXISTS cortex_sessions_append_one(timestamptz, text, uuid, text, text, text, text, text, text, text, text, timestamptz)"
