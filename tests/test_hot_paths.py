@@ -110,21 +110,54 @@ def test_the_migration_creates_the_function_the_code_calls():
     assert _function_result() == NARROW  # the test database was migrated
 
 
+def _exists(signature: str) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regprocedure(%s) IS NOT NULL", [signature])
+        return bool(cursor.fetchone()[0])
+
+
+FIRST = _migration_0013().DROP.removeprefix("DROP FUNCTION IF EXISTS ")
+
+
 @on_postgresql
-def test_the_migrations_replace_the_function_backward_and_forward(session):
-    narrow, first = _migration_0014().AppendOneNarrowRow(), _migration_0013().AppendOneFunction()
+def test_0014_adds_the_narrow_function_beside_0013s(session):
+    """The narrow row has a function of its own: 0013's stays for the previous release's code,
+    so code and database on two sides of the migration never write and then fail."""
+    assert _pg.APPEND_ONE != "cortex_sessions_append_one" and _exists(FIRST)
+    narrow = _migration_0014().AppendOneNarrowRow()
     with connection.schema_editor() as editor:
         narrow.database_backwards("cortex_sessions", editor, None, None)
-    assert _function_result().startswith("TABLE(id uuid, agent_id character varying")  # 0013's
+    assert not _function_exists() and _exists(FIRST)
     with connection.schema_editor() as editor:
-        first.database_backwards("cortex_sessions", editor, None, None)
-    assert not _function_exists()
-    with connection.schema_editor() as editor:
-        first.database_forwards("cortex_sessions", editor, None, None)
         narrow.database_forwards("cortex_sessions", editor, None, None)
-    assert _function_result() == NARROW
+    assert _function_result() == NARROW and _exists(FIRST)
+
+
+@on_postgresql
+@pytest.mark.django_db(transaction=True)
+def test_this_code_on_a_database_without_0014_writes_nothing():
+    # New code deployed before `migrate`: the call is refused at parse time, before the
+    # function would write (an append runs in autocommit, so writing and then failing would
+    # store a message the caller was told failed).
+    from django.db import ProgrammingError
+
+    session = services.create_session(scope=SCOPE, agent_id="agent-1")
+    narrow = _migration_0014().AppendOneNarrowRow()
+    with connection.schema_editor() as editor:
+        narrow.database_backwards("cortex_sessions", editor, None, None)
+    try:
+        with pytest.raises(ProgrammingError, match="does not exist"):
+            services.append_messages(
+                scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "x"}]
+            )
+        stored = Session.objects.get(pk=session.pk)
+        assert (stored.message_count, stored.last_seq) == (0, 0)
+        assert not Message.objects.filter(session=session).exists()
+    finally:
+        with connection.schema_editor() as editor:
+            narrow.database_forwards("cortex_sessions", editor, None, None)
     result = services.append_messages(
-        scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "hi"}]
+        scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "y"}]
     )
     assert result.messages[0].seq == 1
 

@@ -22,6 +22,7 @@ from django.test.utils import CaptureQueriesContext, override_settings
 from cortex_sessions import services
 from cortex_sessions.backfill import BackfillReport, backfill_default_sessions
 from cortex_sessions.models import ImportedConversation, Message, Session
+from cortex_sessions.services import _pg
 from tests.factories import MessageFactory
 
 APP = "cortex_sessions"
@@ -586,9 +587,15 @@ def test_migrating_back_below_0010_keeps_agents_that_differ_by_case_or_a_trailin
 
 
 def _append_function_exists() -> bool:
+    """Whether the function the code calls exists (``_pg.APPEND_ONE``), and 0013's with it."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_proc WHERE proname = 'cortex_sessions_append_one'")
-        return bool(cursor.fetchone()[0])
+        cursor.execute(
+            "SELECT count(*) FROM pg_proc WHERE proname IN (%s, 'cortex_sessions_append_one')",
+            [_pg.APPEND_ONE],
+        )
+        count = cursor.fetchone()[0]
+    assert count in (0, 2)  # both or neither: 0014 needs 0013
+    return bool(count)
 
 
 def _append_one(session_id: Any, text: str) -> int:

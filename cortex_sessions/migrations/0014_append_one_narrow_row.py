@@ -1,23 +1,24 @@
-"""On PostgreSQL, ``cortex_sessions_append_one`` returns one narrow row (docs/design.md §14.1):
-a ``text[]`` of the session's fields and the new message's id and seq, then the session's
-``created_at``, instead of the session's 17 columns and the message's two. Sent unprepared,
-every result column of a statement costs the server and psycopg time on each call; two columns
-took the call from ~1.13x to ~1.05x the floor's prepared statement (docs/performance.md). The
-id, ``updated_at`` and ``archived_at`` are not sent: the caller passed the first two, and the
-statement writes only to a session whose ``archived_at`` is null. Other databases append
-through the ORM, so on them this migration does nothing.
+"""On PostgreSQL, the function ``cortex_sessions_append_one_v2`` (docs/design.md §14.1): the
+append of ``0013_append_one_function``'s ``cortex_sessions_append_one`` (same arguments, same
+writes) returning one narrow row: a ``text[]`` of the session's fields and the new message's id
+and seq, then the session's ``created_at``, instead of the session's 17 columns and the
+message's two. Sent unprepared, every result column of a statement costs the server and psycopg
+time on each call; two columns took the call from ~1.13x to ~1.05x the floor's prepared
+statement (docs/performance.md). The id, ``updated_at`` and ``archived_at`` are not sent: the
+caller passed the first two, and the statement writes only to a session whose ``archived_at``
+is null. Other databases append through the ORM, so on them this migration does nothing.
 
-The arguments and the statement's writes are those of ``0013_append_one_function``; only the
-result changes, which ``CREATE OR REPLACE`` cannot do, so the function is dropped and created
-again in this migration's transaction (no lock on the tables; a concurrent append waits for the
-commit). The SQL below is a frozen copy of ``_pg.append_one_function_sql``;
-``tests/test_hot_paths.py`` checks that they agree. Backward, 0013's function comes back:
-migrate back only together with the code you go back to, as with any schema change.
+Deploying: the function has a new name, and 0013's stays, so both orders are safe. Code of
+this version on a database not yet migrated calls a function that does not exist and is
+refused before anything is written; code of the previous version on a migrated database keeps
+calling 0013's function. A later migration drops 0013's function once no release calls it.
+
+Creating a function takes no lock on the tables. The SQL below is a frozen copy of
+``_pg.append_one_function_sql``; ``tests/test_hot_paths.py`` checks that they agree. Backward,
+the function is dropped.
 """
 
 from __future__ import annotations
-
-import importlib
 
 from django.db import migrations
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
@@ -25,7 +26,7 @@ from django.db.migrations.operations.base import Operation
 from django.db.migrations.state import ProjectState
 
 CREATE = (
-    'CREATE OR REPLACE FUNCTION cortex_sessions_append_one(timestamptz, text, '
+    'CREATE OR REPLACE FUNCTION cortex_sessions_append_one_v2(timestamptz, text, '
     'uuid, text, text, text, text, text, text, text, text, timestamptz) RETURNS '
     'TABLE ("session" text[], "created_at" timestamp with time zone) LANGUAGE '
     'plpgsql AS $function$\n'
@@ -51,15 +52,11 @@ CREATE = (
     '$function$'
 )
 
-DROP = "DROP FUNCTION IF EXISTS cortex_sessions_append_one(timestamptz, text, uuid, text, text, text, text, text, text, text, text, timestamptz)"
-
-#: The function as ``0013_append_one_function`` created it (restored backward).
-_PREVIOUS = importlib.import_module("cortex_sessions.migrations.0013_append_one_function")
+DROP = 'DROP FUNCTION IF EXISTS cortex_sessions_append_one_v2(timestamptz, text, uuid, text, text, text, text, text, text, text, text, timestamptz)'
 
 
 class AppendOneNarrowRow(Operation):
-    """Replace ``cortex_sessions_append_one`` by its narrow-row version (backward: 0013's), on
-    PostgreSQL only."""
+    """Create (backward: drop) ``cortex_sessions_append_one_v2``, on PostgreSQL only."""
 
     reversible = True
     reduces_to_sql = True
@@ -75,7 +72,6 @@ class AppendOneNarrowRow(Operation):
         to_state: ProjectState,
     ) -> None:
         if schema_editor.connection.vendor == "postgresql":
-            schema_editor.execute(DROP)
             schema_editor.execute(CREATE)
 
     def database_backwards(
@@ -86,11 +82,10 @@ class AppendOneNarrowRow(Operation):
         to_state: ProjectState,
     ) -> None:
         if schema_editor.connection.vendor == "postgresql":
-            schema_editor.execute(_PREVIOUS.DROP)
-            schema_editor.execute(_PREVIOUS.CREATE)
+            schema_editor.execute(DROP)
 
     def describe(self) -> str:
-        return "On PostgreSQL: function cortex_sessions_append_one returns a narrow row"
+        return "On PostgreSQL: function cortex_sessions_append_one_v2 (a narrow row)"
 
 
 class Migration(migrations.Migration):

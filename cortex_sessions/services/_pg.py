@@ -21,8 +21,8 @@ as unnamed statements, which any pooler passes through; with
 ``CORTEX_SESSIONS["PREPARED_STATEMENTS"]`` (default off) they are prepared once per connection
 instead (``prepare=True``); see :func:`_cursor` and docs/performance.md for the PgBouncer
 caveat. The append of one message is a call of the PL/pgSQL function :data:`APPEND_ONE`
-(migration ``0013_append_one_function``), whose statement the server plans once per session
-and keeps: see :func:`_sql_append_one`.
+(migration ``0014_append_one_narrow_row``; ``0013`` made its first version), whose statement the
+server plans once per session and keeps: see :func:`_sql_append_one`.
 
 The scope predicate is the one :func:`cortex_sessions.scope.scope_q` builds: an index range on
 the canonical string (the column has ``COLLATE "C"``) plus a filter that keeps exactly the
@@ -153,7 +153,11 @@ def _sql_append() -> str:
 
 #: The PL/pgSQL function that appends one message (docs/design.md §14.1), and its argument
 #: types in the order of :func:`_sql_append_one`'s parameters.
-APPEND_ONE = "cortex_sessions_append_one"
+#: Its name changes with its result (``_v2``: the narrow row of migration ``0014``), so code and
+#: database on two sides of a migration fail before writing instead of after: code calling a
+#: function the database does not have yet is refused at parse time, and the previous version
+#: stays for the code of the previous release until a later migration drops it.
+APPEND_ONE = "cortex_sessions_append_one_v2"
 _APPEND_ONE_ARGUMENTS = (
     "timestamptz",  # updated_at
     "text",  # last_message (NULL: keep)
@@ -306,7 +310,8 @@ def append_one_function_sql(connection: Any) -> tuple[str, str]:
     row when nothing was written. Migration ``0014_append_one_narrow_row`` holds a copy of
     this SQL (``0013_append_one_function`` the first version's), frozen as migrations are;
     ``tests/test_hot_paths.py`` checks that the two agree, so a change to the session's
-    columns or to the statement comes with a migration that replaces the function. When the
+    columns or to the statement comes with a migration that adds the function under a new
+    name (see :data:`APPEND_ONE`). When the
     app's migrations are disabled, :func:`create_functions` runs this SQL instead.
     """
     body = _append_one_statement()
@@ -333,7 +338,7 @@ def create_functions(*, app_config: Any, using: str, **kwargs: Any) -> None:
     """``post_migrate`` receiver: create :data:`APPEND_ONE` on a PostgreSQL database whose
     tables were made from the models because this app's migrations are disabled (a test
     database under pytest-django's ``--nomigrations`` or ``TEST["MIGRATE"] = False``), where
-    migration ``0013_append_one_function`` never ran. With migrations enabled it does
+    migration ``0014_append_one_narrow_row`` never ran. With migrations enabled it does
     nothing: the migration owns the function.
     """
     from django.db import router
