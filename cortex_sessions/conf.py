@@ -1,4 +1,4 @@
-"""Settings of the app, read from ``settings.CORTEX_SESSIONS`` on every access (docs/design.md §9).
+"""Settings of the app, from ``settings.CORTEX_SESSIONS`` (docs/design.md §9).
 
 Use ``from cortex_sessions.conf import app_settings`` and read attributes. Only the
 ``CORTEX_SESSIONS`` dict itself is remembered, and forgotten whenever Django's
