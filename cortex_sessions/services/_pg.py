@@ -151,13 +151,13 @@ def _sql_append() -> str:
     )
 
 
-#: The PL/pgSQL function that appends one message (docs/design.md §14.1), and its argument
-#: types in the order of :func:`_sql_append_one`'s parameters.
-#: Its name changes with its result (``_v2``: the narrow row of migration ``0014``), so code and
-#: database on two sides of a migration fail before writing instead of after: code calling a
-#: function the database does not have yet is refused at parse time, and the previous version
-#: stays for the code of the previous release until a later migration drops it.
+#: The PL/pgSQL function that appends one message (docs/design.md §14.1). Its name changes
+#: with its result (``_v2``: the narrow row of migration ``0014``), so code and database on two
+#: sides of a migration fail before writing instead of after: code calling a function the
+#: database does not have yet is refused at parse time, and the previous version stays for the
+#: code of the previous release until a later migration drops it.
 APPEND_ONE = "cortex_sessions_append_one_v2"
+#: Its argument types, in the order of :func:`_sql_append_one`'s parameters.
 _APPEND_ONE_ARGUMENTS = (
     "timestamptz",  # updated_at
     "text",  # last_message (NULL: keep)
