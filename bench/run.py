@@ -214,6 +214,80 @@ def _concurrent(
     return wall, statistics.median(latencies) * 1000
 
 
+def _process_writer(
+    kind: str,
+    url: str,
+    target: tuple[Any, str],
+    appends: int,
+    text: str,
+    barrier: Any,
+    results: Any,
+) -> None:
+    """One writer process of :func:`_concurrent_processes` (module level: ``spawn`` imports
+    it): Django set up afresh (``app``) or a psycopg connection (``floor``), then ``appends``
+    one-message appends to ``target`` after the barrier; puts its latencies on ``results``."""
+    session_id, scope = target
+    latencies = []
+    if kind == "floor":
+        with psycopg.connect(url, autocommit=True) as conn:
+            barrier.wait()
+            for _ in range(appends):
+                started = time.perf_counter()
+                floor.append_one(
+                    conn, scope=_org(scope), session_id=session_id, role="user", text=text
+                )
+                latencies.append(time.perf_counter() - started)
+    else:
+        from .setup import setup_django
+
+        setup_django(url)
+        from django.db import connection
+
+        from cortex_sessions import services
+
+        connection.ensure_connection()
+        barrier.wait()
+        for _ in range(appends):
+            started = time.perf_counter()
+            services.append_messages(
+                scope=_org(scope),
+                session_id=session_id,
+                messages=[{"role": "user", "content": text}],
+            )
+            latencies.append(time.perf_counter() - started)
+        connection.close()
+    results.put(latencies)
+
+
+def _concurrent_processes(
+    kind: str, url: str, targets: Sequence[tuple[Any, str]], appends: int, text: str
+) -> tuple[float, float]:
+    """Run ``WRITERS`` writer processes (``kind``: ``app`` or ``floor``), as a web server's
+    workers are; returns (wall seconds from the barrier to the last writer's end, median
+    latency ms). Processes are started with ``spawn``, so none inherits a connection."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(WRITERS + 1)
+    results = context.Queue()
+    processes = [
+        context.Process(
+            target=_process_writer,
+            args=(kind, url, targets[number], appends, text, barrier, results),
+        )
+        for number in range(WRITERS)
+    ]
+    for process in processes:
+        process.start()
+    barrier.wait()
+    started = time.perf_counter()
+    latencies = [value for _ in processes for value in results.get()]
+    wall = time.perf_counter() - started
+    for process in processes:
+        process.join()
+    return wall, statistics.median(latencies) * 1000
+
+
 # -- the run --------------------------------------------------------------------------------------
 
 
@@ -425,7 +499,8 @@ def run_all(
 def _concurrent_appends(
     url: str, fx: dict[str, Any], reps: int, queries: int | None, say
 ) -> list[Row]:
-    """8 writers appending to 8 distinct sessions, then 8 writers on one hot session."""
+    """8 writer threads appending to 8 distinct sessions, then 8 on one hot session, then 8
+    writer processes on the distinct sessions."""
     from django.db import connection
 
     from cortex_sessions import services
@@ -508,6 +583,32 @@ def _concurrent_appends(
         row.prepared_ms = statistics.median(run[1] for run in prepared_runs)
         rows.append(row)
         say(_format_row(row))
+    # The same distinct-session load from 8 processes: no interpreter lock between writers.
+    app_runs, floor_runs = [], []
+    for _ in range(3):
+        app_runs.append(_concurrent_processes("app", url, distinct, per_thread, text))
+        floor_runs.append(_concurrent_processes("floor", url, distinct, per_thread, text))
+    total = WRITERS * per_thread
+    app_wall = statistics.median(run[0] for run in app_runs)
+    floor_wall = statistics.median(run[0] for run in floor_runs)
+    row = Row(
+        f"append, {WRITERS} writer processes, distinct sessions",
+        statistics.median(run[1] for run in app_runs),
+        statistics.median(run[1] for run in floor_runs),
+        queries,
+        "-",
+        TARGETS["append"],
+        f"{total / app_wall:,.0f}/s vs floor {total / floor_wall:,.0f}/s: "
+        f"{floor_wall / app_wall:.2f}× the floor's throughput",
+        {
+            "app_appends_per_s": round(total / app_wall),
+            "floor_appends_per_s": round(total / floor_wall),
+            "throughput_ratio": round(floor_wall / app_wall, 2),
+            "appends_per_run": total,
+        },
+    )
+    rows.append(row)
+    say(_format_row(row))
     return rows
 
 
