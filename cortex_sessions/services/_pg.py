@@ -524,12 +524,6 @@ class _KeptCursors:
 def _new_cursor(raw: Any, prepare: bool) -> Any:
     """A psycopg cursor of :func:`_cursor_class` on psycopg connection ``raw``, reading
     ``timestamptz`` with :func:`_timestamptz_loader`."""
-    if prepare and raw.prepare_threshold is None:
-        # Django turns psycopg's preparing off (``prepare_threshold = None``) unless the
-        # host's OPTIONS set it, and then psycopg ignores ``prepare=True`` too. A threshold no
-        # query reaches turns it back on for explicit requests only: Django's own cursors
-        # bind client-side and never prepare anything.
-        raw.prepare_threshold = 2**31 - 1
     cursor = _cursor_class(prepare)(raw)
     cursor.adapters.register_loader("timestamptz", _timestamptz_loader())
     return cursor
@@ -566,6 +560,12 @@ def _cursor(connection: Any, *, prepare: bool, keep: bool = False) -> tuple[Any,
         raw = connection.connection
         if not hasattr(raw, "prepare_threshold"):  # psycopg 2
             return connection.cursor(), None
+        if prepare and raw.prepare_threshold is None:
+            # Django turns psycopg's preparing off (``prepare_threshold = None``) unless the
+            # host's OPTIONS set it, and then psycopg ignores ``prepare=True`` too. A threshold
+            # no query reaches turns it back on for explicit requests only: Django's own
+            # cursors bind client-side and never prepare anything.
+            raw.prepare_threshold = 2**31 - 1
         kept = connection.__dict__.get(_KEPT) if keep else None
         if keep and (kept is None or kept.raw is not raw):
             kept = connection.__dict__[_KEPT] = _KeptCursors(raw)
@@ -575,8 +575,6 @@ def _cursor(connection: Any, *, prepare: bool, keep: bool = False) -> tuple[Any,
             cursor = kept.cursors.get(prepare)
             if cursor is None:
                 cursor = kept.cursors[prepare] = _new_cursor(raw, prepare)
-            elif prepare and raw.prepare_threshold is None:
-                raw.prepare_threshold = 2**31 - 1  # the host's code reset it (see _new_cursor)
             kept.busy = True
     if connection.queries_logged:
         return _debug_wrapper_class()(cursor, connection), kept
