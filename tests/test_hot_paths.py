@@ -85,16 +85,22 @@ def _migration_0014():
     return importlib.import_module("cortex_sessions.migrations.0014_append_one_narrow_row")
 
 
-def _function_result() -> str | None:
-    """The installed function's result type, or ``None`` when there is none."""
-    signature = _pg.append_one_function_sql(connection)[1].removeprefix("DROP FUNCTION IF EXISTS ")
+def _signature(drop: str) -> str:
+    """The function a ``DROP FUNCTION IF EXISTS`` statement names, with its argument types."""
+    return drop.removeprefix("DROP FUNCTION IF EXISTS ")
+
+
+def _function_result(signature: str | None = None) -> str | None:
+    """The result type of the function ``signature`` (default: the one the code calls), or
+    ``None`` when there is none."""
+    signature = signature or _signature(_pg.append_one_function_sql(connection)[1])
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_get_function_result(to_regprocedure(%s))", [signature])
         return cursor.fetchone()[0]
 
 
-def _function_exists() -> bool:
-    return _function_result() is not None
+def _function_exists(signature: str | None = None) -> bool:
+    return _function_result(signature) is not None
 
 
 NARROW = "TABLE(session text[], created_at timestamp with time zone)"
@@ -110,27 +116,21 @@ def test_the_migration_creates_the_function_the_code_calls():
     assert _function_result() == NARROW  # the test database was migrated
 
 
-def _exists(signature: str) -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT to_regprocedure(%s) IS NOT NULL", [signature])
-        return bool(cursor.fetchone()[0])
-
-
-FIRST = _migration_0013().DROP.removeprefix("DROP FUNCTION IF EXISTS ")
+FIRST = _signature(_migration_0013().DROP)
 
 
 @on_postgresql
 def test_0014_adds_the_narrow_function_beside_0013s(session):
     """The narrow row has a function of its own: 0013's stays for the previous release's code,
     so code and database on two sides of the migration never write and then fail."""
-    assert _pg.APPEND_ONE != "cortex_sessions_append_one" and _exists(FIRST)
+    assert _pg.APPEND_ONE != "cortex_sessions_append_one" and _function_exists(FIRST)
     narrow = _migration_0014().AppendOneNarrowRow()
     with connection.schema_editor() as editor:
         narrow.database_backwards("cortex_sessions", editor, None, None)
-    assert not _function_exists() and _exists(FIRST)
+    assert not _function_exists() and _function_exists(FIRST)
     with connection.schema_editor() as editor:
         narrow.database_forwards("cortex_sessions", editor, None, None)
-    assert _function_result() == NARROW and _exists(FIRST)
+    assert _function_result() == NARROW and _function_exists(FIRST)
 
 
 @on_postgresql
