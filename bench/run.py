@@ -214,6 +214,35 @@ def _concurrent(
     return wall, statistics.median(latencies) * 1000
 
 
+def _app_appends(target: tuple[Any, str], appends: int, text: str, latencies: list[float]) -> None:
+    """``appends`` one-message appends of ``text`` to ``target`` (session id, scope) through
+    ``services.append_messages`` at the scope's org, each one's seconds added to ``latencies``."""
+    from cortex_sessions import services
+
+    session_id, scope = target
+    for _ in range(appends):
+        started = time.perf_counter()
+        services.append_messages(
+            scope=_org(scope), session_id=session_id, messages=[{"role": "user", "content": text}]
+        )
+        latencies.append(time.perf_counter() - started)
+
+
+def _floor_appends(
+    conn: psycopg.Connection,
+    target: tuple[Any, str],
+    appends: int,
+    text: str,
+    latencies: list[float],
+) -> None:
+    """:func:`_app_appends` with the floor's one statement on ``conn``."""
+    session_id, scope = target
+    for _ in range(appends):
+        started = time.perf_counter()
+        floor.append_one(conn, scope=_org(scope), session_id=session_id, role="user", text=text)
+        latencies.append(time.perf_counter() - started)
+
+
 def _process_writer(
     kind: str,
     url: str,
@@ -226,35 +255,20 @@ def _process_writer(
     """One writer process of :func:`_concurrent_processes` (module level: ``spawn`` imports
     it): Django set up afresh (``app``) or a psycopg connection (``floor``), then ``appends``
     one-message appends to ``target`` after the barrier; puts its latencies on ``results``."""
-    session_id, scope = target
-    latencies = []
+    latencies: list[float] = []
     if kind == "floor":
         with psycopg.connect(url, autocommit=True) as conn:
             barrier.wait()
-            for _ in range(appends):
-                started = time.perf_counter()
-                floor.append_one(
-                    conn, scope=_org(scope), session_id=session_id, role="user", text=text
-                )
-                latencies.append(time.perf_counter() - started)
+            _floor_appends(conn, target, appends, text, latencies)
     else:
         from .setup import setup_django
 
         setup_django(url)
         from django.db import connection
 
-        from cortex_sessions import services
-
         connection.ensure_connection()
         barrier.wait()
-        for _ in range(appends):
-            started = time.perf_counter()
-            services.append_messages(
-                scope=_org(scope),
-                session_id=session_id,
-                messages=[{"role": "user", "content": text}],
-            )
-            latencies.append(time.perf_counter() - started)
+        _app_appends(target, appends, text, latencies)
         connection.close()
     results.put(latencies)
 
@@ -503,8 +517,6 @@ def _concurrent_appends(
     writer processes on the distinct sessions."""
     from django.db import connection
 
-    from cortex_sessions import services
-
     per_thread = max(WRITER_APPENDS, reps)
     text = "A concurrent append from a benchmark writer."
     rows = []
@@ -518,33 +530,19 @@ def _concurrent_appends(
         def app_worker(
             number: int, barrier: threading.Barrier, latencies: list[float], targets=targets
         ) -> None:
-            session_id, scope = targets[number]
             connection.ensure_connection()
             barrier.wait()
             try:
-                for _ in range(per_thread):
-                    started = time.perf_counter()
-                    services.append_messages(
-                        scope=_org(scope),
-                        session_id=session_id,
-                        messages=[{"role": "user", "content": text}],
-                    )
-                    latencies.append(time.perf_counter() - started)
+                _app_appends(targets[number], per_thread, text, latencies)
             finally:
                 connection.close()
 
         def floor_worker(
             number: int, barrier: threading.Barrier, latencies: list[float], targets=targets
         ) -> None:
-            session_id, scope = targets[number]
             with psycopg.connect(url, autocommit=True) as conn:
                 barrier.wait()
-                for _ in range(per_thread):
-                    started = time.perf_counter()
-                    floor.append_one(
-                        conn, scope=_org(scope), session_id=session_id, role="user", text=text
-                    )
-                    latencies.append(time.perf_counter() - started)
+                _floor_appends(conn, targets[number], per_thread, text, latencies)
 
         from django.conf import settings
 
