@@ -39,8 +39,12 @@ WRITERS = 8
 #: about a millisecond, and the median of a few dozen moves by 10% from run to run on a
 #: shared machine, which is the size of the differences the targets speak of.
 HOT_REPS = 300
-#: Fewest appends each writer makes in the concurrent runs.
-WRITER_APPENDS = 100
+#: Fewest appends each writer makes in one run of a concurrent load.
+WRITER_APPENDS = 200
+#: Paired rounds of each concurrent load (:func:`_paired`): one run of 1,600 appends moves by
+#: ±20% with the machine (checkpoints, neighbours on a shared host); the median of the
+#: per-round ratios moves by a few percent.
+WRITER_ROUNDS = 9
 
 #: Targets for app/floor, by operation family (docs/performance.md).
 TARGETS = {"append": 1.3, "get": 2.5, "newest": 1.5, "list": 2.0}
@@ -510,21 +514,104 @@ def run_all(
     return results
 
 
+def _paired(
+    kinds: dict[str, Callable[[], tuple[float, float]]], rounds: int
+) -> dict[str, list[tuple[float, float]]]:
+    """Run each of ``kinds`` (name: a run returning (wall seconds, median latency ms)) once a
+    round for ``rounds`` rounds, the order rotating from round to round, so that a slow moment
+    of the machine (a checkpoint, a neighbour) falls on each kind alike and every app run has
+    a floor run of its own round to be compared with."""
+    names = list(kinds)
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+    for number in range(rounds):
+        shift = number % len(names)
+        for name in names[shift:] + names[:shift]:
+            runs[name].append(kinds[name]())
+    return runs
+
+
+def _throughput_ratios(
+    runs: list[tuple[float, float]], floor_runs: list[tuple[float, float]]
+) -> tuple[float, float, float]:
+    """(median, lowest, highest) of the per-round throughput ratios app / floor (the floor's
+    wall time over the app's, same appends)."""
+    ratios = [floor[0] / app[0] for app, floor in zip(runs, floor_runs, strict=True)]
+    return statistics.median(ratios), min(ratios), max(ratios)
+
+
+def _writers_row(
+    name: str,
+    runs: dict[str, list[tuple[float, float]]],
+    total: int,
+    queries: int | None,
+    rounds: int,
+) -> Row:
+    """One table row of a concurrent run: throughputs (median of the rounds) and the median,
+    lowest and highest per-round ratio to the floor, for the app and (when run) the app with
+    prepared statements."""
+    app, floor_runs = runs["app"], runs["floor"]
+    prepared = runs.get("prepared")
+    ratio, low, high = _throughput_ratios(app, floor_runs)
+    rate = {
+        name: total / statistics.median(run[0] for run in value) for name, value in runs.items()
+    }
+    note = f"{rate['app']:,.0f}/s"
+    extra: dict[str, Any] = {
+        "app_appends_per_s": round(rate["app"]),
+        "floor_appends_per_s": round(rate["floor"]),
+        "throughput_ratio": round(ratio, 2),
+        "throughput_ratio_range": [round(low, 2), round(high, 2)],
+        "appends_per_run": total,
+        "rounds": rounds,
+    }
+    if prepared is not None:
+        p_ratio, p_low, p_high = _throughput_ratios(prepared, floor_runs)
+        note += f" (prepared {rate['prepared']:,.0f}/s)"
+        extra.update(
+            prepared_appends_per_s=round(rate["prepared"]),
+            prepared_throughput_ratio=round(p_ratio, 2),
+            prepared_throughput_ratio_range=[round(p_low, 2), round(p_high, 2)],
+        )
+    note += (
+        f" vs floor {rate['floor']:,.0f}/s: {ratio:.2f}× the floor's throughput"
+        f" (rounds {low:.2f}–{high:.2f}×"
+        + (f"; prepared {p_ratio:.2f}×" if prepared is not None else "")
+        + f"; median of {rounds} paired rounds)"
+    )
+    row = Row(
+        name,
+        statistics.median(run[1] for run in app),
+        statistics.median(run[1] for run in floor_runs),
+        queries,
+        "-",
+        TARGETS["append"],
+        note,
+        extra,
+    )
+    if prepared is not None:
+        row.prepared_ms = statistics.median(run[1] for run in prepared)
+    return row
+
+
 def _concurrent_appends(
     url: str, fx: dict[str, Any], reps: int, queries: int | None, say
 ) -> list[Row]:
     """8 writer threads appending to 8 distinct sessions, then 8 on one hot session, then 8
-    writer processes on the distinct sessions."""
+    writer processes on the distinct sessions; each load in :data:`WRITER_ROUNDS` paired
+    rounds (:func:`_paired`) of the app, the app with prepared statements (threads only) and
+    the floor."""
+    from django.conf import settings
     from django.db import connection
 
     per_thread = max(WRITER_APPENDS, reps)
+    total = WRITERS * per_thread
     text = "A concurrent append from a benchmark writer."
     rows = []
     distinct = fx["sample"][20 : 20 + WRITERS]
     hot = fx["sample"][40]
     for name, targets in (
-        (f"append, {WRITERS} writers, distinct sessions", distinct),
-        (f"append, {WRITERS} writers, one hot session", [hot] * WRITERS),
+        (f"append, {WRITERS} writer threads, distinct sessions", distinct),
+        (f"append, {WRITERS} writer threads, one hot session", [hot] * WRITERS),
     ):
 
         def app_worker(
@@ -544,69 +631,41 @@ def _concurrent_appends(
                 barrier.wait()
                 _floor_appends(conn, targets[number], per_thread, text, latencies)
 
-        from django.conf import settings
-
-        app_runs, prepared_runs, floor_runs = [], [], []
-        for _ in range(3):
-            app_runs.append(_concurrent(app_worker))
+        def prepared_run(app_worker=app_worker) -> tuple[float, float]:
             settings.CORTEX_SESSIONS["PREPARED_STATEMENTS"] = True
             try:
-                prepared_runs.append(_concurrent(app_worker))
+                return _concurrent(app_worker)
             finally:
                 settings.CORTEX_SESSIONS["PREPARED_STATEMENTS"] = False
-            floor_runs.append(_concurrent(floor_worker))
-        total = WRITERS * per_thread
-        app_wall = statistics.median(run[0] for run in app_runs)
-        prepared_wall = statistics.median(run[0] for run in prepared_runs)
-        floor_wall = statistics.median(run[0] for run in floor_runs)
-        row = Row(
-            name,
-            statistics.median(run[1] for run in app_runs),
-            statistics.median(run[1] for run in floor_runs),
-            queries,
-            "-",
-            TARGETS["append"],
-            f"{total / app_wall:,.0f}/s (prepared {total / prepared_wall:,.0f}/s) vs floor "
-            f"{total / floor_wall:,.0f}/s: {floor_wall / app_wall:.2f}× "
-            f"({floor_wall / prepared_wall:.2f}×) the floor's throughput",
+
+        runs = _paired(
             {
-                "app_appends_per_s": round(total / app_wall),
-                "prepared_appends_per_s": round(total / prepared_wall),
-                "floor_appends_per_s": round(total / floor_wall),
-                "throughput_ratio": round(floor_wall / app_wall, 2),
-                "prepared_throughput_ratio": round(floor_wall / prepared_wall, 2),
-                "appends_per_run": total,
+                "app": lambda app_worker=app_worker: _concurrent(app_worker),
+                "prepared": prepared_run,
+                "floor": lambda floor_worker=floor_worker: _concurrent(floor_worker),
             },
+            WRITER_ROUNDS,
         )
-        row.prepared_ms = statistics.median(run[1] for run in prepared_runs)
-        rows.append(row)
-        say(_format_row(row))
+        rows.append(_writers_row(name, runs, total, queries, WRITER_ROUNDS))
+        say(_format_row(rows[-1]))
     # The same distinct-session load from 8 processes: no interpreter lock between writers.
-    app_runs, floor_runs = [], []
-    for _ in range(3):
-        app_runs.append(_concurrent_processes("app", url, distinct, per_thread, text))
-        floor_runs.append(_concurrent_processes("floor", url, distinct, per_thread, text))
-    total = WRITERS * per_thread
-    app_wall = statistics.median(run[0] for run in app_runs)
-    floor_wall = statistics.median(run[0] for run in floor_runs)
-    row = Row(
-        f"append, {WRITERS} writer processes, distinct sessions",
-        statistics.median(run[1] for run in app_runs),
-        statistics.median(run[1] for run in floor_runs),
-        queries,
-        "-",
-        TARGETS["append"],
-        f"{total / app_wall:,.0f}/s vs floor {total / floor_wall:,.0f}/s: "
-        f"{floor_wall / app_wall:.2f}× the floor's throughput",
+    runs = _paired(
         {
-            "app_appends_per_s": round(total / app_wall),
-            "floor_appends_per_s": round(total / floor_wall),
-            "throughput_ratio": round(floor_wall / app_wall, 2),
-            "appends_per_run": total,
+            kind: lambda kind=kind: _concurrent_processes(kind, url, distinct, per_thread, text)
+            for kind in ("app", "floor")
         },
+        WRITER_ROUNDS,
     )
-    rows.append(row)
-    say(_format_row(row))
+    rows.append(
+        _writers_row(
+            f"append, {WRITERS} writer processes, distinct sessions",
+            runs,
+            total,
+            queries,
+            WRITER_ROUNDS,
+        )
+    )
+    say(_format_row(rows[-1]))
     return rows
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -66,8 +67,11 @@ def content_text(content: Any) -> str:
     )
 
 
-_UNSTORABLE = regex.compile(r"[\x00\ud800-\udfff]")
-_SURROGATE = regex.compile(r"[\ud800-\udfff]")
+#: Stdlib ``re``, not ``regex``: ``regex`` releases the interpreter lock for every match on a
+#: ``str``, so each check of a message would let another thread take the lock and wait to get
+#: it back; under eight writer threads that cost more than the match (docs/performance.md).
+_UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 #: Deepest nesting of arrays and objects in a JSON value the app stores (``metadata``,
 #: ``content``): MariaDB's ``JSON_VALID`` — the check constraint of its JSON columns — refuses a
@@ -319,10 +323,12 @@ def is_grapheme_boundary(text: str, index: int) -> bool:
         return True
     start = max(0, index - _BOUNDARY_WINDOW)
     # Start the segmentation outside any cluster or regional-indicator run.
-    while start > 0 and _RUN_CONTINUES.match(text, start):
+    # ``concurrent=False``: keep the interpreter lock for these window-sized matches (see
+    # _UNSTORABLE); ``regex`` would release it for each.
+    while start > 0 and _RUN_CONTINUES.match(text, start, concurrent=False):
         start -= 1
     end = min(len(text), index + _BOUNDARY_WINDOW)
-    for cluster in _GRAPHEME.finditer(text, start, end):
+    for cluster in _GRAPHEME.finditer(text, start, end, concurrent=False):
         if cluster.start() >= index:
             return bool(cluster.start() == index)
     return False  # ``index`` lies inside the window's last cluster

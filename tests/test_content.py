@@ -55,3 +55,50 @@ def test_a_preview_ends_on_a_whole_character(text, max_chars):
 def test_a_decomposed_korean_preview_keeps_whole_syllables():
     text = unicodedata.normalize("NFD", "한국어 텍스트")
     assert preview(text, 4) == unicodedata.normalize("NFD", "한") + "…"
+
+
+def _runs_another_thread(call, times: int) -> bool:
+    """Whether ``call()``, made ``times`` times, lets another Python thread run: a thread
+    spinning on a counter gets the interpreter lock only when ``call`` releases it for long
+    enough to be scheduled, since the switch interval (0.2 s) is far longer than the calls
+    (a few milliseconds)."""
+    import sys
+    import threading
+
+    started, stop = threading.Event(), threading.Event()
+    counter = [0]
+
+    def spin() -> None:
+        started.set()
+        while not stop.is_set():
+            counter[0] += 1
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.2)
+    spinner = threading.Thread(target=spin)
+    try:
+        spinner.start()
+        started.wait()
+        before = counter[0]
+        for _ in range(times):
+            call()
+        ran = counter[0] != before
+    finally:
+        stop.set()
+        spinner.join()
+        sys.setswitchinterval(interval)
+    return ran
+
+
+def test_checking_text_keeps_the_interpreter_lock():
+    # Each message an append takes is checked for NUL and lone surrogates. Releasing the
+    # interpreter lock for the match (what the ``regex`` library does by default on a ``str``)
+    # makes every writer thread wait to get it back after each message (docs/performance.md);
+    # the check must not. A long text makes a release long enough for the probe to see.
+    from cortex_sessions.content import check_json_value
+
+    text = "An ordinary message. " * 50_000  # 1 MB
+    assert not _runs_another_thread(lambda: check_json_value(text, field="content"), 2)
+    assert not _runs_another_thread(lambda: check_json_value([{"a": text}], field="content"), 2)
+    # The probe does see a match that releases the lock.
+    assert _runs_another_thread(lambda: regex.compile(r"\x00").search(text), 2)

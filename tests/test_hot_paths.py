@@ -561,3 +561,23 @@ def test_an_error_leaves_the_kept_cursor_usable(session):
         _pg.get_session("default", canonical=SCOPE, session_id="not-a-uuid", agent_id=None)
     assert not _kept().busy
     assert services.get_session(scope=SCOPE, session_id=session.pk).pk == session.pk
+
+
+@on_postgresql
+def test_a_broken_transaction_refuses_the_hot_path_as_it_refuses_the_orm(session):
+    # With nothing logging and no hook, the kept cursor runs without Django's CursorWrapper;
+    # it still checks what the wrapper checks before sending anything.
+    from django.db import transaction
+    from django.db.transaction import TransactionManagementError
+
+    with transaction.atomic():
+        transaction.set_rollback(True)
+        assert not connection.queries_logged and not connection.execute_wrappers
+        with pytest.raises(TransactionManagementError):
+            services.append_messages(
+                scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "a"}]
+            )
+        with pytest.raises(TransactionManagementError):
+            Session.objects.get(pk=session.pk)
+    assert not _kept().busy
+    assert Session.objects.get(pk=session.pk).message_count == 0

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from django.db import connection
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from cortex_sessions import services
-from cortex_sessions.content import preview
+from cortex_sessions.content import json_text, preview
 from cortex_sessions.exceptions import (
     EmptyContent,
     InvalidContent,
@@ -23,6 +27,7 @@ from cortex_sessions.exceptions import (
 )
 from cortex_sessions.models import Message, Session
 from cortex_sessions.services import MessageInput
+from cortex_sessions.services.messages import _build_message
 
 pytestmark = pytest.mark.django_db
 
@@ -244,3 +249,15 @@ def test_recount_repairs_drift_and_reports_it(session):
     assert [(d.session_id, d.stored_count, d.actual_count) for d in drifts] == [(session.pk, 42, 1)]
     assert (stored(session).message_count, stored(session).last_message) == (1, "real")
     assert services.recount_sessions(scope=SCOPE) == []
+
+
+@given(st.text(st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"])))
+@settings(max_examples=300)
+def test_a_text_message_is_encoded_as_its_one_text_block(text):
+    # A string's JSON is composed around the encoded string (the encoder's fast path): it must
+    # be the very text the list of blocks encodes to, which is what is stored and measured.
+    if not text.strip():
+        return
+    built = _build_message({"role": "user", "content": text}, 0, datetime.now(UTC))
+    assert built["content"] == [{"type": "text", "text": text}]
+    assert built["content_json"] == json_text(built["content"], field="content")

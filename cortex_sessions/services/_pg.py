@@ -442,11 +442,20 @@ def _execute(
     :func:`_instances` then sets the time zone exactly as Django's loader does (see
     :func:`_datetime_value`), so the values are the ORM's.
     """
-    cursor, kept = _cursor(connection, prepare=app_settings.PREPARED_STATEMENTS, keep=keep)
+    wrapper, cursor, kept = _cursor(connection, prepare=app_settings.PREPARED_STATEMENTS, keep=keep)
     try:
-        cursor.execute(sql, params)  # Django's wrapper: hooks, logging, error classes
+        if wrapper is None:
+            # Nothing logs and no hook listens: what Django's CursorWrapper.execute does then,
+            # without building one and going through its three calls, which is measurable on
+            # an append under eight writers, where each microsecond of Python is paid several
+            # times over (docs/performance.md).
+            connection.validate_no_broken_transaction()
+            with connection.wrap_database_errors:
+                cursor.execute(sql, params)
+                return cast(list[tuple[Any, ...]], cursor.fetchall())
+        wrapper.execute(sql, params)  # Django's wrapper: hooks, logging, error classes
         with connection.wrap_database_errors:
-            return cast(list[tuple[Any, ...]], cursor.cursor.fetchall())
+            return cast(list[tuple[Any, ...]], cursor.fetchall())
     finally:
         if kept is None:
             cursor.close()
@@ -529,7 +538,7 @@ def _new_cursor(raw: Any, prepare: bool) -> Any:
     return cursor
 
 
-def _cursor(connection: Any, *, prepare: bool, keep: bool = False) -> tuple[Any, Any]:
+def _cursor(connection: Any, *, prepare: bool, keep: bool = False) -> tuple[Any, Any, Any]:
     """A Django cursor wrapper (query logging, ``execute_wrapper`` hooks, Django's error
     classes) around a psycopg 3 cursor that binds parameters on the server, as
     ``connection.cursor()`` would build one with another cursor class.
@@ -547,19 +556,35 @@ def _cursor(connection: Any, *, prepare: bool, keep: bool = False) -> tuple[Any,
     1.21, or with ``max_prepared_statements = 0``); hence the setting is off by default.
 
     Returns:
-        ``(cursor wrapper, kept)``: with ``keep``, the psycopg cursor is the one
+        ``(cursor wrapper, psycopg cursor, kept)``: with ``keep``, the psycopg cursor is the one
         ``connection`` keeps (:class:`_KeptCursors`, returned as ``kept`` and marked busy;
-        the caller clears ``busy`` when done and does not close it); otherwise ``kept`` is
-        ``None`` and the caller closes the wrapper. On psycopg 2 (no server-side binding)
-        Django's ordinary cursor is returned, never kept.
+        the caller clears ``busy`` when done and does not close it), and the wrapper is
+        ``None`` when nothing would see it (no query logging, no ``execute_wrapper`` hook):
+        the caller runs the cursor as the wrapper would. Otherwise ``kept`` is ``None`` and the
+        caller closes the cursor. On psycopg 2 (no server-side binding) Django's ordinary
+        cursor is returned, never kept.
     """
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     connection.validate_thread_sharing()
+    if keep:  # the usual case first: the kept cursor, free, and nothing watching
+        kept = connection.__dict__.get(_KEPT)
+        if (
+            kept is not None
+            and kept.raw is connection.connection
+            and not kept.busy
+            and not connection.queries_logged
+            and not connection.execute_wrappers
+        ):
+            cursor = kept.cursors.get(prepare)
+            if cursor is not None:  # made by the path below, threshold set
+                kept.busy = True
+                return None, cursor, kept
     with connection.wrap_database_errors:
         raw = connection.connection
         if not hasattr(raw, "prepare_threshold"):  # psycopg 2
-            return connection.cursor(), None
+            wrapper = connection.cursor()
+            return wrapper, wrapper.cursor, None
         if prepare and raw.prepare_threshold is None:
             # Django turns psycopg's preparing off (``prepare_threshold = None``) unless the
             # host's OPTIONS set it, and then psycopg ignores ``prepare=True`` too. A threshold
@@ -577,8 +602,10 @@ def _cursor(connection: Any, *, prepare: bool, keep: bool = False) -> tuple[Any,
                 cursor = kept.cursors[prepare] = _new_cursor(raw, prepare)
             kept.busy = True
     if connection.queries_logged:
-        return _debug_wrapper_class()(cursor, connection), kept
-    return connection.make_cursor(cursor), kept
+        return _debug_wrapper_class()(cursor, connection), cursor, kept
+    if kept is not None and not connection.execute_wrappers:
+        return None, cursor, kept
+    return connection.make_cursor(cursor), cursor, kept
 
 
 # -- rows to instances ----------------------------------------------------------------------------

@@ -83,10 +83,17 @@ _JSON_TEXTS = ("content_json", "metadata_json")
 
 _INPUT_KEYS = frozenset({"role", "content", "source", "metadata", "created_at"})
 
+#: ``json_text([{"type": "text", "text": text}])`` with the encoded text in place of ``%s``: a
+#: string's encoding is the encoder's fast path, where a list of blocks makes it build its
+#: iterating encoder on every call (~2 µs of an append's Python; docs/performance.md).
+_TEXT_BLOCK_JSON = '[{"type":"text","text":%s}]'
 
-def _build_message(item: MessageInput | Mapping[str, Any], index: int) -> dict[str, Any]:
+
+def _build_message(
+    item: MessageInput | Mapping[str, Any], index: int, now: datetime
+) -> dict[str, Any]:
     """Validate one message input; returns the column values (without session and seq), plus
-    the keys of ``_NOT_COLUMNS``."""
+    the keys of ``_NOT_COLUMNS``. ``now`` is its ``created_at`` when the input gives none."""
     if isinstance(item, Mapping):
         unknown = item.keys() - _INPUT_KEYS
         if unknown:
@@ -120,7 +127,10 @@ def _build_message(item: MessageInput | Mapping[str, Any], index: int) -> dict[s
     else:
         metadata = _check_metadata(metadata)
         metadata_json = json_text(metadata, field="metadata")
-    content_json = json_text(blocks, field="content")
+    if isinstance(content, str):  # the one text block normalize_content made of it
+        content_json = _TEXT_BLOCK_JSON % json_text(content, field="content")
+    else:
+        content_json = json_text(blocks, field="content")
     size = utf8_size(content_json) + utf8_size(metadata_json)
     limit = app_settings.MAX_MESSAGE_BYTES
     if size > limit:
@@ -137,7 +147,7 @@ def _build_message(item: MessageInput | Mapping[str, Any], index: int) -> dict[s
         "source": source,
         "content": blocks,
         "metadata": metadata,
-        "created_at": created_at or timezone.now(),
+        "created_at": created_at or now,
         "explicit_time": created_at is not None,
         "content_json": content_json,
         "metadata_json": metadata_json,
@@ -188,14 +198,20 @@ def append_messages(
         raise InvalidInput("messages must be a list of messages.", field="messages")
     if not messages:
         raise InvalidInput("At least one message is required.", field="messages")
-    rows = [_build_message(item, index) for index, item in enumerate(messages)]
+    # One clock reading: the messages' default created_at and the session's updated_at.
+    now = timezone.now()
+    rows = [_build_message(item, index, now) for index, item in enumerate(messages)]
     if idempotency_key is not None:
-        return _append_once(scope, session_id, rows, idempotency_key)
-    return _append_rows(scope, session_id, rows)
+        return _append_once(scope, session_id, rows, idempotency_key, now)
+    return _append_rows(scope, session_id, rows, now)
 
 
 def _append_once(
-    scope: Scope | str, session_id: uuid.UUID | str, rows: list[dict[str, Any]], key: str
+    scope: Scope | str,
+    session_id: uuid.UUID | str,
+    rows: list[dict[str, Any]],
+    key: str,
+    now: datetime,
 ) -> AppendResult:
     """:func:`append_messages` with an idempotency key (docs/design.md §12.1)."""
     pk = _session_id(session_id)
@@ -211,7 +227,7 @@ def _append_once(
         endpoint=f"service:append_messages:{pk}",
         key=key,
         digest=fingerprint(inputs),
-        write=lambda: _append_rows(scope, pk, rows),
+        write=lambda: _append_rows(scope, pk, rows, now),
         record=lambda result: (0, json.dumps([message.pk for message in result.messages])),
     )
     if not outcome.replayed:
@@ -239,14 +255,16 @@ def _column_values(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _append_rows(
-    scope: Scope | str, session_id: uuid.UUID | str, rows: list[dict[str, Any]]
+    scope: Scope | str, session_id: uuid.UUID | str, rows: list[dict[str, Any]], now: datetime
 ) -> AppendResult:
-    """Write validated rows at the end of the session, in one transaction (docs/design.md §5)."""
+    """Write validated rows at the end of the session, in one transaction (docs/design.md §5);
+    ``now`` (the time :func:`append_messages` read) is the session's new ``updated_at`` on
+    PostgreSQL, whose one statement is sent with it."""
     texts = [(row["content_json"], row["metadata_json"]) for row in rows]
     rows = [_column_values(row) for row in rows]
     alias = _db_for_write()
     if _pg.enabled(alias):  # one statement (docs/design.md §14)
-        return _append_pg(alias, scope, session_id, rows, texts)
+        return _append_pg(alias, scope, session_id, rows, texts, now)
     with transaction.atomic(using=alias):
         session = _check_live(_locked_session(scope, session_id))
         created = Message.objects.bulk_create(
@@ -261,7 +279,7 @@ def _append_rows(
         )
         changes: dict[str, Any] = {
             "last_seq": session.last_seq + len(created),
-            "updated_at": timezone.now(),
+            "updated_at": timezone.now(),  # under the row lock: never behind a prior append's
         }
         for message in reversed(created):
             if last := last_message_of(message.role, message.source, message.content):
@@ -284,6 +302,7 @@ def _append_pg(
     session_id: uuid.UUID | str,
     rows: list[dict[str, Any]],
     texts: list[tuple[str, str]],
+    now: datetime,
 ) -> AppendResult:
     """:func:`append_messages` on PostgreSQL: the same checks, one statement (``_pg``)."""
     canonical = canonical_of(scope)
@@ -293,7 +312,7 @@ def _append_pg(
             last = text
             break
     pk = _session_id(session_id)
-    for _attempt in range(2):
+    for attempt in range(2):
         appended = _pg.append_rows(
             alias,
             canonical=canonical,
@@ -301,7 +320,7 @@ def _append_pg(
             rows=rows,
             json_texts=texts,
             last_message=last,
-            updated_at=timezone.now(),
+            updated_at=now if attempt == 0 else timezone.now(),
         )
         if appended is not None:
             break
