@@ -515,18 +515,25 @@ def run_all(
 
 
 def _paired(
-    kinds: dict[str, Callable[[], tuple[float, float]]], rounds: int
+    url: str, kinds: dict[str, Callable[[], tuple[float, float]]], rounds: int
 ) -> dict[str, list[tuple[float, float]]]:
     """Run each of ``kinds`` (name: a run returning (wall seconds, median latency ms)) once a
     round for ``rounds`` rounds, the order rotating from round to round, so that a slow moment
     of the machine (a checkpoint, a neighbour) falls on each kind alike and every app run has
-    a floor run of its own round to be compared with."""
+    a floor run of its own round to be compared with.
+
+    The session table is vacuumed before each run (untimed), as autovacuum would have by then
+    with migration ``0009``'s settings: a run updates the same 8 rows 1,600 times, none of
+    them a HOT update, and the bench server runs with autovacuum off, so without it every run
+    would find more dead row versions and index entries than the one before."""
     names = list(kinds)
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
-    for number in range(rounds):
-        shift = number % len(names)
-        for name in names[shift:] + names[:shift]:
-            runs[name].append(kinds[name]())
+    with psycopg.connect(url, autocommit=True) as conn:
+        for number in range(rounds):
+            shift = number % len(names)
+            for name in names[shift:] + names[:shift]:
+                conn.execute(f"VACUUM {floor.SESSION_TABLE}")
+                runs[name].append(kinds[name]())
     return runs
 
 
@@ -639,6 +646,7 @@ def _concurrent_appends(
                 settings.CORTEX_SESSIONS["PREPARED_STATEMENTS"] = False
 
         runs = _paired(
+            url,
             {
                 "app": lambda app_worker=app_worker: _concurrent(app_worker),
                 "prepared": prepared_run,
@@ -650,6 +658,7 @@ def _concurrent_appends(
         say(_format_row(rows[-1]))
     # The same distinct-session load from 8 processes: no interpreter lock between writers.
     runs = _paired(
+        url,
         {
             kind: lambda kind=kind: _concurrent_processes(kind, url, distinct, per_thread, text)
             for kind in ("app", "floor")
