@@ -58,6 +58,12 @@ def content_text(content: Any) -> str:
     """
     if not isinstance(content, list):
         return ""
+    if len(content) == 1:  # most messages: one block, no join
+        block = content[0]
+        if isinstance(block, Mapping) and block.get("type") == "text":
+            text = block.get("text")
+            return text if isinstance(text, str) else ""
+        return ""
     return "\n".join(
         block["text"]
         for block in content

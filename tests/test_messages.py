@@ -6,10 +6,10 @@ from datetime import UTC, datetime
 
 import pytest
 from django.db import connection
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cortex_sessions import services
 from cortex_sessions.content import json_text, preview

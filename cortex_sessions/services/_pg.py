@@ -264,13 +264,15 @@ def _text_converter(field: Any) -> Any:
 
 
 @cache
-def _narrow_plan() -> tuple[str, tuple[tuple[str, Any], ...], tuple[str, ...]]:
-    """:func:`_narrow_fields` as the primary key's attname, ``((attname, text converter),
-    …)`` and the timestamps' attnames."""
+def _narrow_plan() -> tuple[str, tuple[str, ...], tuple[tuple[str, Any], ...], tuple[str, ...]]:
+    """:func:`_narrow_fields` as the primary key's attname, the array fields' attnames, ``((attname,
+    text converter), …)`` of those whose text is converted, and the timestamps' attnames."""
     texts, times = _narrow_fields()
+    converted = ((field.attname, _text_converter(field)) for field in texts)
     return (
         Session._meta.pk.attname,
-        tuple((field.attname, _text_converter(field)) for field in texts),
+        tuple(field.attname for field in texts),
+        tuple((attname, convert) for attname, convert in converted if convert is not None),
         tuple(field.attname for field in times),
     )
 
@@ -286,17 +288,19 @@ def _narrow_session(
     """The session, the new message's id and its seq, from the row of :data:`APPEND_ONE` read
     on ``connection`` (of ``alias``), as the ORM loads them; ``session_id`` and
     ``updated_at`` are the values the append was called with."""
-    pk, texts, times = _narrow_plan()
+    pk, names, converters, times = _narrow_plan()
     array = row[0]
-    loaded: dict[str, Any] = dict(zip(times, row[1:], strict=True))
-    for attname, value in loaded.items():
-        if value is not None:
-            loaded[attname] = _datetime_value(value, connection)
+    # The array ends with the message's id and seq, which no name takes.
+    loaded: dict[str, Any] = dict(zip(names, array, strict=False))
+    for attname, convert in converters:
+        text = loaded[attname]
+        if text is not None:
+            loaded[attname] = convert(text, connection)
+    for attname, value in zip(times, row[1:], strict=True):
+        loaded[attname] = None if value is None else _datetime_value(value, connection)
     loaded[pk] = session_id
     loaded["updated_at"] = updated_at
     loaded["archived_at"] = None
-    for (attname, convert), text in zip(texts, array, strict=False):
-        loaded[attname] = text if text is None or convert is None else convert(text, connection)
     session = cast(Session, _loaded(Session, alias, loaded, _plain(Session)))
     return session, int(array[-2]), int(array[-1])
 
@@ -851,7 +855,7 @@ def append_rows(
         session = _instance(Session, alias, result[0][:width])
         written = [(values[width], values[width + 1]) for values in result]
     plain = _plain(Message)
-    cache_session = Message._meta.get_field("session").set_cached_value
+    cache_session = _session_cache()
     messages = []
     for row, (message_id, seq) in zip(rows, written, strict=True):
         message = _loaded(
@@ -859,7 +863,7 @@ def append_rows(
             alias,
             {
                 "id": message_id,
-                "session_id": session.pk,
+                "session_id": session_id,
                 "agent_id": session.agent_id,
                 "scope": session.scope,
                 "seq": seq,
@@ -870,6 +874,12 @@ def append_rows(
         cache_session(message, session)  # message.session is the session returned
         messages.append(message)
     return session, messages
+
+
+@cache
+def _session_cache() -> Any:
+    """``Message.session``'s ``set_cached_value`` (a message's ``session`` without a query)."""
+    return Message._meta.get_field("session").set_cached_value
 
 
 def newest_messages(
