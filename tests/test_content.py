@@ -108,6 +108,7 @@ def test_checking_text_keeps_the_interpreter_lock():
 
     assert keeps_the_lock(lambda: check_json_value(text, field="content"))
     assert keeps_the_lock(lambda: check_json_value([{"a": text}], field="content"))
-    # The probe does see a match that releases the lock.
-    releasing = regex.compile(r"\x00")
-    assert any(_runs_another_thread(lambda: releasing.search(text), 2) for _ in range(3))
+    # The probe does see a match that releases the lock (over a longer text, so that the
+    # release lasts long enough for the spinning thread to be scheduled on a busy machine).
+    releasing, longer = regex.compile(r"\x00"), text * 10
+    assert any(_runs_another_thread(lambda: releasing.search(longer), 1) for _ in range(3))
