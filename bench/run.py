@@ -257,8 +257,9 @@ def _process_writer(
     results: Any,
 ) -> None:
     """One writer process of :func:`_concurrent_processes` (module level: ``spawn`` imports
-    it): Django set up afresh (``app``) or a psycopg connection (``floor``), then ``appends``
-    one-message appends to ``target`` after the barrier; puts its latencies on ``results``."""
+    it): Django set up afresh (``app``; ``prepared``: with ``PREPARED_STATEMENTS``) or a
+    psycopg connection (``floor``), then ``appends`` one-message appends to ``target`` after
+    the barrier; puts its latencies on ``results``."""
     latencies: list[float] = []
     if kind == "floor":
         with psycopg.connect(url, autocommit=True) as conn:
@@ -268,8 +269,10 @@ def _process_writer(
         from .setup import setup_django
 
         setup_django(url)
+        from django.conf import settings
         from django.db import connection
 
+        settings.CORTEX_SESSIONS["PREPARED_STATEMENTS"] = kind == "prepared"
         connection.ensure_connection()
         barrier.wait()
         _app_appends(target, appends, text, latencies)
@@ -280,7 +283,7 @@ def _process_writer(
 def _concurrent_processes(
     kind: str, url: str, targets: Sequence[tuple[Any, str]], appends: int, text: str
 ) -> tuple[float, float]:
-    """Run ``WRITERS`` writer processes (``kind``: ``app`` or ``floor``), as a web server's
+    """Run ``WRITERS`` writer processes (``kind``: ``app``, ``prepared`` or ``floor``), as a web server's
     workers are; returns (wall seconds from the barrier to the last writer's end, median
     latency ms). Processes are started with ``spawn``, so none inherits a connection."""
     import multiprocessing
@@ -367,6 +370,10 @@ def run_all(
     plans = RESULTS / scale.name / "plans"
     rows: list[Row] = []
     base = psycopg.connect(url, autocommit=True)
+    # What autovacuum would have done since the last run (the bench server has it off): the
+    # appends of an earlier run leave dead versions of the session rows and, at the top of the
+    # recent index, dead entries that a newest-first list would walk through.
+    base.execute(f"VACUUM (ANALYZE, INDEX_CLEANUP ON) {floor.SESSION_TABLE}")
     fx = _fixtures(base, scale)
     connection.ensure_connection()
 
@@ -605,8 +612,7 @@ def _concurrent_appends(
 ) -> list[Row]:
     """8 writer threads appending to 8 distinct sessions, then 8 on one hot session, then 8
     writer processes on the distinct sessions; each load in :data:`WRITER_ROUNDS` paired
-    rounds (:func:`_paired`) of the app, the app with prepared statements (threads only) and
-    the floor."""
+    rounds (:func:`_paired`) of the app, the app with prepared statements and the floor."""
     from django.conf import settings
     from django.db import connection
 
@@ -661,7 +667,7 @@ def _concurrent_appends(
         url,
         {
             kind: lambda kind=kind: _concurrent_processes(kind, url, distinct, per_thread, text)
-            for kind in ("app", "floor")
+            for kind in ("app", "prepared", "floor")
         },
         WRITER_ROUNDS,
     )
