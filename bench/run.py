@@ -283,8 +283,8 @@ def _process_writer(
 def _concurrent_processes(
     kind: str, url: str, targets: Sequence[tuple[Any, str]], appends: int, text: str
 ) -> tuple[float, float]:
-    """Run ``WRITERS`` writer processes (``kind``: ``app``, ``prepared`` or ``floor``), as a web server's
-    workers are; returns (wall seconds from the barrier to the last writer's end, median
+    """Run ``WRITERS`` writer processes (``kind``: ``app``, ``prepared`` or ``floor``), as a
+    web server's workers are; returns (wall seconds from the barrier to the last writer's end, median
     latency ms). Processes are started with ``spawn``, so none inherits a connection."""
     import multiprocessing
 
@@ -530,8 +530,8 @@ def _paired(
     a floor run of its own round to be compared with.
 
     The session table is vacuumed before each run (untimed), as autovacuum would have by then
-    with migration ``0009``'s settings: a run updates the same 8 rows 1,600 times, none of
-    them a HOT update, and the bench server runs with autovacuum off, so without it every run
+    with migration ``0009``'s settings: a run updates the same few rows 1,600 times, none
+    of them a HOT update, and the bench server runs with autovacuum off, so without it every run
     would find more dead row versions and index entries than the one before."""
     names = list(kinds)
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in names}

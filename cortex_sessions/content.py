@@ -59,18 +59,17 @@ def content_text(content: Any) -> str:
     if not isinstance(content, list):
         return ""
     if len(content) == 1:  # most messages: one block, no join
-        block = content[0]
-        if isinstance(block, Mapping) and block.get("type") == "text":
-            text = block.get("text")
-            return text if isinstance(text, str) else ""
-        return ""
-    return "\n".join(
-        block["text"]
-        for block in content
-        if isinstance(block, Mapping)
-        and block.get("type") == "text"
-        and isinstance(block.get("text"), str)
-    )
+        return _block_text(content[0]) or ""
+    return "\n".join(text for block in content if (text := _block_text(block)) is not None)
+
+
+def _block_text(block: Any) -> str | None:
+    """A text block's ``text``; ``None`` for any other block (or a text block without one)."""
+    if isinstance(block, Mapping) and block.get("type") == "text":
+        text = block.get("text")
+        if isinstance(text, str):
+            return text
+    return None
 
 
 #: Stdlib ``re``, not ``regex``: ``regex`` releases the interpreter lock for every match on a
