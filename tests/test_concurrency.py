@@ -91,6 +91,49 @@ def test_concurrent_appends_get_gapless_seqs_and_exact_counters():
     assert session.last_message == newest.text
 
 
+@pytest.mark.parametrize("count", [1, 2])
+def test_updated_at_never_moves_back_under_a_concurrent_append(count):
+    """An append that read its clock, then waited while another append committed a later
+    time, keeps the later ``updated_at`` (docs/design.md §3.1: it moves on every message
+    write), and returns what it stored. On PostgreSQL the statement is sent with the time the
+    caller read before waiting for the row lock; the ORM path reads it under the lock."""
+    session = services.create_session(scope=SCOPE, agent_id=AGENT)
+    waiting, go = threading.Event(), threading.Event()
+    messages = [{"role": "user", "content": f"slow {n}"} for n in range(count)]
+
+    def hold_first_statement(execute, sql, params, many, context):
+        if not waiting.is_set():
+            waiting.set()
+            assert go.wait(timeout=30)
+        return execute(sql, params, many, context)
+
+    def slow_append() -> Any:
+        try:
+            with connection.execute_wrapper(hold_first_statement):
+                return services.append_messages(
+                    scope=SCOPE, session_id=session.pk, messages=messages
+                )
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        slow = pool.submit(slow_append)
+        assert waiting.wait(timeout=30)
+        time.sleep(0.01)  # a clock that reads the same twice would prove nothing
+        fast = services.append_messages(
+            scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "fast"}]
+        )
+        go.set()
+        late = slow.result(timeout=30)
+
+    stored = Session.objects.get(pk=session.pk)
+    assert [m.seq for m in late.messages] == list(range(2, 2 + count))  # it waited: after
+    assert late.messages[0].created_at < fast.messages[0].created_at  # its clock was earlier
+    assert stored.updated_at >= fast.session.updated_at
+    assert late.session.updated_at == stored.updated_at  # returned as stored
+    assert (stored.message_count, stored.last_seq) == (1 + count, 1 + count)
+
+
 def test_concurrent_make_default_swaps_leave_exactly_one_default():
     sessions = [
         services.create_session(scope=SCOPE, agent_id=AGENT, is_default=index == 0)

@@ -81,8 +81,14 @@ def _migration_0013():
 
 
 def _migration_0014():
-    """The migration that holds the function as the code describes it today."""
     return importlib.import_module("cortex_sessions.migrations.0014_append_one_narrow_row")
+
+
+def _migration_0015():
+    """The migration that holds the function as the code describes it today."""
+    return importlib.import_module(
+        "cortex_sessions.migrations.0015_append_one_monotonic_updated_at"
+    )
 
 
 def _signature(drop: str) -> str:
@@ -103,7 +109,10 @@ def _function_exists(signature: str | None = None) -> bool:
     return _function_result(signature) is not None
 
 
-NARROW = "TABLE(session text[], created_at timestamp with time zone)"
+NARROW = (
+    "TABLE(session text[], created_at timestamp with time zone,"
+    " updated_at timestamp with time zone)"
+)
 
 
 @on_postgresql
@@ -112,39 +121,41 @@ def test_the_migration_creates_the_function_the_code_calls():
     session's columns or to the append statement needs a migration that replaces the
     function."""
     create, drop = _pg.append_one_function_sql(connection)
-    assert (create, drop) == (_migration_0014().CREATE, _migration_0014().DROP)
+    assert (create, drop) == (_migration_0015().CREATE, _migration_0015().DROP)
     assert _function_result() == NARROW  # the test database was migrated
 
 
-FIRST = _signature(_migration_0013().DROP)
+#: The functions of the earlier migrations, which stay for the code of earlier releases.
+EARLIER = (_signature(_migration_0013().DROP), _signature(_migration_0014().DROP))
 
 
 @on_postgresql
-def test_0014_adds_the_narrow_function_beside_0013s(session):
-    """The narrow row has a function of its own: 0013's stays for the previous release's code,
-    so code and database on two sides of the migration never write and then fail."""
-    assert _pg.APPEND_ONE != "cortex_sessions_append_one" and _function_exists(FIRST)
-    narrow = _migration_0014().AppendOneNarrowRow()
+def test_0015_adds_its_function_beside_the_earlier_ones(session):
+    """Each version of the function has a name of its own: the earlier ones stay for the
+    earlier releases' code, so code and database on two sides of a migration never write and
+    then fail."""
+    assert _pg.APPEND_ONE.endswith("_v3") and all(map(_function_exists, EARLIER))
+    latest = _migration_0015().AppendOneMonotonicUpdatedAt()
     with connection.schema_editor() as editor:
-        narrow.database_backwards("cortex_sessions", editor, None, None)
-    assert not _function_exists() and _function_exists(FIRST)
+        latest.database_backwards("cortex_sessions", editor, None, None)
+    assert not _function_exists() and all(map(_function_exists, EARLIER))
     with connection.schema_editor() as editor:
-        narrow.database_forwards("cortex_sessions", editor, None, None)
-    assert _function_result() == NARROW and _function_exists(FIRST)
+        latest.database_forwards("cortex_sessions", editor, None, None)
+    assert _function_result() == NARROW and all(map(_function_exists, EARLIER))
 
 
 @on_postgresql
 @pytest.mark.django_db(transaction=True)
-def test_this_code_on_a_database_without_0014_writes_nothing():
+def test_this_code_on_a_database_without_0015_writes_nothing():
     # New code deployed before `migrate`: the call is refused at parse time, before the
     # function would write (an append runs in autocommit, so writing and then failing would
     # store a message the caller was told failed).
     from django.db import ProgrammingError
 
     session = services.create_session(scope=SCOPE, agent_id="agent-1")
-    narrow = _migration_0014().AppendOneNarrowRow()
+    latest = _migration_0015().AppendOneMonotonicUpdatedAt()
     with connection.schema_editor() as editor:
-        narrow.database_backwards("cortex_sessions", editor, None, None)
+        latest.database_backwards("cortex_sessions", editor, None, None)
     try:
         with pytest.raises(ProgrammingError, match="does not exist"):
             services.append_messages(
@@ -155,7 +166,7 @@ def test_this_code_on_a_database_without_0014_writes_nothing():
         assert not Message.objects.filter(session=session).exists()
     finally:
         with connection.schema_editor() as editor:
-            narrow.database_forwards("cortex_sessions", editor, None, None)
+            latest.database_forwards("cortex_sessions", editor, None, None)
     result = services.append_messages(
         scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "y"}]
     )

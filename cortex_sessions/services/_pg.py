@@ -21,7 +21,8 @@ as unnamed statements, which any pooler passes through; with
 ``CORTEX_SESSIONS["PREPARED_STATEMENTS"]`` (default off) they are prepared once per connection
 instead (``prepare=True``); see :func:`_cursor` and docs/performance.md for the PgBouncer
 caveat. The append of one message is a call of the PL/pgSQL function :data:`APPEND_ONE`
-(migration ``0014_append_one_narrow_row``; ``0013`` made its first version), whose statement the
+(migration ``0015_append_one_monotonic_updated_at``; ``0013`` and ``0014`` made earlier
+versions), whose statement the
 server plans once per session and keeps: see :func:`_sql_append_one`.
 
 The scope predicate is the one :func:`cortex_sessions.scope.scope_q` builds: an index range on
@@ -126,7 +127,10 @@ def _sql_append() -> str:
 
     - ``s`` updates the session row: it takes the row lock (a concurrent append waits, then
       re-checks the ``WHERE`` on the row it committed, as ``SELECT … FOR UPDATE`` would), moves
-      ``last_seq`` and ``message_count`` by the number of messages, sets ``updated_at`` and,
+      ``last_seq`` and ``message_count`` by the number of messages, sets ``updated_at`` (to
+      the caller's time, or keeps the row's when that is later: the caller read its clock
+      before waiting for the lock, and a concurrent append may have committed a later time
+      meanwhile; the ORM path reads the clock under the lock) and,
       when the messages carry conversation text, ``last_message``; it returns the new row.
     - ``m`` inserts the messages, numbered ``last_seq - n + 1 … last_seq`` from the row ``s``
       returned, with the session's agent and scope; the inputs come as parallel arrays
@@ -152,11 +156,12 @@ def _sql_append() -> str:
 
 
 #: The PL/pgSQL function that appends one message (docs/design.md §14.1). Its name changes
-#: with its result (``_v2``: the narrow row of migration ``0014``), so code and database on two
+#: with its statement or result (``_v2``: the narrow row of migration ``0014``; ``_v3``:
+#: ``updated_at`` never moved back, migration ``0015``), so code and database on two
 #: sides of a migration fail before writing instead of after: code calling a function the
 #: database does not have yet is refused at parse time, and the previous version stays for the
 #: code of the previous release until a later migration drops it.
-APPEND_ONE = "cortex_sessions_append_one_v2"
+APPEND_ONE = "cortex_sessions_append_one_v3"
 #: Its argument types, in the order of :func:`_sql_append_one`'s parameters.
 _APPEND_ONE_ARGUMENTS = (
     "timestamptz",  # updated_at
@@ -210,9 +215,9 @@ def _append_one_statement() -> str:
     )
 
 
-#: Session fields whose value after an append the caller already has: the statement sets
-#: ``updated_at`` to its parameter and writes only to a session whose ``archived_at`` is null.
-_SET_BY_THE_APPEND = ("updated_at", "archived_at")
+#: Session fields whose value after an append the caller already has: the statement writes
+#: only to a session whose ``archived_at`` is null.
+_SET_BY_THE_APPEND = ("archived_at",)
 
 
 @cache
@@ -283,11 +288,10 @@ def _narrow_session(
     row: Sequence[Any],
     *,
     session_id: uuid.UUID,
-    updated_at: datetime,
 ) -> tuple[Session, int, int]:
     """The session, the new message's id and its seq, from the row of :data:`APPEND_ONE` read
-    on ``connection`` (of ``alias``), as the ORM loads them; ``session_id`` and
-    ``updated_at`` are the values the append was called with."""
+    on ``connection`` (of ``alias``), as the ORM loads them; ``session_id`` is the one the
+    append was called with."""
     pk, names, converters, times = _narrow_plan()
     array = row[0]
     # The array ends with the message's id and seq, which no name takes.
@@ -299,7 +303,6 @@ def _narrow_session(
     for attname, value in zip(times, row[1:], strict=True):
         loaded[attname] = None if value is None else _datetime_value(value, connection)
     loaded[pk] = session_id
-    loaded["updated_at"] = updated_at
     loaded["archived_at"] = None
     session = cast(Session, _loaded(Session, alias, loaded, _plain(Session)))
     return session, int(array[-2]), int(array[-1])
@@ -311,8 +314,8 @@ def append_one_function_sql(connection: Any) -> tuple[str, str]:
 
     The function returns one row, the narrow row of :func:`_narrow_fields` (a text array of
     the session's fields and the new message's ``id`` and ``seq``, then a timestamp), or no
-    row when nothing was written. Migration ``0014_append_one_narrow_row`` holds a copy of
-    this SQL (``0013_append_one_function`` the first version's), frozen as migrations are;
+    row when nothing was written. Migration ``0015_append_one_monotonic_updated_at`` holds a
+    copy of this SQL (``0013`` and ``0014`` the earlier versions'), frozen as migrations are;
     ``tests/test_hot_paths.py`` checks that the two agree, so a change to the session's
     columns or to the statement comes with a migration that adds the function under a new
     name (see :data:`APPEND_ONE`). When the
@@ -342,7 +345,7 @@ def create_functions(*, app_config: Any, using: str, **kwargs: Any) -> None:
     """``post_migrate`` receiver: create :data:`APPEND_ONE` on a PostgreSQL database whose
     tables were made from the models because this app's migrations are disabled (a test
     database under pytest-django's ``--nomigrations`` or ``TEST["MIGRATE"] = False``), where
-    migration ``0014_append_one_narrow_row`` never ran. With migrations enabled it does
+    migration ``0015_append_one_monotonic_updated_at`` never ran. With migrations enabled it does
     nothing: the migration owns the function.
     """
     from django.db import router
@@ -372,7 +375,7 @@ def _append_statement(*, step: str, values: str, order: str, result: str | None 
         f"WITH s AS ("
         f' UPDATE {table} s SET "last_seq" = s."last_seq" + {step},'
         f' "message_count" = s."message_count" + {step},'
-        f' "updated_at" = %s,'
+        f' "updated_at" = GREATEST(s."updated_at", %s),'
         f' "last_message" = COALESCE(%s, s."last_message")'
         f' WHERE s."id" = %s AND s."archived_at" IS NULL AND {_WITHIN_FILTER}'
         f" RETURNING {_columns(Session, 's.')}"
@@ -805,6 +808,8 @@ def append_rows(
     Args:
         json_texts: each row's ``content`` and ``metadata`` as JSON text (validation encoded
             them already; ``jsonb`` stores the same value whatever the spacing).
+        updated_at: the session's new ``updated_at``, unless the row holds a later one
+            (which it keeps: ``updated_at`` never moves back).
 
     Returns:
         ``(session as updated, the new messages in seq order)``, or ``None`` when the session
@@ -847,7 +852,7 @@ def append_rows(
         return None
     if len(rows) == 1:  # the narrow row of APPEND_ONE
         session, message_id, seq = _narrow_session(
-            alias, connection, result[0], session_id=session_id, updated_at=updated_at
+            alias, connection, result[0], session_id=session_id
         )
         written = [(message_id, seq)]
     else:
