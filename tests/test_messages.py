@@ -114,6 +114,10 @@ def test_non_text_blocks_are_kept_as_given(session):
         ({"role": "user", "content": ["bare"]}, InvalidContent, "invalid_content"),
         ({"role": "user", "content": "a\x00b"}, NulCharacter, "nul_character"),
         ({"role": "user", "content": "a\ud800b"}, InvalidInput, "invalid_text"),
+        # In a choice as in every string: NUL and lone surrogates have codes of their own.
+        ({"role": "us\x00er", "content": "x"}, NulCharacter, "nul_character"),
+        ({"role": "user\udc00", "content": "x"}, InvalidInput, "invalid_text"),
+        ({"role": "user", "content": "x", "source": "\x00"}, NulCharacter, "nul_character"),
         (
             {"role": "user", "content": [{"type": "image", "alt": "\x00"}]},
             NulCharacter,

@@ -23,6 +23,7 @@ from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail
 from rest_framework.fields import empty
 
+from cortex_sessions.exceptions import NulCharacter
 from cortex_sessions.models import Message, Session
 from cortex_sessions.references.errors import InvalidReference
 
@@ -228,9 +229,12 @@ class StrictChoiceField(StrictFieldMixin, serializers.ChoiceField):
     """A choice given as a JSON string only; pass ``rule_code`` (``invalid_role``, …)."""
 
     def to_internal_value(self, data: Any) -> Any:
-        """``data`` if it is one of the choices; else 400 with the field's rule code."""
+        """``data`` if it is one of the choices; else 400 with the field's rule code, or
+        ``nul_character`` for a string holding NUL, as in every other string of a body."""
         if not isinstance(data, str):
             self.fail("invalid_choice", input=data)
+        if "\x00" in data:
+            raise serializers.ValidationError(NulCharacter.default_message, code=NulCharacter.code)
         return super().to_internal_value(data)
 
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from .. import signals
 from ..conf import app_settings
-from ..content import json_text, normalize_content, utf8_size
+from ..content import check_json_value, json_text, normalize_content, utf8_size
 from ..counters import last_message_of, newest_conversation_text
 from ..exceptions import (
     InvalidInput,
@@ -89,6 +89,14 @@ _INPUT_KEYS = frozenset({"role", "content", "source", "metadata", "created_at"})
 _TEXT_BLOCK_JSON = '[{"type":"text","text":%s}]'
 
 
+def _check_choice_text(value: Any, field: str) -> None:
+    """Before a choice outside its values is refused with the field's own code: a string
+    holding NUL is ``nul_character`` and one with a lone surrogate ``invalid_text``, as in
+    every other string (docs/design.md §12.4, one code per rule)."""
+    if isinstance(value, str):
+        check_json_value(value, field=field)
+
+
 def _build_message(
     item: MessageInput | Mapping[str, Any], index: int, now: datetime
 ) -> dict[str, Any]:
@@ -110,6 +118,7 @@ def _build_message(
     else:
         raise InvalidInput(f"messages[{index}] must be an object.", field="messages")
     if role not in _ROLES:
+        _check_choice_text(role, "role")
         raise InvalidRole(
             f"role must be one of {', '.join(_ROLES)}; got {role!r}.",
             field="role",
@@ -117,6 +126,7 @@ def _build_message(
     if source is None:
         source = Message.Source.USER if role == Message.Role.USER else Message.Source.HOST
     if source not in _SOURCES:
+        _check_choice_text(source, "source")
         raise InvalidSource(
             f"source must be one of {', '.join(_SOURCES)}; got {source!r}.",
             field="source",

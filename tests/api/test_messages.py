@@ -90,6 +90,9 @@ def test_post_a_list_of_messages_appends_them_in_order_with_new_counters(api, se
         ({"role": "user", "content": 5}, "invalid_content"),
         ({"role": "user", "content": [{"text": "no type"}]}, "invalid_content"),
         ({"role": "user", "content": "nul \x00"}, "nul_character"),
+        # A NUL is nul_character in every string, choices included (one code per rule).
+        ({"role": "us\x00er", "content": "x"}, "nul_character"),
+        ({"role": "user", "content": "x", "source": "\x00"}, "nul_character"),
         ({"role": "user", "content": "x", "metadata": [1]}, "invalid_metadata"),
         ([{"role": "user", "content": "ok"}, {"role": "user", "content": ""}], "empty_content"),
         ([{"role": "user", "content": "ok"}, "not an object"], "invalid"),
