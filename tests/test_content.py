@@ -101,7 +101,9 @@ def test_checking_text_keeps_the_interpreter_lock():
     # one run in at least one of them.
     from cortex_sessions.content import check_json_value
 
-    text = "An ordinary message. " * 200_000  # 4 MB
+    # Not ASCII: ASCII text skips the regular expression (no surrogate can be in it, and a NUL
+    # is found with memchr), so the match this probes runs only on text like this.
+    text = "An ordinary message, señor. " * 150_000  # 4 MB
 
     def keeps_the_lock(call) -> bool:
         return not all(_runs_another_thread(call, 2) for _ in range(3))
@@ -112,3 +114,27 @@ def test_checking_text_keeps_the_interpreter_lock():
     # release lasts long enough for the spinning thread to be scheduled on a busy machine).
     releasing, longer = regex.compile(r"\x00"), text * 10
     assert any(_runs_another_thread(lambda: releasing.search(longer), 1) for _ in range(3))
+
+
+@given(
+    st.text(st.sampled_from("ab\x00\ud800\udfffé€")),
+    st.sampled_from(["value", "key", "item"]),
+    st.booleans(),
+)
+@settings(max_examples=500)
+def test_text_is_refused_exactly_where_nul_or_a_surrogate_is(text, where, allow_nul):
+    # ASCII strings skip the regular expression (check_json_value's fast path): the verdict
+    # and the error (the first unstorable character's) must be the expression's own, for a
+    # string, an object key and a list item alike.
+    from cortex_sessions.content import check_json_value
+    from cortex_sessions.exceptions import InvalidText, NulCharacter
+
+    value = {"value": text, "key": {text: 1}, "item": [1, text]}[where]
+    found = regex.search(r"[\ud800-\udfff]" if allow_nul else r"[\x00\ud800-\udfff]", text)
+    expected = None if found is None else NulCharacter if found.group() == "\x00" else InvalidText
+    try:
+        check_json_value(value, field="content", allow_nul=allow_nul)
+    except (NulCharacter, InvalidText) as error:
+        assert type(error) is expected
+    else:
+        assert expected is None
