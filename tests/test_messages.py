@@ -263,5 +263,5 @@ def test_a_text_message_is_encoded_as_its_one_text_block(text):
     if not text.strip():
         return
     built = _build_message({"role": "user", "content": text}, 0, datetime.now(UTC))
-    assert built["content"] == [{"type": "text", "text": text}]
-    assert built["content_json"] == json_text(built["content"], field="content")
+    assert built.columns["content"] == [{"type": "text", "text": text}]
+    assert built.content_json == json_text(built.columns["content"], field="content")

@@ -243,23 +243,31 @@ def _narrow_fields() -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     return texts, times
 
 
+#: ``bool`` of PostgreSQL's text form of a boolean (a C call, where a lambda is a Python frame).
+_BOOLEAN_TEXT = {"true": True, "false": False}.__getitem__
+
+
 def _text_converter(field: Any) -> Any:
     """How the ``::text`` form of ``field``'s column becomes the value the ORM loads:
-    ``convert(text, connection)``, or ``None`` for text kept as it is.
+    ``convert(text)``, or ``None`` for text kept as it is.
+
+    Built-in callables where they exist (``int``, a dict look-up): the append reads seven
+    converted fields on every call (docs/performance.md).
 
     Raises:
-        AssertionError: ``field`` is of a type this does not know (a change to the model
-            must add it; ``tests/test_hot_paths.py`` compares every field with the ORM's).
+        AssertionError: ``field`` is of a type this does not know, or a JSON field with a
+            decoder of its own (a change to the model must add it; ``tests/test_hot_paths.py``
+            compares every field with the ORM's).
     """
     kind = field.output_field if isinstance(field, GeneratedField) else field
-    if isinstance(kind, JSONField):
-        return _field_converter(kind)
+    if isinstance(kind, JSONField) and kind.decoder is None:
+        return _json_value
     if isinstance(kind, BooleanField):
-        return lambda text, connection: text == "true"
+        return _BOOLEAN_TEXT
     if isinstance(kind, IntegerField):  # BigIntegerField and the other integers
-        return lambda text, connection: int(text)
+        return int
     if isinstance(kind, UUIDField):
-        return lambda text, connection: uuid.UUID(text)
+        return uuid.UUID
     # Text as it is; ScopeField.from_db_value only decodes the bytes MySQL drivers return.
     if isinstance(kind, CharField | TextField) and (
         isinstance(kind, ScopeField) or not hasattr(kind, "from_db_value")
@@ -299,9 +307,12 @@ def _narrow_session(
     for attname, convert in converters:
         text = loaded[attname]
         if text is not None:
-            loaded[attname] = convert(text, connection)
+            loaded[attname] = convert(text)
+    timezone = connection.timezone  # as _datetime_value, inline: two values on every append
     for attname, value in zip(times, row[1:], strict=True):
-        loaded[attname] = None if value is None else _datetime_value(value, connection)
+        if value is not None and value.tzinfo is not timezone:
+            value = value.replace(tzinfo=timezone)
+        loaded[attname] = value
     loaded[pk] = session_id
     loaded["archived_at"] = None
     session = cast(Session, _loaded(Session, alias, loaded, _plain(Session)))
@@ -618,7 +629,7 @@ def _cursor(connection: Any, *, prepare: bool, keep: bool = False) -> tuple[Any,
 # -- rows to instances ----------------------------------------------------------------------------
 
 
-def _json_value(text: Any, connection: Any) -> Any:
+def _json_value(text: Any, connection: Any = None) -> Any:
     """What ``JSONField.from_db_value`` (no custom decoder) makes of the column's text: the
     decoded JSON, or text that is not JSON as it is.
 
@@ -755,15 +766,17 @@ def _plain(model: type[Model]) -> bool:
 def _loaded(model: type[Model], alias: str, values: dict[str, Any], plain: bool) -> Any:
     """One instance of ``model`` with every concrete field's value (by attname) loaded, as
     ``Model.from_db`` returns it; ``plain`` (from :func:`_plain`): without calling
-    ``Model.__init__``, which would only set the same attributes."""
+    ``Model.__init__``, which would only set the same attributes. ``values`` is a dict of the
+    caller's that nothing else holds: with ``plain`` it becomes the instance's ``__dict__``
+    (no copy; the session and each message of an append are built this way)."""
     if not plain:
         full = [values[field.attname] for field in model._meta.concrete_fields]
         return model.from_db(alias, None, full)  # type: ignore[arg-type]  # None: all fields
     instance = model.__new__(model)
-    state = instance.__dict__["_state"] = ModelState()
+    state = values["_state"] = ModelState()
     state.adding = False
     state.db = alias
-    instance.__dict__.update(values)
+    instance.__dict__ = values
     return instance
 
 

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from django.db import connections, transaction
 from django.db.models import F
@@ -74,13 +74,6 @@ class AppendResult:
 #: Roles and sources a message may have (``Model.TextChoices.values`` builds a list each time).
 _ROLES = tuple(Message.Role.values)
 _SOURCES = tuple(Message.Source.values)
-#: Keys of a built message that are not columns: whether ``created_at`` was given, and the
-#: JSON text of ``content`` and ``metadata`` as validation encoded it (the PostgreSQL path
-#: sends it as is rather than encoding the values again).
-_NOT_COLUMNS = ("explicit_time", "content_json", "metadata_json")
-_JSON_TEXTS = ("content_json", "metadata_json")
-
-
 _INPUT_KEYS = frozenset({"role", "content", "source", "metadata", "created_at"})
 
 #: ``json_text([{"type": "text", "text": text}])`` with the encoded text in place of ``%s``: a
@@ -97,11 +90,34 @@ def _check_choice_text(value: Any, field: str) -> None:
         check_json_value(value, field=field)
 
 
+class _BuiltMessage(NamedTuple):
+    """One validated message input, as :func:`_build_message` returns it."""
+
+    #: The values of ``role``, ``source``, ``content``, ``metadata`` and ``created_at`` as they
+    #: are stored (without session, agent, scope and seq, which the session gives).
+    columns: dict[str, Any]
+    #: ``content`` and ``metadata`` as the JSON text validation encoded (and measured): the
+    #: PostgreSQL path sends it as is rather than encoding the values again.
+    content_json: str
+    metadata_json: str
+    #: Whether the input gave ``created_at`` (an import), rather than the append's clock.
+    explicit_time: bool
+
+
+#: ``Message.created_at``, whose ``get_prep_value`` makes a naive datetime aware.
+_CREATED_AT = Message._meta.get_field("created_at")
+
+
 def _build_message(
     item: MessageInput | Mapping[str, Any], index: int, now: datetime
-) -> dict[str, Any]:
-    """Validate one message input; returns the column values (without session and seq), plus
-    the keys of ``_NOT_COLUMNS``. ``now`` is its ``created_at`` when the input gives none."""
+) -> _BuiltMessage:
+    """Validate one message input; ``now`` is its ``created_at`` when the input gives none.
+
+    A naive ``created_at`` given with ``USE_TZ`` is made aware here as the ORM makes it aware
+    when it saves one (``DateTimeField.get_prep_value``: a ``RuntimeWarning``, then the default
+    time zone), so both paths store the same instant (the PostgreSQL statement would read it
+    in the connection's time zone, UTC) and the returned message holds what was stored.
+    """
     if isinstance(item, Mapping):
         unknown = item.keys() - _INPUT_KEYS
         if unknown:
@@ -150,18 +166,18 @@ def _build_message(
             size=size,
             limit=limit,
         )
-    if created_at is not None and not isinstance(created_at, datetime):
-        raise InvalidInput("created_at must be a datetime.", field="created_at")
-    return {
+    if created_at is not None:
+        if not isinstance(created_at, datetime):
+            raise InvalidInput("created_at must be a datetime.", field="created_at")
+        now = _CREATED_AT.get_prep_value(created_at)
+    columns = {
         "role": role,
         "source": source,
         "content": blocks,
         "metadata": metadata,
-        "created_at": created_at or now,
-        "explicit_time": created_at is not None,
-        "content_json": content_json,
-        "metadata_json": metadata_json,
+        "created_at": now,
     }
+    return _BuiltMessage(columns, content_json, metadata_json, created_at is not None)
 
 
 # -- messages -------------------------------------------------------------------------------------
@@ -219,7 +235,7 @@ def append_messages(
 def _append_once(
     scope: Scope | str,
     session_id: uuid.UUID | str,
-    rows: list[dict[str, Any]],
+    rows: list[_BuiltMessage],
     key: str,
     now: datetime,
 ) -> AppendResult:
@@ -227,8 +243,9 @@ def _append_once(
     pk = _session_id(session_id)
     inputs = [
         {
-            **{k: v for k, v in row.items() if k not in _JSON_TEXTS},
-            "created_at": row["created_at"] if row["explicit_time"] else None,
+            **row.columns,
+            "explicit_time": row.explicit_time,
+            "created_at": row.columns["created_at"] if row.explicit_time else None,
         }
         for row in rows
     ]
@@ -246,34 +263,16 @@ def _append_once(
     return AppendResult(session=get_session(scope=scope, session_id=pk), messages=list(written))
 
 
-#: ``Message.created_at``, whose ``get_prep_value`` makes a naive datetime aware.
-_CREATED_AT = Message._meta.get_field("created_at")
-
-
-def _column_values(row: dict[str, Any]) -> dict[str, Any]:
-    """A built message's column values (without the keys of ``_NOT_COLUMNS``).
-
-    A naive ``created_at`` given with ``USE_TZ`` is made aware here as the ORM makes it aware
-    when it saves one (``DateTimeField.get_prep_value``: a ``RuntimeWarning``, then the default
-    time zone), so both paths store the same instant (the PostgreSQL statement would read it
-    in the connection's time zone, UTC) and the returned message holds what was stored.
-    """
-    values = {k: v for k, v in row.items() if k not in _NOT_COLUMNS}
-    if row["explicit_time"]:
-        values["created_at"] = _CREATED_AT.get_prep_value(values["created_at"])
-    return values
-
-
 def _append_rows(
-    scope: Scope | str, session_id: uuid.UUID | str, rows: list[dict[str, Any]], now: datetime
+    scope: Scope | str, session_id: uuid.UUID | str, built: list[_BuiltMessage], now: datetime
 ) -> AppendResult:
-    """Write validated rows at the end of the session, in one transaction (docs/design.md §5);
-    ``now`` (the time :func:`append_messages` read) is the session's new ``updated_at`` on
-    PostgreSQL, whose one statement is sent with it."""
-    texts = [(row["content_json"], row["metadata_json"]) for row in rows]
-    rows = [_column_values(row) for row in rows]
+    """Write validated messages at the end of the session, in one transaction (docs/design.md
+    §5); ``now`` (the time :func:`append_messages` read) is the session's new ``updated_at`` on
+    PostgreSQL, whose one statement is sent with it (unless the row holds a later one)."""
+    rows = [message.columns for message in built]
     alias = _db_for_write()
     if _pg.enabled(alias):  # one statement (docs/design.md §14)
+        texts = [(message.content_json, message.metadata_json) for message in built]
         return _append_pg(alias, scope, session_id, rows, texts, now)
     with transaction.atomic(using=alias):
         session = _check_live(_locked_session(scope, session_id))
