@@ -166,16 +166,17 @@ def _build_message(
             size=size,
             limit=limit,
         )
+    stamp = now
     if created_at is not None:
         if not isinstance(created_at, datetime):
             raise InvalidInput("created_at must be a datetime.", field="created_at")
-        now = _CREATED_AT.get_prep_value(created_at)
+        stamp = _CREATED_AT.get_prep_value(created_at)
     columns = {
         "role": role,
         "source": source,
         "content": blocks,
         "metadata": metadata,
-        "created_at": now,
+        "created_at": stamp,
     }
     return _BuiltMessage(columns, content_json, metadata_json, created_at is not None)
 
