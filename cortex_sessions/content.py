@@ -121,9 +121,10 @@ def check_json_value(
     search = (_SURROGATE if allow_nul else _UNSTORABLE).search
     # ASCII text (a flag CPython keeps on every str) holds no surrogate, and ``in`` finds a NUL
     # with memchr: most strings skip the regular expression, which reads every character
-    # through its character class (several times slower on a message's text).
+    # through its character class (several times slower on a message's text). Only exact
+    # ``str``: a subclass may override ``isascii`` or ``in``; the expression reads its text.
     if isinstance(value, str):
-        plain = value.isascii() and (allow_nul or "\x00" not in value)
+        plain = type(value) is str and value.isascii() and (allow_nul or "\x00" not in value)
         if not plain and search(value) is not None:
             _refuse_text(search(value), field)
         return
@@ -138,7 +139,9 @@ def check_json_value(
             for key in item:
                 if (
                     isinstance(key, str)
-                    and not (key.isascii() and (allow_nul or "\x00" not in key))
+                    and not (
+                        type(key) is str and key.isascii() and (allow_nul or "\x00" not in key)
+                    )
                     and search(key) is not None
                 ):
                     _refuse_text(search(key), field)
@@ -150,7 +153,9 @@ def check_json_value(
             raise error(f"{field} is nested deeper than {max_depth} levels.", field=field)
         for child in children:
             if isinstance(child, str):
-                plain = child.isascii() and (allow_nul or "\x00" not in child)
+                plain = (
+                    type(child) is str and child.isascii() and (allow_nul or "\x00" not in child)
+                )
                 if not plain and search(child) is not None:
                     _refuse_text(search(child), field)
             elif isinstance(child, dict | list | tuple | Mapping):

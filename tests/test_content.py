@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import unicodedata
 
+import pytest
 import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -138,3 +139,23 @@ def test_text_is_refused_exactly_where_nul_or_a_surrogate_is(text, where, allow_
         assert type(error) is expected
     else:
         assert expected is None
+
+
+def test_a_str_subclass_cannot_talk_its_way_past_the_check():
+    # The fast path for ASCII text trusts str's own isascii and ``in``; a subclass (host code
+    # can pass one to the services) overriding them is read by the regular expression.
+    from cortex_sessions.content import check_json_value
+    from cortex_sessions.exceptions import InvalidText, NulCharacter
+
+    class Sly(str):
+        def isascii(self) -> bool:
+            return True
+
+        def __contains__(self, item: object) -> bool:
+            return False
+
+    for value in (Sly("us\x00er"), {Sly("k\x00"): 1}, [1, Sly("a\x00")]):
+        with pytest.raises(NulCharacter):
+            check_json_value(value, field="content")
+    with pytest.raises(InvalidText):
+        check_json_value(Sly("\ud800"), field="content", allow_nul=True)
