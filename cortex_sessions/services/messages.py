@@ -100,8 +100,9 @@ class _BuiltMessage(NamedTuple):
     #: PostgreSQL path sends it as is rather than encoding the values again.
     content_json: str
     metadata_json: str
-    #: Whether the input gave ``created_at`` (an import), rather than the append's clock.
-    explicit_time: bool
+    #: The ``created_at`` the input gave (an import), as given, or ``None`` (the append's clock):
+    #: an idempotency key's fingerprint is of the input, not of the value stored.
+    given_time: datetime | None
 
 
 #: ``Message.created_at``, whose ``get_prep_value`` makes a naive datetime aware.
@@ -178,7 +179,7 @@ def _build_message(
         "metadata": metadata,
         "created_at": stamp,
     }
-    return _BuiltMessage(columns, content_json, metadata_json, created_at is not None)
+    return _BuiltMessage(columns, content_json, metadata_json, created_at)
 
 
 # -- messages -------------------------------------------------------------------------------------
@@ -245,8 +246,8 @@ def _append_once(
     inputs = [
         {
             **row.columns,
-            "explicit_time": row.explicit_time,
-            "created_at": row.columns["created_at"] if row.explicit_time else None,
+            "explicit_time": row.given_time is not None,
+            "created_at": row.given_time,
         }
         for row in rows
     ]
@@ -289,7 +290,9 @@ def _append_rows(
         )
         changes: dict[str, Any] = {
             "last_seq": session.last_seq + len(created),
-            "updated_at": timezone.now(),  # under the row lock: never behind a prior append's
+            # Read under the row lock, so never behind a prior append's; and never behind the
+            # row's own value (set by another server's clock), as the PostgreSQL statement.
+            "updated_at": max(session.updated_at, timezone.now()),
         }
         for message in reversed(created):
             if last := last_message_of(message.role, message.source, message.content):

@@ -209,3 +209,36 @@ def test_sixteen_concurrent_service_creates_with_one_key_create_one_session():
     )
     assert len(set(results)) == 1
     assert Session.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_an_append_key_is_fingerprinted_by_the_input_as_given():
+    # The fingerprint is of what the caller sent, the explicit created_at as given (naive
+    # here), not of the value stored (made aware): a retry of the same call must match the
+    # key recorded by any version that fingerprinted the input.
+    import warnings
+    from datetime import datetime
+
+    from cortex_sessions.services.idempotency import fingerprint
+
+    session = services.create_session(scope="org=acme", agent_id="a")
+    given = datetime(2020, 1, 1, 12)
+    message = {"role": "user", "content": "hi", "created_at": given}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a naive datetime with USE_TZ
+        services.append_messages(
+            scope="org=acme", session_id=session.pk, messages=[message], idempotency_key="k1"
+        )
+    expected = fingerprint(
+        [
+            {
+                "role": "user",
+                "source": "user",
+                "content": [{"type": "text", "text": "hi"}],
+                "metadata": {},
+                "created_at": given,
+                "explicit_time": True,
+            }
+        ]
+    )
+    assert IdempotencyKey.objects.get(key="k1").fingerprint == expected
