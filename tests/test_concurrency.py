@@ -134,6 +134,40 @@ def test_updated_at_never_moves_back_under_a_concurrent_append(count):
     assert (stored.message_count, stored.last_seq) == (1 + count, 1 + count)
 
 
+def test_updated_at_never_moves_back_under_an_update_racing_an_append():
+    """update_session reads its clock before its UPDATE waits for the row lock; an append
+    that committed a later time meanwhile keeps it."""
+    session = services.create_session(scope=SCOPE, agent_id=AGENT)
+    waiting, go = threading.Event(), threading.Event()
+
+    def hold_the_update(execute, sql, params, many, context):
+        if sql.lstrip().upper().startswith("UPDATE") and not waiting.is_set():
+            waiting.set()
+            assert go.wait(timeout=30)
+        return execute(sql, params, many, context)
+
+    def slow_update() -> Any:
+        try:
+            with connection.execute_wrapper(hold_the_update):
+                return services.update_session(scope=SCOPE, session_id=session.pk, title="late")
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        slow = pool.submit(slow_update)
+        assert waiting.wait(timeout=30)
+        time.sleep(0.01)
+        fast = services.append_messages(
+            scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "fast"}]
+        )
+        go.set()
+        late = slow.result(timeout=30)
+
+    stored = Session.objects.get(pk=session.pk)
+    assert stored.updated_at >= fast.session.updated_at
+    assert (late.updated_at, late.title) == (stored.updated_at, "late")
+
+
 def test_concurrent_make_default_swaps_leave_exactly_one_default():
     sessions = [
         services.create_session(scope=SCOPE, agent_id=AGENT, is_default=index == 0)

@@ -592,3 +592,16 @@ def test_a_broken_transaction_refuses_the_hot_path_as_it_refuses_the_orm(session
             Session.objects.get(pk=session.pk)
     assert not _kept().busy
     assert Session.objects.get(pk=session.pk).message_count == 0
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_an_append_never_moves_a_later_updated_at_back(path, session, count):
+    # A row's updated_at ahead of this process's clock (another server's clock, a write that
+    # committed while this append waited for the lock) is kept, on both paths alike.
+    from datetime import timedelta
+
+    ahead = session.updated_at + timedelta(hours=1)
+    Session.objects.filter(pk=session.pk).update(updated_at=ahead)
+    messages = [{"role": "user", "content": f"m{n}"} for n in range(count)]
+    result = services.append_messages(scope=SCOPE, session_id=session.pk, messages=messages)
+    assert result.session.updated_at == ahead == Session.objects.get(pk=session.pk).updated_at

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import F
+from django.db.models import F, Value
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from .. import signals
@@ -361,7 +362,9 @@ def update_session(
     if cwd is not _UNSET:
         changes["cwd"] = _check_cwd(cwd)
     session_pk = get_session(scope=scope, session_id=session_id).pk
-    changes["updated_at"] = timezone.now()
+    # The clock is read before the update waits for the row lock: a concurrent write that
+    # committed a later time meanwhile keeps it (``updated_at`` never moves back).
+    changes["updated_at"] = Greatest(F("updated_at"), Value(timezone.now()))
     Session.objects.filter(pk=session_pk).update(**changes)
     return get_session(scope=scope, session_id=session_pk)
 
