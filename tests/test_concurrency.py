@@ -91,6 +91,39 @@ def test_concurrent_appends_get_gapless_seqs_and_exact_counters():
     assert session.last_message == newest.text
 
 
+def held_write_raced_by_an_append(
+    session: Session, write: Callable[[], T], *, hold: str = ""
+) -> tuple[T, Any]:
+    """Run ``write`` in a thread, held just before its first statement starting with ``hold``
+    (after it read its clock, before it waits for any row lock) while this thread appends one
+    message to ``session`` and commits; then let it go. Returns (``write``'s result, the
+    append's result)."""
+    waiting, go = threading.Event(), threading.Event()
+
+    def hold_statement(execute, sql, params, many, context):
+        if sql.lstrip().upper().startswith(hold) and not waiting.is_set():
+            waiting.set()
+            assert go.wait(timeout=30)
+        return execute(sql, params, many, context)
+
+    def held() -> T:
+        try:
+            with connection.execute_wrapper(hold_statement):
+                return write()
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        slow = pool.submit(held)
+        assert waiting.wait(timeout=30)
+        time.sleep(0.01)  # a clock that reads the same twice would prove nothing
+        fast = services.append_messages(
+            scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "fast"}]
+        )
+        go.set()
+        return slow.result(timeout=30), fast
+
+
 @pytest.mark.parametrize("count", [1, 2])
 def test_updated_at_never_moves_back_under_a_concurrent_append(count):
     """An append that read its clock, then waited while another append committed a later
@@ -98,33 +131,11 @@ def test_updated_at_never_moves_back_under_a_concurrent_append(count):
     write), and returns what it stored. On PostgreSQL the statement is sent with the time the
     caller read before waiting for the row lock; the ORM path reads it under the lock."""
     session = services.create_session(scope=SCOPE, agent_id=AGENT)
-    waiting, go = threading.Event(), threading.Event()
     messages = [{"role": "user", "content": f"slow {n}"} for n in range(count)]
-
-    def hold_first_statement(execute, sql, params, many, context):
-        if not waiting.is_set():
-            waiting.set()
-            assert go.wait(timeout=30)
-        return execute(sql, params, many, context)
-
-    def slow_append() -> Any:
-        try:
-            with connection.execute_wrapper(hold_first_statement):
-                return services.append_messages(
-                    scope=SCOPE, session_id=session.pk, messages=messages
-                )
-        finally:
-            connections.close_all()
-
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        slow = pool.submit(slow_append)
-        assert waiting.wait(timeout=30)
-        time.sleep(0.01)  # a clock that reads the same twice would prove nothing
-        fast = services.append_messages(
-            scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "fast"}]
-        )
-        go.set()
-        late = slow.result(timeout=30)
+    late, fast = held_write_raced_by_an_append(
+        session,
+        lambda: services.append_messages(scope=SCOPE, session_id=session.pk, messages=messages),
+    )
 
     stored = Session.objects.get(pk=session.pk)
     assert [m.seq for m in late.messages] == list(range(2, 2 + count))  # it waited: after
@@ -138,30 +149,11 @@ def test_updated_at_never_moves_back_under_an_update_racing_an_append():
     """update_session reads its clock before its UPDATE waits for the row lock; an append
     that committed a later time meanwhile keeps it."""
     session = services.create_session(scope=SCOPE, agent_id=AGENT)
-    waiting, go = threading.Event(), threading.Event()
-
-    def hold_the_update(execute, sql, params, many, context):
-        if sql.lstrip().upper().startswith("UPDATE") and not waiting.is_set():
-            waiting.set()
-            assert go.wait(timeout=30)
-        return execute(sql, params, many, context)
-
-    def slow_update() -> Any:
-        try:
-            with connection.execute_wrapper(hold_the_update):
-                return services.update_session(scope=SCOPE, session_id=session.pk, title="late")
-        finally:
-            connections.close_all()
-
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        slow = pool.submit(slow_update)
-        assert waiting.wait(timeout=30)
-        time.sleep(0.01)
-        fast = services.append_messages(
-            scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "fast"}]
-        )
-        go.set()
-        late = slow.result(timeout=30)
+    late, fast = held_write_raced_by_an_append(
+        session,
+        lambda: services.update_session(scope=SCOPE, session_id=session.pk, title="late"),
+        hold="UPDATE",
+    )
 
     stored = Session.objects.get(pk=session.pk)
     assert stored.updated_at >= fast.session.updated_at
