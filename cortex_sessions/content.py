@@ -119,14 +119,9 @@ def check_json_value(
             (the class follows ``field``).
     """
     search = (_SURROGATE if allow_nul else _UNSTORABLE).search
-    # ASCII text (a flag CPython keeps on every str) holds no surrogate, and ``in`` finds a NUL
-    # with memchr: most strings skip the regular expression, which reads every character
-    # through its character class (several times slower on a message's text). Only exact
-    # ``str``: a subclass may override ``isascii`` or ``in``; the expression reads its text.
     if isinstance(value, str):
-        plain = type(value) is str and value.isascii() and (allow_nul or "\x00" not in value)
-        if not plain and search(value) is not None:
-            _refuse_text(search(value), field)
+        if (found := _unstorable(value, search, allow_nul)) is not None:
+            _refuse_text(found, field)
         return
     # Only containers go on the stack; strings are checked as they are met (the append path
     # runs this on every message).
@@ -137,14 +132,10 @@ def check_json_value(
             children: Any = item
         elif isinstance(item, Mapping):
             for key in item:
-                if (
-                    isinstance(key, str)
-                    and not (
-                        type(key) is str and key.isascii() and (allow_nul or "\x00" not in key)
-                    )
-                    and search(key) is not None
-                ):
-                    _refuse_text(search(key), field)
+                if not isinstance(key, str):
+                    continue
+                if (found := _unstorable(key, search, allow_nul)) is not None:
+                    _refuse_text(found, field)
             children = item.values()
         else:
             continue
@@ -153,13 +144,24 @@ def check_json_value(
             raise error(f"{field} is nested deeper than {max_depth} levels.", field=field)
         for child in children:
             if isinstance(child, str):
-                plain = (
-                    type(child) is str and child.isascii() and (allow_nul or "\x00" not in child)
-                )
-                if not plain and search(child) is not None:
-                    _refuse_text(search(child), field)
+                if (found := _unstorable(child, search, allow_nul)) is not None:
+                    _refuse_text(found, field)
             elif isinstance(child, dict | list | tuple | Mapping):
                 stack.append((child, depth + 1))
+
+
+def _unstorable(text: str, search: Any, allow_nul: bool) -> Any:
+    """The first character of ``text`` that ``search`` (``_UNSTORABLE`` or ``_SURROGATE``'s)
+    finds, as a match, or ``None``.
+
+    ASCII text (a flag CPython keeps on every str) holds no surrogate, and ``in`` finds a NUL
+    with memchr: most strings skip the regular expression, which reads every character
+    through its character class (several times slower on a message's text). Only exact
+    ``str``: a subclass may override ``isascii`` or ``in``; the expression reads its text.
+    """
+    if type(text) is str and text.isascii() and (allow_nul or "\x00" not in text):
+        return None
+    return search(text)
 
 
 def _refuse_text(found: Any, field: str) -> None:
