@@ -308,11 +308,8 @@ def _narrow_session(
         text = loaded[attname]
         if text is not None:
             loaded[attname] = convert(text)
-    timezone = connection.timezone  # as _datetime_value, inline: two values on every append
     for attname, value in zip(times, row[1:], strict=True):
-        if value is not None and value.tzinfo is not timezone:
-            value = value.replace(tzinfo=timezone)
-        loaded[attname] = value
+        loaded[attname] = None if value is None else _datetime_value(value, connection)
     loaded[pk] = session_id
     loaded["archived_at"] = None
     session = cast(Session, _loaded(Session, alias, loaded, _plain(Session)))
