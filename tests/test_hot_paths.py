@@ -70,7 +70,7 @@ def test_append_is_one_statement(session):
         )
     (statement,) = statements(captured)
     # One message: a call of the function whose plan the server keeps (§14.1).
-    assert statement.startswith(f"SELECT * FROM {_pg.APPEND_ONE}(")
+    assert statement.startswith(f"SELECT {_pg.APPEND_ONE}(")
 
 
 # -- the append function ----------------------------------------------------------------------------
@@ -85,10 +85,14 @@ def _migration_0014():
 
 
 def _migration_0015():
-    """The migration that holds the function as the code describes it today."""
     return importlib.import_module(
         "cortex_sessions.migrations.0015_append_one_monotonic_updated_at"
     )
+
+
+def _migration_0016():
+    """The migration that holds the function as the code describes it today."""
+    return importlib.import_module("cortex_sessions.migrations.0016_append_one_returns_an_array")
 
 
 def _signature(drop: str) -> str:
@@ -109,10 +113,8 @@ def _function_exists(signature: str | None = None) -> bool:
     return _function_result(signature) is not None
 
 
-NARROW = (
-    "TABLE(session text[], created_at timestamp with time zone,"
-    " updated_at timestamp with time zone)"
-)
+#: The result type of the function the code calls: the narrow row as one value.
+NARROW = "text[]"
 
 
 @on_postgresql
@@ -121,21 +123,24 @@ def test_the_migration_creates_the_function_the_code_calls():
     session's columns or to the append statement needs a migration that replaces the
     function."""
     create, drop = _pg.append_one_function_sql(connection)
-    assert (create, drop) == (_migration_0015().CREATE, _migration_0015().DROP)
+    assert (create, drop) == (_migration_0016().CREATE, _migration_0016().DROP)
     assert _function_result() == NARROW  # the test database was migrated
 
 
 #: The functions of the earlier migrations, which stay for the code of earlier releases.
-EARLIER = (_signature(_migration_0013().DROP), _signature(_migration_0014().DROP))
+EARLIER = tuple(
+    _signature(migration().DROP)
+    for migration in (_migration_0013, _migration_0014, _migration_0015)
+)
 
 
 @on_postgresql
-def test_0015_adds_its_function_beside_the_earlier_ones(session):
+def test_0016_adds_its_function_beside_the_earlier_ones(session):
     """Each version of the function has a name of its own: the earlier ones stay for the
     earlier releases' code, so code and database on two sides of a migration never write and
     then fail."""
-    assert _pg.APPEND_ONE.endswith("_v3") and all(map(_function_exists, EARLIER))
-    latest = _migration_0015().AppendOneMonotonicUpdatedAt()
+    assert _pg.APPEND_ONE.endswith("_v4") and all(map(_function_exists, EARLIER))
+    latest = _migration_0016().AppendOneReturnsAnArray()
     with connection.schema_editor() as editor:
         latest.database_backwards("cortex_sessions", editor, None, None)
     assert not _function_exists() and all(map(_function_exists, EARLIER))
@@ -146,14 +151,14 @@ def test_0015_adds_its_function_beside_the_earlier_ones(session):
 
 @on_postgresql
 @pytest.mark.django_db(transaction=True)
-def test_this_code_on_a_database_without_0015_writes_nothing():
+def test_this_code_on_a_database_without_0016_writes_nothing():
     # New code deployed before `migrate`: the call is refused at parse time, before the
     # function would write (an append runs in autocommit, so writing and then failing would
     # store a message the caller was told failed).
     from django.db import ProgrammingError
 
     session = services.create_session(scope=SCOPE, agent_id="agent-1")
-    latest = _migration_0015().AppendOneMonotonicUpdatedAt()
+    latest = _migration_0016().AppendOneReturnsAnArray()
     with connection.schema_editor() as editor:
         latest.database_backwards("cortex_sessions", editor, None, None)
     try:
@@ -245,7 +250,7 @@ def test_prepared_statements_keep_one_statement_and_the_same_results(session):
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement FROM pg_prepared_statements")
         prepared = [row[0] for row in cursor.fetchall()]
-    assert any(text.startswith(f"SELECT * FROM {_pg.APPEND_ONE}(") for text in prepared)
+    assert any(text.startswith(f"SELECT {_pg.APPEND_ONE}(") for text in prepared)
     assert result.session.message_count == 3
     assert [m.seq for m in page] == [2, 3]
     assert page[-1].content == [{"type": "text", "text": "p"}]
@@ -419,6 +424,57 @@ def test_timestamps_carry_the_orms_time_zone(path, session):
         assert naive_page.created_at.tzinfo is None
         assert naive_session.updated_at == Session.objects.get(pk=session.pk).updated_at
         assert naive_session.updated_at.tzinfo is None
+
+
+def test_an_append_under_use_tz_false_returns_naive_local_times(path, session):
+    with override_settings(USE_TZ=False, TIME_ZONE="America/Chicago"):
+        result = services.append_messages(
+            scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "t"}]
+        )
+        stored = Session.objects.get(pk=session.pk)
+    for name in ("created_at", "updated_at"):
+        assert getattr(result.session, name).tzinfo is None
+        assert getattr(result.session, name) == getattr(stored, name)
+
+
+class _ZonedConnection:
+    """What :func:`_pg._datetime_text` reads of a Django connection."""
+
+    def __init__(self, timezone):
+        self.timezone = timezone
+
+
+@on_postgresql
+@pytest.mark.parametrize(
+    "instant",
+    [
+        "2026-10-25 00:30:00+00",  # 02:30 in Paris, the first time (fold 0)
+        "2026-10-25 01:30:00+00",  # 02:30 in Paris again (fold 1)
+        "1900-01-01 12:00:00+00",  # Paris mean time: an offset of 9 minutes 21 seconds
+        "0001-01-01 00:00:00+00",
+    ],
+)
+def test_a_timestamp_read_from_its_text_is_the_one_read_from_its_column(instant):
+    """The append's narrow row carries the session's timestamps as text (``::text`` in the
+    session's time zone); read back they are the values Django's loader makes of the column,
+    in a time zone with a fold and an offset in seconds too."""
+    from zoneinfo import ZoneInfo
+
+    zone = ZoneInfo("Europe/Paris")
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL TIME ZONE 'Europe/Paris'")
+        cursor.execute("SELECT %s::timestamptz, %s::timestamptz::text", [instant, instant])
+        column, text = cursor.fetchone()
+    expected = column.replace(tzinfo=zone)  # Django's loader: the connection's time zone
+    got = _pg._datetime_text(text, _ZonedConnection(zone))
+    assert (got, got.utcoffset(), got.fold, got.tzinfo) == (
+        expected,
+        expected.utcoffset(),
+        expected.fold,
+        zone,
+    )
+    naive = _pg._datetime_text(text, _ZonedConnection(None))  # USE_TZ = False
+    assert (naive, naive.tzinfo) == (expected.replace(tzinfo=None), None)
 
 
 @pytest.mark.parametrize("count", [1, 2])  # the function (one message) and the statement

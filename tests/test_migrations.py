@@ -587,16 +587,16 @@ def test_migrating_back_below_0010_keeps_agents_that_differ_by_case_or_a_trailin
 
 
 def _append_function_exists() -> bool:
-    """Whether the function the code calls exists (``_pg.APPEND_ONE``), and 0013's and 0014's
+    """Whether the function the code calls exists (``_pg.APPEND_ONE``), and 0013's to 0015's
     with it."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_proc WHERE proname IN (%s, 'cortex_sessions_append_one',"
-            " 'cortex_sessions_append_one_v2')",
+            " 'cortex_sessions_append_one_v2', 'cortex_sessions_append_one_v3')",
             [_pg.APPEND_ONE],
         )
         count = cursor.fetchone()[0]
-    assert count in (0, 3)  # all or none: 0015 needs 0014, which needs 0013
+    assert count in (0, 4)  # all or none: each of 0014 to 0016 needs the one before
     return bool(count)
 
 
