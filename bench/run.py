@@ -41,6 +41,12 @@ WRITERS = 8
 HOT_REPS = 300
 #: Fewest appends each writer makes in one run of a concurrent load.
 WRITER_APPENDS = 200
+#: Untimed appends each writer makes on its new connection before a run starts, app and floor
+#: alike: the first calls of a new connection pay one-time costs that a web server's worker
+#: pays once in thousands of requests (the server compiling the append function and planning
+#: its statement; psycopg preparing the floor's statement at its sixth run; the app's caches),
+#: ~6 ms for the app's first append and ~5 ms for the floor's here.
+WRITER_WARMUP = 10
 #: Paired rounds of each concurrent load (:func:`_paired`): one run of 1,600 appends moves by
 #: ±20% with the machine (checkpoints, neighbours on a shared host); the median of the
 #: per-round ratios moves by a few percent.
@@ -258,11 +264,13 @@ def _process_writer(
 ) -> None:
     """One writer process of :func:`_concurrent_processes` (module level: ``spawn`` imports
     it): Django set up afresh (``app``; ``prepared``: with ``PREPARED_STATEMENTS``) or a
-    psycopg connection (``floor``), then ``appends`` one-message appends to ``target`` after
-    the barrier; puts its latencies on ``results``."""
+    psycopg connection (``floor``), then :data:`WRITER_WARMUP` untimed one-message appends to
+    ``target`` and, after the barrier, ``appends`` timed ones; puts their latencies on
+    ``results``."""
     latencies: list[float] = []
     if kind == "floor":
         with psycopg.connect(url, autocommit=True) as conn:
+            _floor_appends(conn, target, WRITER_WARMUP, text, [])
             barrier.wait()
             _floor_appends(conn, target, appends, text, latencies)
     else:
@@ -273,7 +281,7 @@ def _process_writer(
         from django.db import connection
 
         settings.CORTEX_SESSIONS["PREPARED_STATEMENTS"] = kind == "prepared"
-        connection.ensure_connection()
+        _app_appends(target, WRITER_WARMUP, text, [])
         barrier.wait()
         _app_appends(target, appends, text, latencies)
         connection.close()
@@ -630,9 +638,9 @@ def _concurrent_appends(
         def app_worker(
             number: int, barrier: threading.Barrier, latencies: list[float], targets=targets
         ) -> None:
-            connection.ensure_connection()
-            barrier.wait()
             try:
+                _app_appends(targets[number], WRITER_WARMUP, text, [])
+                barrier.wait()
                 _app_appends(targets[number], per_thread, text, latencies)
             finally:
                 connection.close()
@@ -641,6 +649,7 @@ def _concurrent_appends(
             number: int, barrier: threading.Barrier, latencies: list[float], targets=targets
         ) -> None:
             with psycopg.connect(url, autocommit=True) as conn:
+                _floor_appends(conn, targets[number], WRITER_WARMUP, text, [])
                 barrier.wait()
                 _floor_appends(conn, targets[number], per_thread, text, latencies)
 
