@@ -21,7 +21,7 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from cortex_sessions import services, signals
-from cortex_sessions.exceptions import InvalidScope, NoScope, SessionNotFound
+from cortex_sessions.exceptions import InvalidInput, InvalidScope, NoScope, SessionNotFound
 from cortex_sessions.models import Message, Session
 from cortex_sessions.services import _pg
 
@@ -424,6 +424,28 @@ def test_timestamps_carry_the_orms_time_zone(path, session):
         assert naive_page.created_at.tzinfo is None
         assert naive_session.updated_at == Session.objects.get(pk=session.pk).updated_at
         assert naive_session.updated_at.tzinfo is None
+
+
+def test_an_append_takes_any_sequence_of_mappings_or_message_inputs(path, session):
+    # A list of dicts skips the ABC checks; other sequences and mappings take them, alike.
+    from types import MappingProxyType
+
+    result = services.append_messages(
+        scope=SCOPE,
+        session_id=session.pk,
+        messages=(
+            MappingProxyType({"role": "user", "content": "one"}),
+            services.MessageInput(role="assistant", content="two"),
+        ),
+    )
+    assert [(m.seq, m.role, m.content[0]["text"]) for m in result.messages] == [
+        (1, "user", "one"),
+        (2, "assistant", "two"),
+    ]
+    for messages in ({"role": "user", "content": "x"}, MappingProxyType({}), 42, None):
+        with pytest.raises(InvalidInput, match="must be a list"):
+            services.append_messages(scope=SCOPE, session_id=session.pk, messages=messages)
+    assert Session.objects.get(pk=session.pk).message_count == 2
 
 
 def test_an_append_under_use_tz_false_returns_naive_local_times(path, session):

@@ -119,7 +119,7 @@ def _build_message(
     time zone), so both paths store the same instant (the PostgreSQL statement would read it
     in the connection's time zone, UTC) and the returned message holds what was stored.
     """
-    if isinstance(item, Mapping):
+    if type(item) is dict or isinstance(item, Mapping):  # a dict skips the ABC check
         unknown = item.keys() - _INPUT_KEYS
         if unknown:
             raise InvalidInput(
@@ -222,7 +222,9 @@ def append_messages(
         InvalidIdempotencyKey: a malformed key.
         IdempotencyKeyReused: the key was used with other messages or another session.
     """
-    if isinstance(messages, Mapping | MessageInput) or not isinstance(messages, Sequence):
+    if type(messages) is not list and (  # a list, the usual case, skips the ABC checks
+        isinstance(messages, Mapping | MessageInput) or not isinstance(messages, Sequence)
+    ):
         raise InvalidInput("messages must be a list of messages.", field="messages")
     if not messages:
         raise InvalidInput("At least one message is required.", field="messages")
