@@ -448,22 +448,31 @@ def test_an_append_takes_any_sequence_of_mappings_or_message_inputs(path, sessio
     assert Session.objects.get(pk=session.pk).message_count == 2
 
 
-def test_an_append_under_use_tz_false_returns_naive_local_times(path, session):
-    with override_settings(USE_TZ=False, TIME_ZONE="America/Chicago"):
+@pytest.mark.parametrize("zone", ["America/Chicago", "Europe/Paris"])
+def test_an_append_under_use_tz_false_returns_naive_local_times(path, session, zone):
+    # created_at in the hour Paris repeats, the second time: naive values compare equal
+    # whatever their fold, so the fold is compared too (timestamp() and make_aware read it).
+    Session.objects.filter(pk=session.pk).update(
+        created_at=datetime(2026, 10, 25, 1, 30, tzinfo=UTC)
+    )
+    with override_settings(USE_TZ=False, TIME_ZONE=zone):
         result = services.append_messages(
             scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "t"}]
         )
         stored = Session.objects.get(pk=session.pk)
     for name in ("created_at", "updated_at"):
-        assert getattr(result.session, name).tzinfo is None
-        assert getattr(result.session, name) == getattr(stored, name)
+        got, expected = getattr(result.session, name), getattr(stored, name)
+        assert (got, got.tzinfo, got.fold) == (expected, None, expected.fold)
+    if zone == "Europe/Paris" and connection.vendor == "postgresql":  # SQLite keeps no zone
+        assert (result.session.created_at.hour, result.session.created_at.fold) == (2, 1)
 
 
 class _ZonedConnection:
     """What :func:`_pg._datetime_text` reads of a Django connection."""
 
-    def __init__(self, timezone):
+    def __init__(self, timezone, timezone_name="Europe/Paris"):
         self.timezone = timezone
+        self.timezone_name = timezone_name
 
 
 @on_postgresql
@@ -496,7 +505,7 @@ def test_a_timestamp_read_from_its_text_is_the_one_read_from_its_column(instant)
         zone,
     )
     naive = _pg._datetime_text(text, _ZonedConnection(None))  # USE_TZ = False
-    assert (naive, naive.tzinfo) == (expected.replace(tzinfo=None), None)
+    assert (naive, naive.tzinfo, naive.fold) == (expected.replace(tzinfo=None), None, expected.fold)
 
 
 @pytest.mark.parametrize("count", [1, 2])  # the function (one message) and the statement

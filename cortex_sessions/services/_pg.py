@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import uuid
+import zoneinfo
 from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
@@ -252,8 +253,10 @@ _BOOLEAN_TEXT = {"true": True, "false": False}.__getitem__
 
 def _datetime_text(text: str, connection: Any) -> datetime:
     """A ``timestamptz`` from its ``::text`` form on Django ``connection``, as Django's loader
-    reads the column: aware in ``connection.timezone`` with ``USE_TZ`` (the same instant,
-    ``fold`` included, as ``astimezone`` sets it), else naive in the session's time zone.
+    reads the column: aware in ``connection.timezone`` with ``USE_TZ``, else naive in the
+    session's time zone (``connection.timezone_name``); either way the same instant with the
+    ``fold`` that tells the two wall times of a repeated hour apart, as ``astimezone`` sets it
+    (psycopg's loader converts alike).
 
     The text is in the session's ``TimeZone`` (which Django sets) and ``DateStyle`` ISO
     (which psycopg 3 requires), e.g. ``2026-12-02 13:55:00.123456+00``, which
@@ -263,8 +266,8 @@ def _datetime_text(text: str, connection: Any) -> datetime:
     """
     value = datetime.fromisoformat(text)
     timezone = connection.timezone
-    if timezone is None:
-        return value.replace(tzinfo=None)
+    if timezone is None:  # USE_TZ = False: the parsed offset is fixed, so convert for the fold
+        return value.astimezone(zoneinfo.ZoneInfo(connection.timezone_name)).replace(tzinfo=None)
     return value if value.tzinfo is timezone else value.astimezone(timezone)
 
 
