@@ -308,7 +308,7 @@ def _narrow_plan() -> tuple[str, tuple[str, ...], tuple[tuple[str, Any], ...], t
     """:func:`_narrow_fields` as the primary key's attname, the array fields' attnames, ``((attname,
     text converter), …)`` of those converted but timestamps, and the timestamps' attnames."""
     fields = _narrow_fields()
-    converted = ((field.attname, _text_converter(field)) for field in fields)
+    converted = [(field.attname, _text_converter(field)) for field in fields]
     return (
         Session._meta.pk.attname,
         tuple(field.attname for field in fields),
@@ -317,7 +317,7 @@ def _narrow_plan() -> tuple[str, tuple[str, ...], tuple[tuple[str, Any], ...], t
             for attname, convert in converted
             if convert is not None and convert is not _datetime_text
         ),
-        tuple(field.attname for field in fields if _text_converter(field) is _datetime_text),
+        tuple(attname for attname, convert in converted if convert is _datetime_text),
     )
 
 
