@@ -10,6 +10,7 @@ is replayed under ``EXPLAIN (ANALYZE, BUFFERS)``; the plans go to
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -51,6 +52,9 @@ WRITER_WARMUP = 10
 #: ±20% with the machine (checkpoints, neighbours on a shared host); the median of the
 #: per-round ratios moves by a few percent.
 WRITER_ROUNDS = 9
+#: Seconds the parent waits for a writer process's result before giving up on it (one killed
+#: outright reports nothing): a run takes a few seconds.
+WRITER_TIMEOUT = 600
 
 #: Targets for app/floor, by operation family (docs/performance.md).
 TARGETS = {"append": 1.3, "get": 2.5, "newest": 1.5, "list": 2.0}
@@ -207,20 +211,34 @@ def queries_and_plans(fn: Callable[[], Any], plan_file: Path) -> tuple[int, str]
 def _concurrent(
     worker: Callable[[int, threading.Barrier, list[float]], None],
 ) -> tuple[float, float]:
-    """Run ``WRITERS`` threads of ``worker``; returns (wall seconds, median latency ms)."""
+    """Run ``WRITERS`` threads of ``worker``; returns (wall seconds, median latency ms).
+
+    Raises:
+        RuntimeError: a writer raised (its error is the cause); one that fails before the
+            barrier breaks it, so nobody waits for it.
+    """
     barrier = threading.Barrier(WRITERS + 1)
     latencies: list[float] = []
-    threads = [
-        threading.Thread(target=worker, args=(number, barrier, latencies))
-        for number in range(WRITERS)
-    ]
+    errors: list[BaseException] = []
+
+    def run(number: int) -> None:
+        try:
+            worker(number, barrier, latencies)
+        except BaseException as error:  # noqa: BLE001 - reported by the parent
+            errors.append(error)
+            barrier.abort()
+
+    threads = [threading.Thread(target=run, args=(number,)) for number in range(WRITERS)]
     for thread in threads:
         thread.start()
-    barrier.wait()
+    with contextlib.suppress(threading.BrokenBarrierError):
+        barrier.wait()
     started = time.perf_counter()
     for thread in threads:
         thread.join()
     wall = time.perf_counter() - started
+    if errors:  # the first is the writer's own error, the rest the broken barrier
+        raise RuntimeError(f"{len(errors)} of {WRITERS} writer threads failed") from errors[0]
     return wall, statistics.median(latencies) * 1000
 
 
@@ -266,25 +284,31 @@ def _process_writer(
     it): Django set up afresh (``app``; ``prepared``: with ``PREPARED_STATEMENTS``) or a
     psycopg connection (``floor``), then :data:`WRITER_WARMUP` untimed one-message appends to
     ``target`` and, after the barrier, ``appends`` timed ones; puts their latencies on
-    ``results``."""
+    ``results``, or the text of its error after breaking the barrier, so that neither the
+    parent nor the other writers wait for it."""
     latencies: list[float] = []
-    if kind == "floor":
-        with psycopg.connect(url, autocommit=True) as conn:
-            _floor_appends(conn, target, WRITER_WARMUP, text, [])
+    try:
+        if kind == "floor":
+            with psycopg.connect(url, autocommit=True) as conn:
+                _floor_appends(conn, target, WRITER_WARMUP, text, [])
+                barrier.wait()
+                _floor_appends(conn, target, appends, text, latencies)
+        else:
+            from .setup import setup_django
+
+            setup_django(url)
+            from django.conf import settings
+            from django.db import connection
+
+            settings.CORTEX_SESSIONS["PREPARED_STATEMENTS"] = kind == "prepared"
+            _app_appends(target, WRITER_WARMUP, text, [])
             barrier.wait()
-            _floor_appends(conn, target, appends, text, latencies)
-    else:
-        from .setup import setup_django
-
-        setup_django(url)
-        from django.conf import settings
-        from django.db import connection
-
-        settings.CORTEX_SESSIONS["PREPARED_STATEMENTS"] = kind == "prepared"
-        _app_appends(target, WRITER_WARMUP, text, [])
-        barrier.wait()
-        _app_appends(target, appends, text, latencies)
-        connection.close()
+            _app_appends(target, appends, text, latencies)
+            connection.close()
+    except BaseException as error:
+        barrier.abort()
+        results.put(f"{type(error).__name__}: {error}")
+        raise
     results.put(latencies)
 
 
@@ -308,12 +332,18 @@ def _concurrent_processes(
     ]
     for process in processes:
         process.start()
-    barrier.wait()
+    with contextlib.suppress(threading.BrokenBarrierError):  # a writer failed: below
+        barrier.wait()
     started = time.perf_counter()
-    latencies = [value for _ in processes for value in results.get()]
+    # Each writer puts its latencies or its error; one killed outright puts nothing.
+    outcomes = [results.get(timeout=WRITER_TIMEOUT) for _ in processes]
     wall = time.perf_counter() - started
     for process in processes:
         process.join()
+    failures = [outcome for outcome in outcomes if isinstance(outcome, str)]
+    if failures:
+        raise RuntimeError(f"{len(failures)} of {WRITERS} writer processes failed: {failures[0]}")
+    latencies = [value for outcome in outcomes for value in outcome]
     return wall, statistics.median(latencies) * 1000
 
 
