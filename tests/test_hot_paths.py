@@ -103,7 +103,7 @@ def _signature(drop: str) -> str:
 def _function_result(signature: str | None = None) -> str | None:
     """The result type of the function ``signature`` (default: the one the code calls), or
     ``None`` when there is none."""
-    signature = signature or _signature(_pg.append_one_function_sql(connection)[1])
+    signature = signature or _signature(_pg.function_sql(_pg.APPEND_ONE)[1])
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_get_function_result(to_regprocedure(%s))", [signature])
         return cursor.fetchone()[0]
@@ -122,7 +122,7 @@ def test_the_migration_creates_the_function_the_code_calls():
     """The latest migration's frozen SQL is what the code describes today: a change to the
     session's columns or to the append statement needs a migration that replaces the
     function."""
-    create, drop = _pg.append_one_function_sql(connection)
+    create, drop = _pg.function_sql(_pg.APPEND_ONE)
     assert (create, drop) == (_migration_0016().CREATE, _migration_0016().DROP)
     assert _function_result() == NARROW  # the test database was migrated
 
@@ -178,6 +178,45 @@ def test_this_code_on_a_database_without_0016_writes_nothing():
     assert result.messages[0].seq == 1
 
 
+def _migration_0017():
+    """The migration of the session-read functions."""
+    return importlib.import_module("cortex_sessions.migrations.0017_get_and_resolve_functions")
+
+
+#: Every function the code calls.
+FUNCTIONS = (_pg.APPEND_ONE, _pg.GET, _pg.RESOLVE)
+
+
+@on_postgresql
+def test_0017_creates_the_read_functions_the_code_calls():
+    """Its frozen SQL is what the code describes today (a change to the session's columns
+    needs a migration with new functions), and the test database has both."""
+    migration = _migration_0017()
+    assert _pg.function_sql(_pg.GET) == (migration.CREATE_GET, migration.DROP_GET)
+    assert _pg.function_sql(_pg.RESOLVE) == (migration.CREATE_RESOLVE, migration.DROP_RESOLVE)
+    for name in (_pg.GET, _pg.RESOLVE):
+        assert _function_result(_signature(_pg.function_sql(name)[1])) == NARROW
+
+
+@on_postgresql
+@pytest.mark.django_db(transaction=True)
+def test_0017_backward_drops_the_read_functions_and_forward_restores_them():
+    session = services.create_session(scope=SCOPE, agent_id="agent-1")
+    operation = _migration_0017().GetAndResolveFunctions()
+    signatures = [_signature(_pg.function_sql(name)[1]) for name in (_pg.GET, _pg.RESOLVE)]
+    with connection.schema_editor() as editor:
+        operation.database_backwards("cortex_sessions", editor, None, None)
+    try:
+        assert not any(map(_function_exists, signatures))
+        assert _function_exists()  # the append's stays
+    finally:
+        with connection.schema_editor() as editor:
+            operation.database_forwards("cortex_sessions", editor, None, None)
+    assert all(map(_function_exists, signatures))
+    assert services.get_session(scope="org=acme", session_id=session.pk).pk == session.pk
+    assert services.resolve_session(scope=SCOPE, agent_id="agent-1")[1] is True
+
+
 @on_postgresql
 def test_migrations_disabled_the_function_comes_from_post_migrate(session):
     """With this app's migrations disabled (pytest-django ``--nomigrations``, ``TEST["MIGRATE"]
@@ -185,19 +224,23 @@ def test_migrations_disabled_the_function_comes_from_post_migrate(session):
     enabled it leaves the function to the migration. DDL is transactional: the test's
     rollback restores the function."""
     config = django_apps.get_app_config("cortex_sessions")
+    signatures = [_signature(_pg.function_sql(name)[1]) for name in FUNCTIONS]
     with connection.cursor() as cursor:
-        cursor.execute(_pg.append_one_function_sql(connection)[1])
+        for name in FUNCTIONS:
+            cursor.execute(_pg.function_sql(name)[1])
     with override_settings(MIGRATION_MODULES={}):  # enabled, even under --nomigrations
         post_migrate.send(sender=config, app_config=config, using="default", verbosity=0)
-    assert not _function_exists()
+    assert not any(map(_function_exists, signatures))
     with override_settings(MIGRATION_MODULES={"cortex_sessions": None}):
         post_migrate.send(sender=config, app_config=config, using="default", verbosity=0)
-    assert _function_exists()
+    assert all(map(_function_exists, signatures))
     result = services.append_messages(
         scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "hi"}]
     )
     assert [m.seq for m in result.messages] == [1]
     assert result.session.message_count == 1
+    assert services.get_session(scope=SCOPE, session_id=session.pk).message_count == 1
+    assert services.resolve_session(scope=SCOPE, agent_id="agent-1")[1] is True
 
 
 @on_postgresql
@@ -233,7 +276,11 @@ def test_get_and_resolve_are_one_statement_each(session):
         services.get_session(scope="org=acme", session_id=session.pk, agent_id="agent-1")
         services.resolve_session(scope=SCOPE, agent_id="agent-1")
         services.resolve_session(scope=SCOPE, agent_id="agent-1", session_id=default.pk)
-    assert len(statements(captured)) == 4
+    # Each a call of the function whose plan the server keeps (§14.1).
+    calls = [_pg.GET, _pg.GET, _pg.RESOLVE, _pg.GET]
+    assert [text.split("(")[0] for text in statements(captured)] == [
+        f"SELECT {name}" for name in calls
+    ]
 
 
 @on_postgresql
@@ -250,7 +297,8 @@ def test_prepared_statements_keep_one_statement_and_the_same_results(session):
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement FROM pg_prepared_statements")
         prepared = [row[0] for row in cursor.fetchall()]
-    assert any(text.startswith(f"SELECT {_pg.APPEND_ONE}(") for text in prepared)
+    for name in (_pg.APPEND_ONE, _pg.GET):
+        assert any(text.startswith(f"SELECT {name}(") for text in prepared)
     assert result.session.message_count == 3
     assert [m.seq for m in page] == [2, 3]
     assert page[-1].content == [{"type": "text", "text": "p"}]
@@ -398,6 +446,61 @@ def test_get_and_resolve_return_the_stored_row(path, session):
     assert (was_created, again_created) == (True, False)
     assert _fields(again) == _fields(created)
     assert again.metadata == {} and session.metadata == {"a": 1}
+
+
+def _loaded_as(instance) -> dict:
+    """Every concrete field's value with its type, and a datetime's tzinfo, offset and fold
+    (two naive wall times of a repeated hour compare equal, their folds do not)."""
+    values = {}
+    for field in type(instance)._meta.concrete_fields:
+        value = getattr(instance, field.attname)
+        zone = (value.tzinfo, value.utcoffset(), value.fold) if isinstance(value, datetime) else ()
+        values[field.attname] = (value, type(value), zone)
+    return values
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"TIME_ZONE": "Europe/Paris"}, {"USE_TZ": False, "TIME_ZONE": "Europe/Paris"}],
+    ids=["UTC", "Paris", "USE_TZ False"],
+)
+def test_get_and_resolve_load_every_field_as_the_orm_does(path, settings):
+    """Every column set, of every type, read back from the read functions' text (one array
+    on PostgreSQL, ``_pg._session_values``) exactly as the ORM loads the row: timestamps in
+    the hour Paris repeats (the second time), at an offset in seconds (Paris mean time, 1900)
+    and in year 1; text that quoting or an array's syntax would trip on."""
+    source = services.create_session(scope=SCOPE, agent_id="agent-1")
+    default, _ = services.resolve_session(scope=SCOPE, agent_id="agent-1")
+    text = 'quote " comma , brace { NULL \\ back\u2028é'
+    Session.objects.filter(pk=default.pk).update(
+        title=text,
+        metadata={"n": [1, 2.5, None, True, {"k": text}], "": {}},
+        cwd=text,
+        last_message=text,
+        message_count=3,
+        last_seq=4,
+        backfilled_by="0006_backfill_default_sessions",
+        created_at=datetime(2026, 10, 25, 1, 30, tzinfo=UTC),
+        updated_at=datetime(1900, 1, 1, 12, tzinfo=UTC),
+        forked_from=source.pk,
+        forked_at_seq=0,
+    )
+    Session.objects.filter(pk=source.pk).update(
+        created_at=datetime(1, 1, 2, tzinfo=UTC),
+        archived_at=datetime(2026, 10, 25, 0, 30, tzinfo=UTC),
+    )
+    with override_settings(**settings):
+        for pk in (default.pk, source.pk):
+            stored = Session.objects.get(pk=pk)
+            got = services.get_session(scope="org=acme", session_id=pk)
+            of_agent = services.get_session(scope=SCOPE, session_id=pk, agent_id="agent-1")
+            assert _loaded_as(got) == _loaded_as(of_agent) == _loaded_as(stored)
+            assert (got._state.db, got._state.adding) == ("default", False)
+        resolved, created = services.resolve_session(scope=SCOPE, agent_id="agent-1")
+        assert created is False
+        assert _loaded_as(resolved) == _loaded_as(Session.objects.get(pk=default.pk))
+    if path == "sql" and settings.get("USE_TZ") is False:  # SQLite keeps no zone
+        assert (resolved.created_at.hour, resolved.created_at.fold) == (2, 1)
 
 
 def test_timestamps_carry_the_orms_time_zone(path, session):

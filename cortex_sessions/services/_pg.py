@@ -35,10 +35,10 @@ from __future__ import annotations
 import json
 import uuid
 import zoneinfo
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import cache
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from django.db import connections
 from django.db.models import (
@@ -61,10 +61,12 @@ from ..models import Message, Session
 
 __all__ = [
     "APPEND_ONE",
-    "append_one_function_sql",
+    "GET",
+    "RESOLVE",
     "append_rows",
     "create_functions",
     "enabled",
+    "function_sql",
     "get_session",
     "newest_messages",
     "resolve_default",
@@ -102,24 +104,32 @@ def _scope_params(canonical: str) -> list[str]:
     return [canonical, canonical + "0", canonical, canonical + "/"]
 
 
-@cache
-def _sql_get(with_agent: bool) -> str:
-    """One session by id within a scope (and of one agent)."""
-    agent = ' AND s."agent_id" = %s' if with_agent else ""
+def _get_statement() -> str:
+    """The statement :data:`GET` runs: every column of the session ``id`` within a scope (and of
+    one agent, unless that parameter is ``NULL``: ``agent_id`` is never null, so
+    ``COALESCE(NULL, agent_id)`` is the row's own) as one text array, into the function's
+    variable ``loaded``. Parameters: id, the four scope parameters, agent id or ``NULL``."""
     return (
-        f"SELECT {_columns(Session, 's.')} FROM {Session._meta.db_table} s "
-        f'WHERE s."id" = %s AND {_WITHIN_FILTER}{agent}'
+        f"SELECT ARRAY[{_text_columns(Session._meta.concrete_fields)}] INTO loaded"
+        f" FROM {Session._meta.db_table} s"
+        f' WHERE s."id" = %s AND {_WITHIN_FILTER} AND s."agent_id" = COALESCE(%s, s."agent_id")'
     )
 
 
-@cache
-def _sql_resolve() -> str:
-    """The default session of an agent at exactly a scope (served by the partial unique index
-    ``cortex_session_one_default``)."""
+def _resolve_statement() -> str:
+    """The statement :data:`RESOLVE` runs: :func:`_get_statement`'s array of the default
+    session of an agent at exactly a scope (served by the partial unique index
+    ``cortex_session_one_default``). Parameters: agent id, canonical scope."""
     return (
-        f"SELECT {_columns(Session, 's.')} FROM {Session._meta.db_table} s "
-        'WHERE s."agent_id" = %s AND s."scope" = %s AND s."is_default"'
+        f"SELECT ARRAY[{_text_columns(Session._meta.concrete_fields)}] INTO loaded"
+        f" FROM {Session._meta.db_table} s"
+        ' WHERE s."agent_id" = %s AND s."scope" = %s AND s."is_default"'
     )
+
+
+def _text_columns(fields: Sequence[Any], prefix: str = "s.") -> str:
+    """``fields``' columns as the elements of a text array (``s."id"::text, …``)."""
+    return ", ".join(f'{prefix}"{field.column}"::text' for field in fields)
 
 
 @cache
@@ -164,31 +174,63 @@ def _sql_append() -> str:
 #: is refused at parse time, and the previous version stays for the code of the previous
 #: release until a later migration drops it.
 APPEND_ONE = "cortex_sessions_append_one_v4"
-#: Its argument types, in the order of :func:`_sql_append_one`'s parameters.
-_APPEND_ONE_ARGUMENTS = (
-    "timestamptz",  # updated_at
-    "text",  # last_message (NULL: keep)
-    "uuid",  # session id
-    "text",  # the four scope parameters (see _scope_params)
-    "text",
-    "text",
-    "text",
-    "text",  # role
-    "text",  # source
-    "text",  # content (JSON text)
-    "text",  # metadata (JSON text)
-    "timestamptz",  # created_at
-)
+#: The PL/pgSQL functions that read one session by id within a scope, and the default session
+#: of an agent at a scope (migration ``0017_get_and_resolve_functions``), each returning every
+#: column as one ``text[]`` value (``NULL``: no such session). Named by version as
+#: :data:`APPEND_ONE` is: a change to the session's columns needs new ones.
+GET = "cortex_sessions_get_v1"
+RESOLVE = "cortex_sessions_resolve_v1"
+
+
+class _Function(NamedTuple):
+    """A PL/pgSQL function of the hot paths (:func:`function_sql`)."""
+
+    #: Argument types, in the order of the statement's ``%s`` placeholders.
+    arguments: tuple[str, ...]
+    #: The one statement it runs, selecting its result into ``variable``.
+    statement: Callable[[], str]
+    #: The ``text[]`` variable the statement fills and the function returns.
+    variable: str
+    #: ``STABLE`` (reads only) or ``""`` (``VOLATILE``, the default: it writes).
+    volatility: str
 
 
 @cache
-def _sql_append_one() -> str:
-    """:func:`_sql_append` for one message, the call a runtime makes on every turn: a call of
-    the function :data:`APPEND_ONE`, which runs :func:`_append_one_statement`.
+def _functions() -> dict[str, _Function]:
+    """The functions :func:`function_sql` creates, by name."""
+    scope = ("text", "text", "text", "text")  # the four parameters of _scope_params
+    return {
+        APPEND_ONE: _Function(
+            (
+                "timestamptz",  # updated_at
+                "text",  # last_message (NULL: keep)
+                "uuid",  # session id
+                *scope,
+                "text",  # role
+                "text",  # source
+                "text",  # content (JSON text)
+                "text",  # metadata (JSON text)
+                "timestamptz",  # created_at
+            ),
+            _append_one_statement,
+            "appended",
+            "",
+        ),
+        GET: _Function(("uuid", *scope, "text"), _get_statement, "loaded", "STABLE"),
+        RESOLVE: _Function(("text", "text"), _resolve_statement, "loaded", "STABLE"),
+    }
+
+
+@cache
+def _sql_call(function: str) -> str:
+    """The statement that calls ``function`` (:data:`APPEND_ONE`, :data:`GET` or
+    :data:`RESOLVE`) with one ``%s`` per argument.
 
     Why a function: an unnamed statement is parsed and planned by the server on every call,
-    which for this statement is about a third of its time (docs/performance.md); a prepared
-    one is not, but lives in one server session, which poolers in transaction mode break
+    which for the append is about a third of its time and for a read of one session (whose
+    filter the planner estimates from the scope column's statistics, against each of the
+    session's eight indexes) more than half (docs/performance.md); a prepared one is not, but
+    lives in one server session, which poolers in transaction mode break
     (``PREPARED_STATEMENTS``, §14.2). PL/pgSQL plans the statements of a function once per
     server session and keeps the plan, invisibly to the client, so every pooler passes the
     call through and only the short call itself is planned each time.
@@ -197,25 +239,20 @@ def _sql_append_one() -> str:
     is a table function, so the server plans a function scan, describes the result row from
     the function's declared columns and passes the row through two tuple stores (the
     function's ``RETURN QUERY`` and the scan's) on every call; a function returning one value
-    is evaluated in the select list. That is ~35 µs less server CPU a call, ~85 µs under 8
-    writer processes (docs/performance.md).
-
-    Parameters: updated_at, last_message (NULL: keep), id, the four scope parameters, role,
-    source, content (JSON text), metadata (JSON text), created_at.
+    is evaluated in the select list. For the append that is ~35 µs less server CPU a call,
+    ~85 µs under 8 writer processes (docs/performance.md).
     """
-    placeholders = ", ".join(["%s"] * len(_APPEND_ONE_ARGUMENTS))
-    return f"SELECT {APPEND_ONE}({placeholders})"
+    placeholders = ", ".join(["%s"] * len(_functions()[function].arguments))
+    return f"SELECT {function}({placeholders})"
 
 
 def _append_one_statement() -> str:
     """The statement :data:`APPEND_ONE` runs: :func:`_sql_append` for one message, with scalar
     parameters instead of ``unnest`` over arrays, selecting the narrow row of
-    :func:`_narrow_session` into the function's variable ``appended``. Parameters as
-    :func:`_sql_append_one`'s."""
-    array = ", ".join(
-        [f's."{field.column}"::text' for field in _narrow_fields()]
-        + ['m."id"::text', 'm."seq"::text']
-    )
+    :func:`_narrow_session` into the function's variable ``appended``. Parameters:
+    updated_at, last_message (NULL: keep), id, the four scope parameters, role, source,
+    content (JSON text), metadata (JSON text), created_at."""
+    array = f'{_text_columns(_narrow_fields())}, m."id"::text, m."seq"::text'
     return _append_statement(
         step="1",
         values='s."last_seq", %s, %s, %s::jsonb, %s::jsonb, %s FROM s',
@@ -304,13 +341,16 @@ def _text_converter(field: Any) -> Any:
 
 
 @cache
-def _narrow_plan() -> tuple[str, tuple[str, ...], tuple[tuple[str, Any], ...], tuple[str, ...]]:
-    """:func:`_narrow_fields` as the primary key's attname, the array fields' attnames, ``((attname,
-    text converter), …)`` of those converted but timestamps, and the timestamps' attnames."""
-    fields = _narrow_fields()
+def _text_plan(
+    narrow: bool,
+) -> tuple[tuple[str, ...], tuple[tuple[str, Any], ...], tuple[str, ...]]:
+    """How a session's text array becomes the values the ORM loads: the narrow row of
+    :func:`_narrow_fields` (``narrow``) or every concrete field (:data:`GET`,
+    :data:`RESOLVE`), as the fields' attnames in array order, ``((attname, text converter),
+    …)`` of those converted but timestamps, and the timestamps' attnames."""
+    fields = _narrow_fields() if narrow else tuple(Session._meta.concrete_fields)
     converted = [(field.attname, _text_converter(field)) for field in fields]
     return (
-        Session._meta.pk.attname,
         tuple(field.attname for field in fields),
         tuple(
             (attname, convert)
@@ -319,6 +359,23 @@ def _narrow_plan() -> tuple[str, tuple[str, ...], tuple[tuple[str, Any], ...], t
         ),
         tuple(attname for attname, convert in converted if convert is _datetime_text),
     )
+
+
+def _session_values(connection: Any, array: Sequence[Any], narrow: bool) -> dict[str, Any]:
+    """The session's values by attname, as the ORM loads them, from the text array a
+    function returned on ``connection`` (``narrow``: :data:`APPEND_ONE`'s, whose last two
+    elements, the message's id and seq, no name takes)."""
+    names, converters, times = _text_plan(narrow)
+    values: dict[str, Any] = dict(zip(names, array, strict=False))
+    for attname, convert in converters:
+        text = values[attname]
+        if text is not None:
+            values[attname] = convert(text)
+    for attname in times:
+        text = values[attname]
+        if text is not None:
+            values[attname] = _datetime_text(text, connection)
+    return values
 
 
 def _narrow_session(
@@ -331,59 +388,66 @@ def _narrow_session(
     """The session, the new message's id and its seq, from the value :data:`APPEND_ONE`
     returned on ``connection`` (of ``alias``), as the ORM loads them; ``session_id`` is the
     one the append was called with."""
-    pk, names, converters, times = _narrow_plan()
-    # The array ends with the message's id and seq, which no name takes.
-    loaded: dict[str, Any] = dict(zip(names, array, strict=False))
-    for attname, convert in converters:
-        text = loaded[attname]
-        if text is not None:
-            loaded[attname] = convert(text)
-    for attname in times:
-        text = loaded[attname]
-        if text is not None:
-            loaded[attname] = _datetime_text(text, connection)
-    loaded[pk] = session_id
-    loaded["archived_at"] = None
-    session = cast(Session, _loaded(Session, alias, loaded, _plain(Session)))
+    values = _session_values(connection, array, narrow=True)
+    values[Session._meta.pk.attname] = session_id
+    values["archived_at"] = None
+    session = cast(Session, _loaded(Session, alias, values, _plain(Session)))
     return session, int(array[-2]), int(array[-1])
 
 
-def append_one_function_sql(connection: Any) -> tuple[str, str]:
-    """The SQL that creates the function :data:`APPEND_ONE` on PostgreSQL ``connection``, and
-    the SQL that drops it, as ``(create, drop)``.
+def _read_session(alias: str, function: str, params: list[Any]) -> Session | None:
+    """Call :data:`GET` or :data:`RESOLVE` with ``params`` on ``alias``: the session as the ORM
+    loads it, or ``None`` when there is none."""
+    connection = connections[alias]
+    array = _execute(connection, _sql_call(function), params, keep=True)[0][0]
+    if array is None:
+        return None
+    values = _session_values(connection, array, narrow=False)
+    return cast(Session, _loaded(Session, alias, values, _plain(Session)))
 
-    The function returns the narrow row of :func:`_narrow_fields` (a text array of the
-    session's fields and the new message's ``id`` and ``seq``), or ``NULL`` when nothing was
-    written. Migration ``0016_append_one_returns_an_array`` holds a copy of this SQL
-    (``0013`` to ``0015`` the earlier versions'), frozen as migrations are;
-    ``tests/test_hot_paths.py`` checks that the two agree, so a change to the session's
-    columns or to the statement comes with a migration that adds the function under a new
-    name (see :data:`APPEND_ONE`). When the
-    app's migrations are disabled, :func:`create_functions` runs this SQL instead.
+
+def function_sql(function: str) -> tuple[str, str]:
+    """The SQL that creates ``function`` (:data:`APPEND_ONE`, :data:`GET` or :data:`RESOLVE`)
+    on PostgreSQL, and the SQL that drops it, as ``(create, drop)``.
+
+    Each function runs one statement and returns one ``text[]`` value: the append the narrow
+    row of :func:`_narrow_fields` (the session's fields, then the new message's ``id`` and
+    ``seq``), the reads every column of the session; ``NULL`` when nothing was written or
+    found. The migrations that create them hold a copy of this SQL (``0016`` the append's,
+    ``0017`` the reads'; ``0013`` to ``0015`` the append's earlier versions), frozen as
+    migrations are; ``tests/test_hot_paths.py`` checks that they agree, so a change to the
+    session's columns or to a statement comes with a migration that adds the function under a
+    new name. When the app's migrations are disabled, :func:`create_functions` runs this SQL
+    instead.
+
+    Raises:
+        KeyError: ``function`` is not one of the three.
     """
-    body = _append_one_statement()
-    pieces = body.split("%s")
-    if len(pieces) != len(_APPEND_ONE_ARGUMENTS) + 1:  # pragma: no cover - a code change
-        raise AssertionError("the statement and the function's arguments disagree")
+    spec = _functions()[function]
+    pieces = spec.statement().split("%s")
+    if len(pieces) != len(spec.arguments) + 1:  # pragma: no cover - a code change
+        raise AssertionError(f"the statement and the arguments of {function} disagree")
     body = "".join(f"{piece}${number}" for number, piece in enumerate(pieces[:-1], 1))
     body += pieces[-1]
-    signature = f"{APPEND_ONE}({', '.join(_APPEND_ONE_ARGUMENTS)})"
+    signature = f"{function}({', '.join(spec.arguments)})"
+    volatility = f" {spec.volatility}" if spec.volatility else ""
     create = (
         f"CREATE OR REPLACE FUNCTION {signature}"
-        " RETURNS text[] LANGUAGE plpgsql AS $function$\n"
+        f" RETURNS text[] LANGUAGE plpgsql{volatility} AS $function$\n"
         "#variable_conflict use_column\n"
-        "DECLARE\n  appended text[];\n"
-        f"BEGIN\n  {body};\n  RETURN appended;\nEND\n$function$"
+        f"DECLARE\n  {spec.variable} text[];\n"
+        f"BEGIN\n  {body};\n  RETURN {spec.variable};\nEND\n$function$"
     )
     return create, f"DROP FUNCTION IF EXISTS {signature}"
 
 
 def create_functions(*, app_config: Any, using: str, **kwargs: Any) -> None:
-    """``post_migrate`` receiver: create :data:`APPEND_ONE` on a PostgreSQL database whose
-    tables were made from the models because this app's migrations are disabled (a test
-    database under pytest-django's ``--nomigrations`` or ``TEST["MIGRATE"] = False``), where
-    migration ``0016_append_one_returns_an_array`` never ran. With migrations enabled it does
-    nothing: the migration owns the function.
+    """``post_migrate`` receiver: create :data:`APPEND_ONE`, :data:`GET` and :data:`RESOLVE`
+    on a PostgreSQL database whose tables were made from the models because this app's
+    migrations are disabled (a test database under pytest-django's ``--nomigrations`` or
+    ``TEST["MIGRATE"] = False``), where migrations ``0016_append_one_returns_an_array`` and
+    ``0017_get_and_resolve_functions`` never ran. With migrations enabled it does nothing:
+    the migrations own the functions.
     """
     from django.db import router
     from django.db.migrations.loader import MigrationLoader
@@ -394,7 +458,8 @@ def create_functions(*, app_config: Any, using: str, **kwargs: Any) -> None:
     if MigrationLoader.migrations_module(app_config.label)[0] is not None:
         return
     with connection.cursor() as cursor:
-        cursor.execute(append_one_function_sql(connection)[0])
+        for function in _functions():
+            cursor.execute(function_sql(function)[0])
 
 
 def _append_statement(*, step: str, values: str, order: str, result: str | None = None) -> str:
@@ -816,18 +881,15 @@ def _instance(model: type[Model], alias: str, values: Sequence[Any]) -> Any:
 def get_session(
     alias: str, *, canonical: str, session_id: uuid.UUID, agent_id: str | None
 ) -> Session | None:
-    """The session ``session_id`` within ``canonical`` (and of ``agent_id``), or ``None``."""
-    params: list[Any] = [session_id, *_scope_params(canonical)]
-    if agent_id is not None:
-        params.append(agent_id)
-    rows = _execute(connections[alias], _sql_get(agent_id is not None), params, keep=True)
-    return _instance(Session, alias, rows[0]) if rows else None
+    """The session ``session_id`` within ``canonical`` (and of ``agent_id``), or ``None``: one
+    call of :data:`GET`."""
+    return _read_session(alias, GET, [session_id, *_scope_params(canonical), agent_id])
 
 
 def resolve_default(alias: str, *, canonical: str, agent_id: str) -> Session | None:
-    """The default session of ``agent_id`` at exactly ``canonical``, or ``None``."""
-    rows = _execute(connections[alias], _sql_resolve(), [agent_id, canonical], keep=True)
-    return _instance(Session, alias, rows[0]) if rows else None
+    """The default session of ``agent_id`` at exactly ``canonical``, or ``None``: one call of
+    :data:`RESOLVE`."""
+    return _read_session(alias, RESOLVE, [agent_id, canonical])
 
 
 def append_rows(
@@ -857,7 +919,7 @@ def append_rows(
     scope = _scope_params(canonical)
     if len(rows) == 1:
         (row,) = rows
-        sql = _sql_append_one()
+        sql = _sql_call(APPEND_ONE)
         params = [
             updated_at,
             last_message,
