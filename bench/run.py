@@ -179,6 +179,38 @@ def _plan_summary(text: str) -> str:
     return "index " + ",".join(dict.fromkeys(short))
 
 
+#: A call of one of the app's PL/pgSQL functions (append, get, resolve: docs/design.md §14.1),
+#: whose own plan is a bare ``Result``: the plans that matter are those of its statement.
+FUNCTION_CALL = re.compile(r"^SELECT cortex_sessions_\w+\(")
+
+
+def _nested_plans(connection: Any, cursor: Any, sql: str) -> str:
+    """The plans of the statements the function call ``sql`` runs, as the server runs them
+    (its kept plan, ``$n`` where a generic one): ``auto_explain`` with nested statements,
+    reported to the client as ``LOG`` messages, run with ``cursor`` in its transaction (which
+    the caller rolls back)."""
+    raw = connection.connection
+    found: list[str] = []
+
+    def collect(diagnostic: Any) -> None:
+        text = diagnostic.message_primary or ""
+        if "plan:" in text and not FUNCTION_CALL.search(text.split("Query Text: ", 1)[-1]):
+            found.append(text.split("plan:", 1)[1].strip())
+
+    raw.add_notice_handler(collect)
+    try:
+        cursor.execute("LOAD 'auto_explain'")
+        for setting in ("log_min_duration", "log_nested_statements", "log_analyze", "log_buffers"):
+            value = "0" if setting == "log_min_duration" else "on"
+            cursor.execute(f"SET LOCAL auto_explain.{setting} = {value}")
+        cursor.execute("SET LOCAL client_min_messages = log")
+        cursor.execute(sql)
+        cursor.execute("SET LOCAL client_min_messages = notice")
+    finally:
+        raw.remove_notice_handler(collect)
+    return "\n".join(f"-- its statement:\n{plan}" for plan in found)
+
+
 def queries_and_plans(fn: Callable[[], Any], plan_file: Path) -> tuple[int, str]:
     """Run ``fn`` once in a rolled-back transaction, count its statements, and save the
     ``EXPLAIN (ANALYZE, BUFFERS)`` of each, replayed in another rolled-back transaction.
@@ -200,6 +232,8 @@ def queries_and_plans(fn: Callable[[], Any], plan_file: Path) -> tuple[int, str]
             for sql in statements:
                 cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql)
                 plan = "\n".join(row[0] for row in cursor.fetchall())
+                if FUNCTION_CALL.match(sql):
+                    plan += "\n" + _nested_plans(connection, cursor, sql)
                 parts.append(f"-- {sql}\n{plan}\n")
         transaction.set_rollback(True)
     text = "\n".join(parts)
