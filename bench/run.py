@@ -258,7 +258,7 @@ def _concurrent(
     def run(number: int) -> None:
         try:
             worker(number, barrier, latencies)
-        except BaseException as error:  # noqa: BLE001 - reported by the parent
+        except BaseException as error:
             errors.append(error)
             barrier.abort()
 
