@@ -380,7 +380,7 @@ def test_bad_list_arguments_raise_a_coded_error_on_every_database(kwargs, code):
 
 
 #: Agent ids no session can have: every way of breaking the rule of ``check_agent_id``.
-BAD_AGENT_IDS = ["", " ", "a\tb", "a\nb", "a\x7fb", "\x01", "a" * 256, 5, b"agent-1"]
+BAD_AGENT_IDS = ["", " ", "a\tb", "a\nb", "a\x7fb", "\x01", "a\x1fb", "a" * 256, 5, b"agent-1"]
 
 #: Every service that takes ``agent_id`` as a filter, called with one.
 AGENT_ID_FILTERS = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -48,11 +49,15 @@ def _check_agent_id(agent_id: Any) -> str:
     check_json_value(agent_id, field="agent_id")
     if len(agent_id) > AGENT_ID_MAX_CHARS:
         raise InvalidAgentId(field="agent_id")
-    if any(
-        ord(char) < 32 or ord(char) == 127 or 0xD800 <= ord(char) <= 0xDFFF for char in agent_id
-    ):
+    if _CONTROL_CHARACTER.search(agent_id):
         raise InvalidAgentId(field="agent_id")
     return agent_id
+
+
+#: A control character (C0 or DEL), which no agent id holds. A lone surrogate is refused before
+#: (``invalid_text``, by ``check_json_value``); one expression instead of a test per character,
+#: since a resolve and an agent-filtered get check the id on every call.
+_CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f]")
 
 
 def check_agent_id(agent_id: Any) -> str:
