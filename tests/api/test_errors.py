@@ -223,3 +223,23 @@ def test_options_describes_the_endpoint_without_revealing_other_sessions(
     assert response.status_code == 200
     if path in ("{missing}/", "bad/"):
         assert "actions" not in response.json()
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"agent_id": "a", "title": "x\x00"}, 400, "nul_character"),
+        ({"agent_id": "a", "metadata": {"k\x00": 1}}, 400, "nul_character"),
+        ({"agent_id": "a", "bogus\x00": 1}, 400, "unknown_field"),
+        ({"agent_id": "a", "bogus": "x\x00"}, 400, "unknown_field"),
+        ({"agent_id": "a", "created_at": "x\x00"}, 201, None),  # read-only: ignored
+    ],
+    ids=["field", "key in a field", "unknown key", "in an unknown key", "read-only"],
+)
+def test_which_code_a_nul_in_the_body_answers(api, body, status, code):
+    """docs/api.md: ``nul_character`` in a field the body may set; a key the endpoint does not
+    define is ``unknown_field`` and a read-only field is ignored, whatever they hold."""
+    response = api.post(BASE, body, format="json")
+    assert response.status_code == status
+    assert response.json().get("code") == code
+    assert Session.objects.count() == (1 if status == 201 else 0)
