@@ -611,6 +611,29 @@ def test_a_timestamp_read_from_its_text_is_the_one_read_from_its_column(instant)
     assert (naive, naive.tzinfo, naive.fold) == (expected.replace(tzinfo=None), None, expected.fold)
 
 
+@on_postgresql
+@pytest.mark.parametrize("instant", ["0001-01-01 00:00:00+00", "9999-12-31 23:59:59+00"])
+def test_a_timestamp_python_cannot_hold_is_a_data_error_as_from_the_column(instant):
+    """Year 1 in New York is 1 BC and 9999 in Tokyo is year 10000: PostgreSQL writes both, no
+    ``datetime`` holds them. Read from the column, Django raises ``DataError`` (psycopg's
+    loader); read from the text of a function's array, the same class."""
+    from django.db import DataError
+
+    zone = "America/New_York" if instant.startswith("0001") else "Asia/Tokyo"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET LOCAL TIME ZONE '{zone}'")
+        cursor.execute("SELECT %s::timestamptz::text", [instant])
+        (text,) = cursor.fetchone()
+        with pytest.raises(DataError):
+            cursor.execute("SELECT %s::timestamptz", [instant])
+            cursor.fetchone()
+    from zoneinfo import ZoneInfo
+
+    for timezone in (ZoneInfo(zone), None):
+        with pytest.raises(DataError, match="out of Python's range"):
+            _pg._datetime_text(text, _ZonedConnection(timezone, zone))
+
+
 @pytest.mark.parametrize("count", [1, 2])  # the function (one message) and the statement
 @override_settings(TIME_ZONE="America/Chicago")
 def test_a_naive_created_at_is_read_in_the_default_time_zone_on_both_paths(path, session, count):

@@ -40,7 +40,7 @@ from datetime import datetime
 from functools import cache
 from typing import Any, NamedTuple, cast
 
-from django.db import connections
+from django.db import DataError, connections
 from django.db.models import (
     BooleanField,
     CharField,
@@ -300,12 +300,21 @@ def _datetime_text(text: str, connection: Any) -> datetime:
     ``datetime.fromisoformat`` reads (Python 3.11 and later) with ``datetime.timezone.utc``
     for ``+00``: Django's UTC, so the usual case returns the parsed value as it is
     (``replace(tzinfo=…)`` costs ten times what ``astimezone`` does).
+
+    Raises:
+        django.db.DataError: a time Python's ``datetime`` cannot hold (before year 1 or after
+            9999 in the session's time zone, which PostgreSQL writes with ``BC`` or five
+            digits), as Django raises from psycopg's loader for the same column.
     """
-    value = datetime.fromisoformat(text)
-    timezone = connection.timezone
-    if timezone is None:  # USE_TZ = False: the parsed offset is fixed, so convert for the fold
-        return value.astimezone(zoneinfo.ZoneInfo(connection.timezone_name)).replace(tzinfo=None)
-    return value if value.tzinfo is timezone else value.astimezone(timezone)
+    try:
+        value = datetime.fromisoformat(text)
+        timezone = connection.timezone
+        if timezone is None:  # USE_TZ = False: the parsed offset is fixed; convert for the fold
+            zone = zoneinfo.ZoneInfo(connection.timezone_name)
+            return value.astimezone(zone).replace(tzinfo=None)
+        return value if value.tzinfo is timezone else value.astimezone(timezone)
+    except (ValueError, OverflowError) as error:
+        raise DataError(f"timestamp out of Python's range: {text!r}") from error
 
 
 def _text_converter(field: Any) -> Any:
