@@ -7,7 +7,7 @@ from django.utils.translation import gettext_lazy as _
 class CortexSessionsConfig(AppConfig):
     """App config: registers the system checks of docs/design.md §9, the SQL function the
     metadata filter needs on SQLite (:mod:`cortex_sessions.sqlite_json`, §11.3), and the
-    ``post_migrate`` receiver that creates the append function on PostgreSQL when this app's
+    ``post_migrate`` receiver that creates the hot paths' functions on PostgreSQL when this app's
     migrations are disabled (:func:`cortex_sessions.services._pg.create_functions`, §14.1)."""
 
     name = "cortex_sessions"

@@ -570,12 +570,51 @@ def test_an_append_under_use_tz_false_returns_naive_local_times(path, session, z
         assert (result.session.created_at.hour, result.session.created_at.fold) == (2, 1)
 
 
-class _ZonedConnection:
-    """What :func:`_pg._datetime_text` reads of a Django connection."""
+@on_postgresql
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("session_zone", ["America/New_York", "Asia/Tokyo"])
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"USE_TZ": False, "TIME_ZONE": None}, {"USE_TZ": False, "TIME_ZONE": "Europe/Paris"}],
+    ids=["UTC", "USE_TZ False, no TIME_ZONE", "USE_TZ False, Paris"],
+)
+def test_the_functions_read_timestamps_as_the_orm_in_any_session_zone(settings, session_zone):
+    """Django sets the session's ``TimeZone`` to its own zone, except with ``USE_TZ = False``
+    and ``TIME_ZONE = None`` (the server's zone stays), and a host may ``SET TIME ZONE``
+    itself: whatever the session's zone, get, resolve and the append return the values the
+    ORM loads in the same transaction (psycopg's loader reads into the session's zone, then
+    Django's relabels). The session was created in New York's repeated hour, the second
+    time."""
+    from django.db import transaction
 
-    def __init__(self, timezone, timezone_name="Europe/Paris"):
+    session = services.create_session(scope=SCOPE, agent_id="agent-1")
+    Session.objects.filter(pk=session.pk).update(
+        is_default=True, created_at=datetime(2026, 11, 1, 6, 30, tzinfo=UTC)
+    )
+    with override_settings(**settings), transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL TIME ZONE '{session_zone}'")
+        got = services.get_session(scope="org=acme", session_id=session.pk)
+        assert _loaded_as(got) == _loaded_as(Session.objects.get(pk=session.pk))
+        resolved, created = services.resolve_session(scope=SCOPE, agent_id="agent-1")
+        assert created is False
+        assert _loaded_as(resolved) == _loaded_as(Session.objects.get(pk=session.pk))
+        appended = services.append_messages(
+            scope=SCOPE, session_id=str(session.pk), messages=[{"role": "user", "content": "x"}]
+        ).session  # (an id given as a UUID subclass would be returned as given)
+        assert _loaded_as(appended) == _loaded_as(Session.objects.get(pk=session.pk))
+
+
+class _ZonedConnection:
+    """What :func:`_pg._datetime_text` reads of a Django connection: Django's time zone and
+    the psycopg connection's session time zone."""
+
+    def __init__(self, timezone, session_zone="Europe/Paris"):
+        from types import SimpleNamespace
+        from zoneinfo import ZoneInfo
+
         self.timezone = timezone
-        self.timezone_name = timezone_name
+        self.connection = SimpleNamespace(info=SimpleNamespace(timezone=ZoneInfo(session_zone)))
 
 
 @on_postgresql

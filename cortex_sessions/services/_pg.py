@@ -23,7 +23,8 @@ instead (``prepare=True``); see :func:`_cursor` and docs/performance.md for the 
 caveat. The append of one message is a call of the PL/pgSQL function :data:`APPEND_ONE`
 (migration ``0016_append_one_returns_an_array``; ``0013`` to ``0015`` made earlier
 versions), whose statement the
-server plans once per session and keeps: see :func:`_sql_append_one`.
+server plans once per session and keeps: see :func:`_sql_call`. Get and resolve are calls of
+the functions :data:`GET` and :data:`RESOLVE` (migration ``0017_get_and_resolve_functions``).
 
 The scope predicate is the one :func:`cortex_sessions.scope.scope_q` builds: an index range on
 the canonical string (the column has ``COLLATE "C"``) plus a filter that keeps exactly the
@@ -34,8 +35,8 @@ from __future__ import annotations
 
 import json
 import uuid
-import zoneinfo
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from datetime import datetime
 from functools import cache
 from typing import Any, NamedTuple, cast
@@ -289,17 +290,21 @@ _BOOLEAN_TEXT = {"true": True, "false": False}.__getitem__
 
 
 def _datetime_text(text: str, connection: Any) -> datetime:
-    """A ``timestamptz`` from its ``::text`` form on Django ``connection``, as Django's loader
-    reads the column: aware in ``connection.timezone`` with ``USE_TZ``, else naive in the
-    session's time zone (``connection.timezone_name``); either way the same instant with the
-    ``fold`` that tells the two wall times of a repeated hour apart, as ``astimezone`` sets it
-    (psycopg's loader converts alike).
+    """A ``timestamptz`` from its ``::text`` form on Django ``connection``, the value Django's
+    loader makes of the column: psycopg's loader reads the text into the session's time zone
+    (``TimeZone``, psycopg's ``connection.info.timezone``; ``astimezone`` sets the ``fold``
+    that tells the two wall times of a repeated hour apart), then Django's relabels it with
+    ``connection.timezone`` (``None`` without ``USE_TZ``: a naive wall time). Django sets the
+    session's ``TimeZone`` to that zone, so the relabelling changes nothing but the ``tzinfo``
+    object, unless the host changed the session's zone behind Django's back (``SET TIME
+    ZONE``), or gave it none (``USE_TZ = False`` with ``TIME_ZONE = None``: the server's
+    zone); the ORM's values are then what this returns too.
 
-    The text is in the session's ``TimeZone`` (which Django sets) and ``DateStyle`` ISO
-    (which psycopg 3 requires), e.g. ``2026-12-02 13:55:00.123456+00``, which
-    ``datetime.fromisoformat`` reads (Python 3.11 and later) with ``datetime.timezone.utc``
-    for ``+00``: Django's UTC, so the usual case returns the parsed value as it is
-    (``replace(tzinfo=…)`` costs ten times what ``astimezone`` does).
+    The text is in the session's time zone and ``DateStyle`` ISO (which psycopg 3 requires),
+    e.g. ``2026-12-02 13:55:00.123456+00``, which ``datetime.fromisoformat`` reads (Python
+    3.11 and later) with ``datetime.timezone.utc`` for ``+00``: Django's UTC, so the usual case
+    returns the parsed value as it is (``replace(tzinfo=…)`` costs ten times what
+    ``astimezone`` does).
 
     Raises:
         django.db.DataError: a time Python's ``datetime`` cannot hold (before year 1 or after
@@ -308,13 +313,14 @@ def _datetime_text(text: str, connection: Any) -> datetime:
     """
     try:
         value = datetime.fromisoformat(text)
-        timezone = connection.timezone
-        if timezone is None:  # USE_TZ = False: the parsed offset is fixed; convert for the fold
-            zone = zoneinfo.ZoneInfo(connection.timezone_name)
-            return value.astimezone(zone).replace(tzinfo=None)
-        return value if value.tzinfo is timezone else value.astimezone(timezone)
-    except (ValueError, OverflowError) as error:
+    except ValueError as error:
         raise DataError(f"timestamp out of Python's range: {text!r}") from error
+    timezone = connection.timezone
+    if value.tzinfo is timezone:  # the usual case: Django and the session in UTC ("+00")
+        return value
+    with suppress(OverflowError):  # as psycopg's loader: next to the range's end, keep the offset
+        value = value.astimezone(connection.connection.info.timezone)
+    return value.replace(tzinfo=timezone)
 
 
 def _text_converter(field: Any) -> Any:
@@ -913,7 +919,7 @@ def append_rows(
 ) -> tuple[Session, list[Message]] | None:
     """Append validated message ``rows`` (column values as ``messages._build_message`` makes
     them) to the session, in one statement (see :func:`_sql_append`; one message:
-    :func:`_sql_append_one`).
+    :data:`APPEND_ONE`).
 
     Args:
         json_texts: each row's ``content`` and ``metadata`` as JSON text (validation encoded
