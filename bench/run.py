@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import platform
+import queue
 import re
 import statistics
 import subprocess
@@ -52,8 +53,11 @@ WRITER_WARMUP = 10
 #: ±20% with the machine (checkpoints, neighbours on a shared host); the median of the
 #: per-round ratios moves by a few percent.
 WRITER_ROUNDS = 9
-#: Seconds the parent waits for a writer process's result before giving up on it (one killed
-#: outright reports nothing): a run takes a few seconds.
+#: Seconds the writers and the parent wait at the start barrier (a writer process's set-up and
+#: warm-up take a few seconds): one that never arrives (killed outright, or hung) breaks it.
+WRITER_BARRIER_TIMEOUT = 120
+#: Seconds the parent waits for all writer processes' results after the start (a run takes a
+#: few seconds); then the writers still running are stopped and the run fails.
 WRITER_TIMEOUT = 600
 
 #: Targets for app/floor, by operation family (docs/performance.md).
@@ -325,7 +329,7 @@ def _process_writer(
         if kind == "floor":
             with psycopg.connect(url, autocommit=True) as conn:
                 _floor_appends(conn, target, WRITER_WARMUP, text, [])
-                barrier.wait()
+                barrier.wait(WRITER_BARRIER_TIMEOUT)
                 _floor_appends(conn, target, appends, text, latencies)
         else:
             from .setup import setup_django
@@ -336,7 +340,7 @@ def _process_writer(
 
             settings.CORTEX_SESSIONS["PREPARED_STATEMENTS"] = kind == "prepared"
             _app_appends(target, WRITER_WARMUP, text, [])
-            barrier.wait()
+            barrier.wait(WRITER_BARRIER_TIMEOUT)
             _app_appends(target, appends, text, latencies)
             connection.close()
     except BaseException as error:
@@ -366,14 +370,29 @@ def _concurrent_processes(
     ]
     for process in processes:
         process.start()
-    with contextlib.suppress(threading.BrokenBarrierError):  # a writer failed: below
-        barrier.wait()
-    started = time.perf_counter()
-    # Each writer puts its latencies or its error; one killed outright puts nothing.
-    outcomes = [results.get(timeout=WRITER_TIMEOUT) for _ in processes]
-    wall = time.perf_counter() - started
-    for process in processes:
-        process.join()
+    try:
+        with contextlib.suppress(threading.BrokenBarrierError):  # a writer failed: below
+            barrier.wait(WRITER_BARRIER_TIMEOUT)
+        started = time.perf_counter()
+        # Each writer puts its latencies or its error; one killed outright puts nothing.
+        outcomes = []
+        deadline = started + WRITER_TIMEOUT
+        for _ in processes:
+            try:
+                outcomes.append(results.get(timeout=max(0.0, deadline - time.perf_counter())))
+            except queue.Empty:
+                raise RuntimeError(
+                    f"{WRITERS - len(outcomes)} of {WRITERS} writer processes reported nothing"
+                    f" in {WRITER_TIMEOUT} s (killed, or hung)"
+                ) from None
+        wall = time.perf_counter() - started
+    except BaseException:
+        for process in processes:  # a writer still running after a failure is stopped
+            process.terminate()
+        raise
+    finally:
+        for process in processes:
+            process.join()
     failures = [outcome for outcome in outcomes if isinstance(outcome, str)]
     if failures:
         raise RuntimeError(f"{len(failures)} of {WRITERS} writer processes failed: {failures[0]}")

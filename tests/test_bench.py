@@ -3,6 +3,7 @@ reported with its error, and neither the parent nor the other writers wait for i
 
 from __future__ import annotations
 
+import socket
 import threading
 
 from bench import run
@@ -48,3 +49,21 @@ def test_writer_processes_failing_to_connect_are_reported():
     error = _finishes(lambda: run._concurrent_processes("floor", url, targets, 1, "x"))
     assert isinstance(error, RuntimeError)
     assert "writer processes failed: OperationalError" in str(error)
+
+
+def test_writer_processes_that_never_reach_the_barrier_are_stopped(monkeypatch):
+    """A writer that hangs before the barrier (here: a server that accepts the connection and
+    never answers), or is killed outright, reports nothing: the barrier times out, the run
+    fails after its timeout and the writers still running are stopped."""
+    monkeypatch.setattr(run, "WRITER_BARRIER_TIMEOUT", 2)
+    monkeypatch.setattr(run, "WRITER_TIMEOUT", 2)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(run.WRITERS)
+        url = f"postgresql://nobody@127.0.0.1:{silent.getsockname()[1]}/nothing"
+        targets = [(None, "org=a")] * run.WRITERS
+        error = _finishes(lambda: run._concurrent_processes("floor", url, targets, 1, "x"))
+    assert isinstance(error, RuntimeError)
+    assert str(error) == (
+        f"{run.WRITERS} of {run.WRITERS} writer processes reported nothing in 2 s (killed, or hung)"
+    )
