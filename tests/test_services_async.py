@@ -6,8 +6,8 @@ import asyncio
 import inspect
 
 import pytest
-from asgiref.sync import async_to_sync
-from django.db import transaction
+from asgiref.sync import async_to_sync, sync_to_async
+from django.db import connections, transaction
 
 from cortex_sessions import services, signals
 from cortex_sessions.exceptions import (
@@ -164,11 +164,16 @@ def test_twins_work_under_a_plain_asyncio_run_and_send_signals_after_commit():
     signals.messages_appended.connect(receiver, weak=False)
 
     async def main():
-        session, _ = await services.aresolve_session(scope=ALICE, agent_id=AGENT)
-        await services.aappend_messages(
-            scope=ALICE, session_id=session.pk, messages=[{"role": "user", "content": "hi"}]
-        )
-        return session
+        try:
+            session, _ = await services.aresolve_session(scope=ALICE, agent_id=AGENT)
+            await services.aappend_messages(
+                scope=ALICE, session_id=session.pk, messages=[{"role": "user", "content": "hi"}]
+            )
+            return session
+        finally:
+            # The twins ran on asgiref's shared thread, which opened a connection of its own:
+            # closed there, or the test database could not be dropped at the end of the run.
+            await sync_to_async(connections.close_all)()
 
     try:
         session = asyncio.run(main())
