@@ -110,10 +110,8 @@ def _get_statement() -> str:
     one agent, unless that parameter is ``NULL``: ``agent_id`` is never null, so
     ``COALESCE(NULL, agent_id)`` is the row's own) as one text array, into the function's
     variable ``loaded``. Parameters: id, the four scope parameters, agent id or ``NULL``."""
-    return (
-        f"SELECT ARRAY[{_text_columns(Session._meta.concrete_fields)}] INTO loaded"
-        f" FROM {Session._meta.db_table} s"
-        f' WHERE s."id" = %s AND {_WITHIN_FILTER} AND s."agent_id" = COALESCE(%s, s."agent_id")'
+    return _select_session(
+        f's."id" = %s AND {_WITHIN_FILTER} AND s."agent_id" = COALESCE(%s, s."agent_id")'
     )
 
 
@@ -121,16 +119,22 @@ def _resolve_statement() -> str:
     """The statement :data:`RESOLVE` runs: :func:`_get_statement`'s array of the default
     session of an agent at exactly a scope (served by the partial unique index
     ``cortex_session_one_default``). Parameters: agent id, canonical scope."""
+    return _select_session('s."agent_id" = %s AND s."scope" = %s AND s."is_default"')
+
+
+def _select_session(where: str) -> str:
+    """Every column of the session row ``s`` matching ``where``, as one text array, into the
+    read functions' variable ``loaded``."""
     return (
         f"SELECT ARRAY[{_text_columns(Session._meta.concrete_fields)}] INTO loaded"
-        f" FROM {Session._meta.db_table} s"
-        ' WHERE s."agent_id" = %s AND s."scope" = %s AND s."is_default"'
+        f" FROM {Session._meta.db_table} s WHERE {where}"
     )
 
 
-def _text_columns(fields: Sequence[Any], prefix: str = "s.") -> str:
-    """``fields``' columns as the elements of a text array (``s."id"::text, …``)."""
-    return ", ".join(f'{prefix}"{field.column}"::text' for field in fields)
+def _text_columns(fields: Sequence[Any]) -> str:
+    """``fields``' columns of the row ``s`` as the elements of a text array
+    (``s."id"::text, …``)."""
+    return ", ".join(f's."{field.column}"::text' for field in fields)
 
 
 @cache
