@@ -351,8 +351,11 @@ class BlocksField(serializers.JSONField):
             "properties": {
                 "session_id": {
                     "type": "string",
-                    "minLength": 1,
-                    "description": "The referenced session's id (authoritative).",
+                    "format": "uuid",
+                    "description": (
+                        "The referenced session's id (authoritative); one that is not a UUID is "
+                        "SESSION_REFERENCE_INVALID_REFERENCE."
+                    ),
                 },
                 "label": {
                     "type": "string",

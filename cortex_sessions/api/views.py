@@ -104,7 +104,8 @@ _ERROR_TEXT = {
 _REFERENCE_ERROR_TEXT = {
     400: "Bad input: `invalid`, `parse_error`, `invalid_scope`, a content code "
     "(`invalid_content`, `empty_content`, `nul_character`), or "
-    "`SESSION_REFERENCE_INVALID_REFERENCE` (malformed mention or reference), "
+    "`SESSION_REFERENCE_INVALID_REFERENCE` (malformed mention or reference, or a referenced id "
+    "that is not a UUID), "
     "`SESSION_REFERENCE_SELF_REFERENCE`, `SESSION_REFERENCE_TOO_MANY`.",
     404: "`session_not_found`: the session in the URL is missing, out of scope or malformed. "
     "`SESSION_REFERENCE_READ_FAILED`: a referenced session is missing or out of scope, alike.",

@@ -109,13 +109,24 @@ class ReadStats:
 # -- helpers --------------------------------------------------------------------------------------
 
 
-def _canonical_id(session_id: str) -> str:
-    """``str(UUID(x))`` when ``session_id`` spells a UUID, else ``session_id`` unchanged (it can
-    name no session and fails later as ``READ_FAILED``)."""
+def _canonical_id(session_id: str, where: str) -> str:
+    """``str(UUID(session_id))``: the canonical spelling of a session id.
+
+    Args:
+        session_id: the id as given (any spelling ``uuid.UUID`` accepts).
+        where: the reference's place in the request, for the error message
+            (``"references[2]"``, ``"a mention"``).
+
+    Raises:
+        InvalidReference: ``session_id`` does not spell a UUID, so it can name no session of
+            this store — a malformed input (400), not a missing session (§8.3, §8.9).
+    """
     try:
         return str(uuid.UUID(session_id))
     except (ValueError, AttributeError, TypeError):
-        return session_id
+        raise InvalidReference(
+            f"{where} has a session_id that is not a session id (a UUID).", field="references"
+        ) from None
 
 
 def _as_input(item: Any, index: int) -> SessionReferenceInput:
@@ -146,8 +157,8 @@ def _as_input(item: Any, index: int) -> SessionReferenceInput:
     return reference
 
 
-def _canonical_input(reference: SessionReferenceInput) -> SessionReferenceInput:
-    canonical = _canonical_id(reference.session_id)
+def _canonical_input(reference: SessionReferenceInput, where: str) -> SessionReferenceInput:
+    canonical = _canonical_id(reference.session_id, where)
     if canonical == reference.session_id:
         return reference
     return SessionReferenceInput(canonical, reference.label)
@@ -233,10 +244,7 @@ def _read_snapshot(
         ReferenceReadFailed: the session is missing or outside ``scope``.
         ReferenceBudgetExceeded, ReferenceCancelled: from retention and the chunk reader.
     """
-    try:
-        pk = uuid.UUID(reference.session_id)
-    except ValueError:
-        raise ReferenceReadFailed(session_id=reference.session_id) from None
+    pk = uuid.UUID(reference.session_id)  # canonical: checked by _canonical_input
     row = Session.objects.using(using).within(scope).filter(pk=pk).values_list("cwd").first()
     if row is None:
         raise ReferenceReadFailed(session_id=reference.session_id)
@@ -381,8 +389,8 @@ def prepare_references(
     anything (docs/design.md §8.3, §8.5-§8.7).
 
     Mentions inside the text blocks of ``content`` are parsed and made readable (``@label``);
-    their references follow the explicit ``references``. Ids spelling a UUID are canonicalized
-    (``str(UUID(id))``) before duplicates are dropped (first wins, its position is the
+    their references follow the explicit ``references``. Ids are canonicalized
+    (``str(UUID(id))``; one that spells no UUID is ``InvalidReference``) before duplicates are dropped (first wins, its position is the
     ``input_index``). Each distinct reference is read within ``scope`` — one read transaction
     for all — projected from its newest checkpoint, retained into ``MAX_REFERENCE_BYTES`` and
     rendered into one aggregated context.
@@ -407,7 +415,8 @@ def prepare_references(
         InvalidReferenceConfig: ``MAX_REFERENCES`` or ``MAX_REFERENCE_BYTES`` is invalid.
         NoScope, InvalidScope: bad scope.
         InvalidContent, EmptyContent, NulCharacter: bad ``content``.
-        InvalidReference: a malformed mention or reference input.
+        InvalidReference: a malformed mention or reference input, or a ``session_id`` that
+            is not a UUID.
         SessionNotFound: ``session_id`` is missing or outside ``scope``.
         SelfReference: a reference names ``session_id``.
         TooManyReferences: more than ``MAX_REFERENCES`` distinct references.
@@ -425,7 +434,10 @@ def prepare_references(
     if not isinstance(references, list | tuple):
         raise InvalidReference("references must be a list.", field="references")
     explicit = [_as_input(item, index) for index, item in enumerate(references)]
-    inputs = [_canonical_input(reference) for reference in (*explicit, *parsed)]
+    inputs = [
+        *(_canonical_input(item, f"references[{index}]") for index, item in enumerate(explicit)),
+        *(_canonical_input(item, "a mention") for item in parsed),
+    ]
     selected = normalize_inputs(
         inputs, current_session_id=str(current.pk), max_references=max_references
     )

@@ -243,3 +243,35 @@ def test_which_code_a_nul_in_the_body_answers(api, body, status, code):
     assert response.status_code == status
     assert response.json().get("code") == code
     assert Session.objects.count() == (1 if status == 201 else 0)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "code"),
+    [
+        ("resolve/", {"agent_id": "a", "session_id": "{id}\x00"}, "invalid"),
+        ("{id}/fork/", {"up_to_seq": "1\x00"}, "invalid_up_to_seq"),
+        ("{id}/messages/", {"content": "x", "resolve_references": "true\x00"}, "invalid"),
+        (
+            "{id}/messages/",
+            {
+                "role": "user",
+                "content": "x",
+                "resolve_references": True,
+                "references": [{"session_id": "\x00"}],
+            },
+            "SESSION_REFERENCE_INVALID_REFERENCE",
+        ),
+    ],
+    ids=["uuid", "integer", "boolean", "reference id"],
+)
+def test_a_nul_in_a_typed_field_answers_that_fields_own_code(api, session, path, body, code):
+    """docs/api.md: a UUID, integer or boolean field holding a NUL is a value of the wrong
+    type, so it answers its type's code, not ``nul_character``; nothing is written."""
+    body = {
+        key: value.replace("{id}", str(session.pk)) if isinstance(value, str) else value
+        for key, value in body.items()
+    }
+    response = api.post(BASE + path.format(id=session.pk), body, format="json")
+    assert response.status_code == 400
+    assert response.json()["code"] == code
+    assert (Session.objects.count(), Message.objects.count()) == (1, 0)

@@ -394,8 +394,18 @@ ERROR_CASES = {
     ),
     "not a uuid": (
         lambda s: ("x", [{"session_id": "no-such-session"}]),
-        404,
-        "SESSION_REFERENCE_READ_FAILED",
+        400,
+        "SESSION_REFERENCE_INVALID_REFERENCE",
+    ),
+    "a nul in the session id": (
+        lambda s: ("x", [{"session_id": f"{s['other'].pk}\x00"}]),
+        400,
+        "SESSION_REFERENCE_INVALID_REFERENCE",
+    ),
+    "a mention of an id that is not a uuid": (
+        lambda s: (format_mention("m", "no-such-session"), []),
+        400,
+        "SESSION_REFERENCE_INVALID_REFERENCE",
     ),
     "another tenant's session": (
         lambda s: ("x", [{"session_id": str(s["carol"].pk)}]),

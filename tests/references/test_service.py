@@ -321,12 +321,26 @@ def test_missing_and_out_of_scope_sessions_fail_identically(current):
     elsewhere = new_session("secret", scope="org=other/user=bob")
     add(elsewhere, ("user", "user", "secret text"), scope="org=other/user=bob")
     failures = []
-    for session_id in (str(uuid.uuid4()), str(elsewhere.pk), "not-a-uuid"):
+    for session_id in (str(uuid.uuid4()), str(elsewhere.pk)):
         with pytest.raises(ReferenceReadFailed) as excinfo:
             prepare(current, references=[SessionReferenceInput(session_id, "x")])
         error = excinfo.value
         failures.append((error.code, error.http_status, str(error)))
-    assert failures == [("SESSION_REFERENCE_READ_FAILED", 404, str(failures[0][2]))] * 3
+    assert failures == [("SESSION_REFERENCE_READ_FAILED", 404, str(failures[0][2]))] * 2
+
+
+@pytest.mark.parametrize("session_id", ["not-a-uuid", "\x00", f"{uuid.uuid4()}\x00", "12345"])
+def test_a_session_id_that_is_not_a_uuid_is_a_malformed_reference_not_a_missing_one(
+    current, session_id
+):
+    with pytest.raises(InvalidReference, match=r"references\[1\] has a session_id that is not"):
+        prepare(current, references=[str(new_session("s").pk), {"session_id": session_id}])
+    with pytest.raises(InvalidReference, match="a mention has a session_id that is not") as excinfo:
+        prepare(current, content=f"see {format_mention('x', session_id)}")
+    assert (excinfo.value.code, excinfo.value.http_status) == (
+        "SESSION_REFERENCE_INVALID_REFERENCE",
+        400,
+    )
 
 
 def test_session_in_a_sibling_scope_with_a_shared_prefix_is_not_readable(current):
