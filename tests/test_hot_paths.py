@@ -570,51 +570,57 @@ def test_an_append_under_use_tz_false_returns_naive_local_times(path, session, z
         assert (result.session.created_at.hour, result.session.created_at.fold) == (2, 1)
 
 
+#: A session zone a host may ``SET`` and an instant in the hour it repeats, the second time
+#: (``fold`` 1); Tokyo repeats none. London writes that instant as ``+00``, as UTC does.
+_REPEATED_HOURS = {
+    "America/New_York": datetime(2026, 11, 1, 6, 30, tzinfo=UTC),  # 01:30 EST
+    "Europe/London": datetime(2026, 10, 25, 1, 30, tzinfo=UTC),  # 01:30 GMT
+    "Asia/Tokyo": datetime(2026, 11, 1, 6, 30, tzinfo=UTC),
+}
+
+
 @on_postgresql
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("session_zone", ["America/New_York", "Asia/Tokyo"])
+@pytest.mark.parametrize("session_zone", sorted(_REPEATED_HOURS))
 @pytest.mark.parametrize(
     "settings",
     [{}, {"USE_TZ": False, "TIME_ZONE": None}, {"USE_TZ": False, "TIME_ZONE": "Europe/Paris"}],
     ids=["UTC", "USE_TZ False, no TIME_ZONE", "USE_TZ False, Paris"],
 )
-def test_the_functions_read_timestamps_as_the_orm_in_any_session_zone(settings, session_zone):
+def test_the_hot_paths_read_timestamps_as_the_orm_in_any_session_zone(settings, session_zone):
     """Django sets the session's ``TimeZone`` to its own zone, except with ``USE_TZ = False``
     and ``TIME_ZONE = None`` (the server's zone stays), and a host may ``SET TIME ZONE``
-    itself: whatever the session's zone, get, resolve and the append return the values the
-    ORM loads in the same transaction (psycopg's loader reads into the session's zone, then
-    Django's relabels). The session was created in New York's repeated hour, the second
-    time."""
+    itself, after the hot paths have run on the connection: whatever the session's zone,
+    get, resolve and both appends (the function and the statement) return the values the ORM
+    loads in the same transaction (psycopg's loader reads into the session's zone, then
+    Django's relabels), ``fold`` included. The session was created in the zone's repeated
+    hour, the second time."""
     from django.db import transaction
 
     session = services.create_session(scope=SCOPE, agent_id="agent-1")
     Session.objects.filter(pk=session.pk).update(
-        is_default=True, created_at=datetime(2026, 11, 1, 6, 30, tzinfo=UTC)
+        is_default=True, created_at=_REPEATED_HOURS[session_zone]
     )
+    two = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
     with override_settings(**settings), transaction.atomic():
+        # The hot paths once in Django's zone first, the statement last: cursors kept from
+        # then on are reused, and psycopg's loader reuses its zone for the same statement.
+        services.get_session(scope=SCOPE, session_id=session.pk)
+        services.append_messages(scope=SCOPE, session_id=session.pk, messages=two)
         with connection.cursor() as cursor:
             cursor.execute(f"SET LOCAL TIME ZONE '{session_zone}'")
+        for messages in (two, two[:1]):
+            result = services.append_messages(
+                scope=SCOPE, session_id=str(session.pk), messages=messages
+            )  # (an id given as a UUID subclass would be returned as given)
+            assert _loaded_as(result.session) == _loaded_as(Session.objects.get(pk=session.pk))
         got = services.get_session(scope="org=acme", session_id=session.pk)
         assert _loaded_as(got) == _loaded_as(Session.objects.get(pk=session.pk))
         resolved, created = services.resolve_session(scope=SCOPE, agent_id="agent-1")
         assert created is False
         assert _loaded_as(resolved) == _loaded_as(Session.objects.get(pk=session.pk))
-        appended = services.append_messages(
-            scope=SCOPE, session_id=str(session.pk), messages=[{"role": "user", "content": "x"}]
-        ).session  # (an id given as a UUID subclass would be returned as given)
-        assert _loaded_as(appended) == _loaded_as(Session.objects.get(pk=session.pk))
-
-
-class _ZonedConnection:
-    """What :func:`_pg._datetime_text` reads of a Django connection: Django's time zone and
-    the psycopg connection's session time zone."""
-
-    def __init__(self, timezone, session_zone="Europe/Paris"):
-        from types import SimpleNamespace
-        from zoneinfo import ZoneInfo
-
-        self.timezone = timezone
-        self.connection = SimpleNamespace(info=SimpleNamespace(timezone=ZoneInfo(session_zone)))
+        if session_zone != "Asia/Tokyo" and settings.get("TIME_ZONE", "UTC"):
+            assert got.created_at.fold == 1  # what the comparisons above had to tell apart
 
 
 @on_postgresql
@@ -639,14 +645,14 @@ def test_a_timestamp_read_from_its_text_is_the_one_read_from_its_column(instant)
         cursor.execute("SELECT %s::timestamptz, %s::timestamptz::text", [instant, instant])
         column, text = cursor.fetchone()
     expected = column.replace(tzinfo=zone)  # Django's loader: the connection's time zone
-    got = _pg._datetime_text(text, _ZonedConnection(zone))
+    got = _pg._datetime_text(text, zone, zone)
     assert (got, got.utcoffset(), got.fold, got.tzinfo) == (
         expected,
         expected.utcoffset(),
         expected.fold,
         zone,
     )
-    naive = _pg._datetime_text(text, _ZonedConnection(None))  # USE_TZ = False
+    naive = _pg._datetime_text(text, None, zone)  # USE_TZ = False
     assert (naive, naive.tzinfo, naive.fold) == (expected.replace(tzinfo=None), None, expected.fold)
 
 
@@ -670,7 +676,7 @@ def test_a_timestamp_python_cannot_hold_is_a_data_error_as_from_the_column(insta
 
     for timezone in (ZoneInfo(zone), None):
         with pytest.raises(DataError, match="out of Python's range"):
-            _pg._datetime_text(text, _ZonedConnection(timezone, zone))
+            _pg._datetime_text(text, timezone, ZoneInfo(zone))
 
 
 @pytest.mark.parametrize("count", [1, 2])  # the function (one message) and the statement

@@ -293,22 +293,29 @@ def _narrow_fields() -> tuple[Any, ...]:
 _BOOLEAN_TEXT = {"true": True, "false": False}.__getitem__
 
 
-def _datetime_text(text: str, connection: Any) -> datetime:
-    """A ``timestamptz`` from its ``::text`` form on Django ``connection``, the value Django's
-    loader makes of the column: psycopg's loader reads the text into the session's time zone
-    (``TimeZone``, psycopg's ``connection.info.timezone``; ``astimezone`` sets the ``fold``
+def _datetime_text(text: str, timezone: Any, session_zone: Any) -> datetime:
+    """A ``timestamptz`` from its ``::text`` form, the value Django's loader makes of the
+    column: psycopg's loader reads the text into the session's time zone (``session_zone``,
+    psycopg's ``connection.info.timezone``: ``TimeZone``; ``astimezone`` sets the ``fold``
     that tells the two wall times of a repeated hour apart), then Django's relabels it with
-    ``connection.timezone`` (``None`` without ``USE_TZ``: a naive wall time). Django sets the
-    session's ``TimeZone`` to that zone, so the relabelling changes nothing but the ``tzinfo``
-    object, unless the host changed the session's zone behind Django's back (``SET TIME
-    ZONE``), or gave it none (``USE_TZ = False`` with ``TIME_ZONE = None``: the server's
-    zone); the ORM's values are then what this returns too.
+    ``timezone``, the Django connection's (``None`` without ``USE_TZ``: a naive wall time).
+    Django sets the session's ``TimeZone`` to that zone, so the relabelling changes nothing
+    but the ``tzinfo`` object, unless the host changed the session's zone behind Django's
+    back (``SET TIME ZONE``), or gave it none (``USE_TZ = False`` with ``TIME_ZONE = None``:
+    the server's zone); the ORM's values are then what this returns too, ``fold`` included.
 
     The text is in the session's time zone and ``DateStyle`` ISO (which psycopg 3 requires),
     e.g. ``2026-12-02 13:55:00.123456+00``, which ``datetime.fromisoformat`` reads (Python
-    3.11 and later) with ``datetime.timezone.utc`` for ``+00``: Django's UTC, so the usual case
-    returns the parsed value as it is (``replace(tzinfo=…)`` costs ten times what
-    ``astimezone`` does).
+    3.11 and later) with ``datetime.timezone.utc`` for ``+00``. When Django and the session
+    are both in UTC (psycopg's zone for ``UTC`` is that same object) the parsed value is the
+    answer as it is (``replace(tzinfo=…)`` costs ten times what ``astimezone`` does). Only
+    both: a session in Europe/London writes ``+00`` too, and in the hour London repeats the
+    second wall time has ``fold`` 1.
+
+    Args:
+        text: the column's ``::text``.
+        timezone: ``connection.timezone`` of the Django connection.
+        session_zone: ``connection.connection.info.timezone``, the session's ``TimeZone``.
 
     Raises:
         django.db.DataError: a time Python's ``datetime`` cannot hold (before year 1 or after
@@ -319,18 +326,17 @@ def _datetime_text(text: str, connection: Any) -> datetime:
         value = datetime.fromisoformat(text)
     except ValueError as error:
         raise DataError(f"timestamp out of Python's range: {text!r}") from error
-    timezone = connection.timezone
-    if value.tzinfo is timezone:  # the usual case: Django and the session in UTC ("+00")
+    if value.tzinfo is timezone and session_zone is timezone:  # the usual case: all UTC
         return value
     with suppress(OverflowError):  # as psycopg's loader: next to the range's end, keep the offset
-        value = value.astimezone(connection.connection.info.timezone)
+        value = value.astimezone(session_zone)
     return value.replace(tzinfo=timezone)
 
 
 def _text_converter(field: Any) -> Any:
     """How the ``::text`` form of ``field``'s column becomes the value the ORM loads:
     ``convert(text)``, or ``None`` for text kept as it is. A timestamp's converter is
-    :func:`_datetime_text`, which also takes the connection.
+    :func:`_datetime_text`, which also takes the time zones.
 
     Built-in callables where they exist (``int``, a dict look-up): the append reads nine
     converted fields on every call (docs/performance.md).
@@ -390,10 +396,11 @@ def _session_values(connection: Any, array: Sequence[Any], narrow: bool) -> dict
         text = values[attname]
         if text is not None:
             values[attname] = convert(text)
+    timezone, session_zone = connection.timezone, connection.connection.info.timezone
     for attname in times:
         text = values[attname]
         if text is not None:
-            values[attname] = _datetime_text(text, connection)
+            values[attname] = _datetime_text(text, timezone, session_zone)
     return values
 
 
@@ -644,16 +651,20 @@ class _KeptCursors:
     Making a psycopg cursor copies the connection's adapters, and registering a loader copies
     them again; with the Django wrapper around it and its ``close`` that is a tenth of an
     append's time in Python. A cursor can run any number of statements, so the append, get
-    and resolve reuse one. It belongs to the psycopg connection it was made on: after Django
-    reconnects, :func:`_cursor` makes new ones. ``busy`` is set while a statement runs on a
-    kept cursor, so a statement started meanwhile (by an ``execute_wrapper`` hook, say) gets
-    a cursor of its own instead of overwriting the result not yet fetched.
+    and resolve reuse one. It belongs to the psycopg connection it was made on, and to the
+    session time zone it was made in (``zone``, the server's ``TimeZone``: psycopg's loader
+    takes the zone once, when the cursor first reads a ``timestamptz``): after Django
+    reconnects, or a host's ``SET TIME ZONE``, :func:`_cursor` makes new ones. ``busy`` is
+    set while a statement runs on a kept cursor, so a statement started meanwhile (by an
+    ``execute_wrapper`` hook, say) gets a cursor of its own instead of overwriting the result
+    not yet fetched.
     """
 
-    __slots__ = ("busy", "cursors", "raw")
+    __slots__ = ("busy", "cursors", "raw", "zone")
 
-    def __init__(self, raw: Any) -> None:
+    def __init__(self, raw: Any, zone: bytes | None) -> None:
         self.raw = raw
+        self.zone = zone
         self.cursors: dict[bool, Any] = {}
         self.busy = False
 
@@ -703,6 +714,7 @@ def _cursor(connection: Any, *, prepare: bool, keep: bool = False) -> tuple[Any,
             and not kept.busy
             and not connection.queries_logged
             and not connection.execute_wrappers
+            and kept.zone == kept.raw.pgconn.parameter_status(b"TimeZone")
         ):
             cursor = kept.cursors.get(prepare)
             if cursor is not None:  # made by the path below, threshold set
@@ -720,8 +732,10 @@ def _cursor(connection: Any, *, prepare: bool, keep: bool = False) -> tuple[Any,
             # cursors bind client-side and never prepare anything.
             raw.prepare_threshold = 2**31 - 1
         kept = connection.__dict__.get(_KEPT) if keep else None
-        if keep and (kept is None or kept.raw is not raw):
-            kept = connection.__dict__[_KEPT] = _KeptCursors(raw)
+        if keep:
+            zone = raw.pgconn.parameter_status(b"TimeZone")
+            if kept is None or kept.raw is not raw or (kept.zone != zone and not kept.busy):
+                kept = connection.__dict__[_KEPT] = _KeptCursors(raw, zone)
         if kept is None or kept.busy:
             kept, cursor = None, _new_cursor(raw, prepare)
         else:
