@@ -10,7 +10,6 @@ is replayed under ``EXPLAIN (ANALYZE, BUFFERS)``; the plans go to
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import platform
@@ -53,12 +52,15 @@ WRITER_WARMUP = 10
 #: ±20% with the machine (checkpoints, neighbours on a shared host); the median of the
 #: per-round ratios moves by a few percent.
 WRITER_ROUNDS = 9
-#: Seconds the writers and the parent wait at the start barrier (a writer process's set-up and
-#: warm-up take a few seconds): one that never arrives (killed outright, or hung) breaks it.
+#: Seconds the parent waits for every writer to be ready (a writer process's set-up and
+#: warm-up take a few seconds), and a ready writer for the start: past it the run fails.
 WRITER_BARRIER_TIMEOUT = 120
-#: Seconds the parent waits for all writer processes' results after the start (a run takes a
-#: few seconds); then the writers still running are stopped and the run fails.
+#: Seconds the parent waits for all writers' results after the start (a run takes a few
+#: seconds); then the run fails, and the writer processes still running are stopped.
 WRITER_TIMEOUT = 600
+#: Seconds between the parent's looks at its writer processes while it waits for them: one
+#: that died without a word (killed outright) fails the run at the next look.
+WRITER_POLL = 1.0
 
 #: Targets for app/floor, by operation family (docs/performance.md).
 TARGETS = {"append": 1.3, "get": 2.5, "newest": 1.5, "list": 2.0}
@@ -251,32 +253,56 @@ def _concurrent(
 ) -> tuple[float, float]:
     """Run ``WRITERS`` threads of ``worker``; returns (wall seconds, median latency ms).
 
+    The barrier's waits time out after :data:`WRITER_BARRIER_TIMEOUT`, so a writer that fails
+    or hangs before it breaks it for everyone; the parent waits :data:`WRITER_TIMEOUT` for the
+    writers to end (threads cannot be stopped: a hung one is left running as a daemon).
+
     Raises:
-        RuntimeError: a writer raised (its error is the cause); one that fails before the
-            barrier breaks it, so nobody waits for it.
+        RuntimeError: a writer raised (the first one's error is the cause; writers that only
+            met the barrier it broke are not counted as failed), a writer never reached the
+            barrier, or one still runs after :data:`WRITER_TIMEOUT`.
     """
-    barrier = threading.Barrier(WRITERS + 1)
+    barrier = threading.Barrier(WRITERS + 1, timeout=WRITER_BARRIER_TIMEOUT)
     latencies: list[float] = []
-    errors: list[BaseException] = []
+    errors: dict[int, BaseException] = {}
 
     def run(number: int) -> None:
         try:
             worker(number, barrier, latencies)
         except BaseException as error:
-            errors.append(error)
+            errors[number] = error
             barrier.abort()
 
-    threads = [threading.Thread(target=run, args=(number,)) for number in range(WRITERS)]
+    threads = [
+        threading.Thread(target=run, args=(number,), daemon=True) for number in range(WRITERS)
+    ]
     for thread in threads:
         thread.start()
-    with contextlib.suppress(threading.BrokenBarrierError):
+    try:
         barrier.wait()
+        broken = False
+    except threading.BrokenBarrierError:
+        broken = True
     started = time.perf_counter()
+    # After a broken barrier the writers waiting at it end at once; a hung one never does.
+    limit = WRITER_POLL if broken else WRITER_TIMEOUT
     for thread in threads:
-        thread.join()
+        thread.join(max(0.0, started + limit - time.perf_counter()))
     wall = time.perf_counter() - started
-    if errors:  # the first is the writer's own error, the rest the broken barrier
-        raise RuntimeError(f"{len(errors)} of {WRITERS} writer threads failed") from errors[0]
+    failed = {n: e for n, e in errors.items() if not isinstance(e, threading.BrokenBarrierError)}
+    if failed:
+        number, error = min(failed.items())
+        raise RuntimeError(
+            f"{len(failed)} of {WRITERS} writer threads failed (the first: writer {number})"
+        ) from error
+    hung = sum(thread.is_alive() for thread in threads)
+    if broken:  # yet nobody failed: a writer never arrived in time
+        raise RuntimeError(
+            f"the writer threads' start barrier timed out after {WRITER_BARRIER_TIMEOUT} s: "
+            f"{hung} of {WRITERS} writers never reached it (hung)"
+        )
+    if hung:
+        raise RuntimeError(f"{hung} of {WRITERS} writer threads still run after {WRITER_TIMEOUT} s")
     return wall, statistics.median(latencies) * 1000
 
 
@@ -312,24 +338,31 @@ def _floor_appends(
 def _process_writer(
     kind: str,
     url: str,
+    number: int,
     target: tuple[Any, str],
     appends: int,
     text: str,
-    barrier: Any,
-    results: Any,
+    start: Any,
+    messages: Any,
 ) -> None:
-    """One writer process of :func:`_concurrent_processes` (module level: ``spawn`` imports
-    it): Django set up afresh (``app``; ``prepared``: with ``PREPARED_STATEMENTS``) or a
-    psycopg connection (``floor``), then :data:`WRITER_WARMUP` untimed one-message appends to
-    ``target`` and, after the barrier, ``appends`` timed ones; puts their latencies on
-    ``results``, or the text of its error after breaking the barrier, so that neither the
-    parent nor the other writers wait for it."""
+    """Writer process ``number`` of :func:`_concurrent_processes` (module level: ``spawn``
+    imports it): Django set up afresh (``app``; ``prepared``: with ``PREPARED_STATEMENTS``) or
+    a psycopg connection (``floor``), then :data:`WRITER_WARMUP` untimed one-message appends
+    to ``target``; puts ``("ready", number)`` on ``messages`` and waits for a unit of the
+    ``start`` semaphore, then makes ``appends`` timed ones and puts ``("done", number,
+    latencies)``, or at any point ``("error", number, text of its error)``."""
     latencies: list[float] = []
+
+    def started() -> None:
+        messages.put(("ready", number))
+        if not start.acquire(timeout=WRITER_BARRIER_TIMEOUT):
+            raise TimeoutError(f"no start within {WRITER_BARRIER_TIMEOUT} s of being ready")
+
     try:
         if kind == "floor":
             with psycopg.connect(url, autocommit=True) as conn:
                 _floor_appends(conn, target, WRITER_WARMUP, text, [])
-                barrier.wait(WRITER_BARRIER_TIMEOUT)
+                started()
                 _floor_appends(conn, target, appends, text, latencies)
         else:
             from .setup import setup_django
@@ -340,51 +373,97 @@ def _process_writer(
 
             settings.CORTEX_SESSIONS["PREPARED_STATEMENTS"] = kind == "prepared"
             _app_appends(target, WRITER_WARMUP, text, [])
-            barrier.wait(WRITER_BARRIER_TIMEOUT)
+            started()
             _app_appends(target, appends, text, latencies)
             connection.close()
     except BaseException as error:
-        barrier.abort()
-        results.put(f"{type(error).__name__}: {error}")
+        messages.put(("error", number, f"{type(error).__name__}: {error}"))
         raise
-    results.put(latencies)
+    messages.put(("done", number, latencies))
+
+
+def _gather(messages: Any, processes: Sequence[Any], phase: str, timeout: float) -> dict[int, Any]:
+    """Wait until every writer process put ``(phase, number, …)`` on ``messages``; returns
+    ``{number: the message's third element, or None}``.
+
+    Looks at the processes every :data:`WRITER_POLL` seconds: a message travels through a
+    pipe, so one that died without a word (killed outright; the operating system's exit code
+    is negative) is only judged after its messages had the time to arrive.
+
+    Raises:
+        RuntimeError: a writer put ``("error", …)`` (its text), one died without putting
+            ``phase``, or ``timeout`` seconds passed first (the writers it still waits for hung).
+    """
+    waiting = (
+        f"ready after {timeout} s (set-up and warm-up)"
+        if phase == "ready"
+        else (f"done after {timeout} s")
+    )
+    got: dict[int, Any] = {}
+    deadline = time.perf_counter() + timeout
+    dead: set[int] = set()
+    while len(got) < len(processes):
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            missing = sorted(set(range(len(processes))) - set(got))
+            raise RuntimeError(
+                f"{len(missing)} of {len(processes)} writer processes were not {waiting}: "
+                f"writers {missing} hung"
+            )
+        try:
+            kind, number, *rest = messages.get(timeout=min(WRITER_POLL, left))
+        except queue.Empty:
+            for number, process in enumerate(processes):
+                if number in dead and number not in got:  # dead at the last look, still silent
+                    raise RuntimeError(
+                        f"writer process {number} ended (exit code {process.exitcode}) before"
+                        f" it was {phase}, without a word (killed?)"
+                    ) from None
+                if process.exitcode is not None:
+                    dead.add(number)
+            continue
+        if kind == "error":
+            raise RuntimeError(f"writer process {number} failed: {rest[0]}")
+        if kind == phase:
+            got[number] = rest[0] if rest else None
+    return got
 
 
 def _concurrent_processes(
     kind: str, url: str, targets: Sequence[tuple[Any, str]], appends: int, text: str
 ) -> tuple[float, float]:
     """Run ``WRITERS`` writer processes (``kind``: ``app``, ``prepared`` or ``floor``), as a
-    web server's workers are; returns (wall seconds from the barrier to the last writer's end, median
-    latency ms). Processes are started with ``spawn``, so none inherits a connection."""
+    web server's workers are; returns (wall seconds from the start to the last writer's end,
+    median latency ms). Processes are started with ``spawn``, so none inherits a connection.
+
+    The start is a semaphore the parent releases once per writer when all are ready, not a
+    ``multiprocessing.Barrier``: a process killed while it waits at one leaves the others
+    waiting for it forever (the barrier's condition waits for every sleeper to wake).
+
+    Raises:
+        RuntimeError: a writer failed, died, or was not ready or done in time (see
+            :func:`_gather`); the writers still running are stopped first.
+    """
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
-    barrier = context.Barrier(WRITERS + 1)
-    results = context.Queue()
+    start = context.Semaphore(0)
+    messages = context.Queue()
     processes = [
         context.Process(
             target=_process_writer,
-            args=(kind, url, targets[number], appends, text, barrier, results),
+            args=(kind, url, number, targets[number], appends, text, start, messages),
         )
         for number in range(WRITERS)
     ]
     for process in processes:
         process.start()
     try:
-        with contextlib.suppress(threading.BrokenBarrierError):  # a writer failed: below
-            barrier.wait(WRITER_BARRIER_TIMEOUT)
-        started = time.perf_counter()
-        # Each writer puts its latencies or its error; one killed outright puts nothing.
-        outcomes = []
-        deadline = started + WRITER_TIMEOUT
+        _gather(messages, processes, "ready", WRITER_BARRIER_TIMEOUT)
         for _ in processes:
-            try:
-                outcomes.append(results.get(timeout=max(0.0, deadline - time.perf_counter())))
-            except queue.Empty:
-                raise RuntimeError(
-                    f"{WRITERS - len(outcomes)} of {WRITERS} writer processes reported nothing"
-                    f" in {WRITER_TIMEOUT} s (killed, or hung)"
-                ) from None
+            start.release()
+        started = time.perf_counter()
+        outcomes = _gather(messages, processes, "done", WRITER_TIMEOUT)
         wall = time.perf_counter() - started
     except BaseException:
         for process in processes:  # a writer still running after a failure is stopped
@@ -393,10 +472,7 @@ def _concurrent_processes(
     finally:
         for process in processes:
             process.join()
-    failures = [outcome for outcome in outcomes if isinstance(outcome, str)]
-    if failures:
-        raise RuntimeError(f"{len(failures)} of {WRITERS} writer processes failed: {failures[0]}")
-    latencies = [value for outcome in outcomes for value in outcome]
+    latencies = [value for outcome in outcomes.values() for value in outcome]
     return wall, statistics.median(latencies) * 1000
 
 

@@ -3,8 +3,13 @@ reported with its error, and neither the parent nor the other writers wait for i
 
 from __future__ import annotations
 
+import queue
+import re
 import socket
 import threading
+import time
+
+import pytest
 
 from bench import run
 
@@ -38,8 +43,47 @@ def test_a_writer_thread_failing_before_the_barrier_is_reported():
 
     error = _finishes(lambda: run._concurrent(worker))
     assert isinstance(error, RuntimeError)
-    assert str(error).startswith(f"{run.WRITERS} of {run.WRITERS} writer threads failed")
+    assert str(error) == f"1 of {run.WRITERS} writer threads failed (the first: writer 3)"
     assert isinstance(error.__cause__, LookupError)  # the failing writer's own error
+
+
+def test_a_writer_thread_that_never_reaches_the_barrier_times_it_out(monkeypatch):
+    monkeypatch.setattr(run, "WRITER_BARRIER_TIMEOUT", 1)
+    stuck = threading.Event()
+
+    def worker(number: int, barrier: threading.Barrier, latencies: list[float]) -> None:
+        if number == 5:
+            stuck.wait(30)  # hung in its warm-up
+        barrier.wait()
+        latencies.append(0.001)
+
+    try:
+        error = _finishes(lambda: run._concurrent(worker))
+    finally:
+        stuck.set()
+    assert isinstance(error, RuntimeError)
+    assert str(error) == (
+        f"the writer threads' start barrier timed out after 1 s: 1 of {run.WRITERS} writers "
+        "never reached it (hung)"
+    )
+
+
+def test_a_writer_thread_that_hangs_after_the_start_fails_the_run(monkeypatch):
+    monkeypatch.setattr(run, "WRITER_TIMEOUT", 1)
+    stuck = threading.Event()
+
+    def worker(number: int, barrier: threading.Barrier, latencies: list[float]) -> None:
+        barrier.wait()
+        if number == 2:
+            stuck.wait(30)  # a statement that never returns
+        latencies.append(0.001)
+
+    try:
+        error = _finishes(lambda: run._concurrent(worker))
+    finally:
+        stuck.set()
+    assert isinstance(error, RuntimeError)
+    assert str(error) == f"1 of {run.WRITERS} writer threads still run after 1 s"
 
 
 def test_writer_processes_failing_to_connect_are_reported():
@@ -48,7 +92,7 @@ def test_writer_processes_failing_to_connect_are_reported():
     targets = [(None, "org=a")] * run.WRITERS
     error = _finishes(lambda: run._concurrent_processes("floor", url, targets, 1, "x"))
     assert isinstance(error, RuntimeError)
-    assert "writer processes failed: OperationalError" in str(error)
+    assert re.fullmatch(r"writer process \d failed: OperationalError: .*", str(error), re.DOTALL)
 
 
 def test_writer_processes_that_never_reach_the_barrier_are_stopped(monkeypatch):
@@ -65,5 +109,66 @@ def test_writer_processes_that_never_reach_the_barrier_are_stopped(monkeypatch):
         error = _finishes(lambda: run._concurrent_processes("floor", url, targets, 1, "x"))
     assert isinstance(error, RuntimeError)
     assert str(error) == (
-        f"{run.WRITERS} of {run.WRITERS} writer processes reported nothing in 2 s (killed, or hung)"
+        f"{run.WRITERS} of {run.WRITERS} writer processes were not ready after 2 s (set-up and "
+        f"warm-up): writers {list(range(run.WRITERS))} hung"
     )
+
+
+def _acquire(semaphore) -> None:
+    """A spawned process's target (module level, so ``spawn`` can import it)."""
+    semaphore.acquire()
+
+
+class _Writer:
+    """What :func:`run._gather` reads of a writer process."""
+
+    def __init__(self, exitcode=None):
+        self.exitcode = exitcode
+
+
+@pytest.mark.parametrize("phase", ["ready", "done"])
+def test_a_writer_process_killed_while_it_waits_fails_the_run_at_once(monkeypatch, phase):
+    """Killed outright (``SIGKILL``: exit code -9) while the others wait for the start or run:
+    it never puts a word, and the parent says so at its second look after the death (one look
+    leaves a message in the pipe the time to arrive) instead of waiting for the timeout."""
+    monkeypatch.setattr(run, "WRITER_POLL", 0.05)
+    messages: queue.Queue = queue.Queue()
+    writers = [_Writer() for _ in range(run.WRITERS)]
+    for number in range(run.WRITERS - 1):
+        messages.put((phase, number) if phase == "ready" else (phase, number, [0.001]))
+    writers[-1].exitcode = -9
+    started = time.perf_counter()
+    with pytest.raises(RuntimeError) as excinfo:
+        run._gather(messages, writers, phase, timeout=60)
+    assert time.perf_counter() - started < 5
+    assert str(excinfo.value) == (
+        f"writer process {run.WRITERS - 1} ended (exit code -9) before it was {phase}, without "
+        "a word (killed?)"
+    )
+
+
+def test_a_writer_process_that_ended_after_its_word_is_not_taken_for_dead(monkeypatch):
+    monkeypatch.setattr(run, "WRITER_POLL", 0.05)
+    messages: queue.Queue = queue.Queue()
+    writers = [_Writer(exitcode=0) for _ in range(run.WRITERS)]
+    for number in range(run.WRITERS):
+        messages.put(("done", number, [number / 1000]))
+    got = run._gather(messages, writers, "done", timeout=60)
+    assert got == {number: [number / 1000] for number in range(run.WRITERS)}
+
+
+def test_a_released_start_is_not_held_up_by_a_killed_waiter():
+    """The start is a semaphore: a writer process killed while it waits on it does not stop
+    the release for the others (a ``multiprocessing.Barrier`` waits for every sleeper)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    start = context.Semaphore(0)
+    waiter = context.Process(target=_acquire, args=(start,))
+    waiter.start()
+    time.sleep(1)  # waiting on the semaphore
+    waiter.kill()
+    waiter.join()
+    assert waiter.exitcode == -9
+    _finishes(lambda: [start.release() for _ in range(run.WRITERS)], seconds=10)
+    assert all(start.acquire(timeout=1) for _ in range(run.WRITERS))
