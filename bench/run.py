@@ -394,11 +394,7 @@ def _gather(messages: Any, processes: Sequence[Any], phase: str, timeout: float)
         RuntimeError: a writer put ``("error", …)`` (its text), one died without putting
             ``phase``, or ``timeout`` seconds passed first (the writers it still waits for hung).
     """
-    waiting = (
-        f"ready after {timeout} s (set-up and warm-up)"
-        if phase == "ready"
-        else (f"done after {timeout} s")
-    )
+    waiting = f"{phase} after {timeout} s" + (" (set-up and warm-up)" if phase == "ready" else "")
     got: dict[int, Any] = {}
     deadline = time.perf_counter() + timeout
     dead: set[int] = set()

@@ -390,10 +390,10 @@ def prepare_references(
 
     Mentions inside the text blocks of ``content`` are parsed and made readable (``@label``);
     their references follow the explicit ``references``. Ids are canonicalized
-    (``str(UUID(id))``; one that spells no UUID is ``InvalidReference``) before duplicates are dropped (first wins, its position is the
-    ``input_index``). Each distinct reference is read within ``scope`` — one read transaction
-    for all — projected from its newest checkpoint, retained into ``MAX_REFERENCE_BYTES`` and
-    rendered into one aggregated context.
+    (``str(UUID(id))``; one that spells no UUID is ``InvalidReference``) before duplicates are
+    dropped (first wins, its position is the ``input_index``). Each distinct reference is read
+    within ``scope`` — one read transaction for all — projected from its newest checkpoint,
+    retained into ``MAX_REFERENCE_BYTES`` and rendered into one aggregated context.
 
     Args:
         scope: the caller's scope; referenced sessions must lie at or beneath it.
