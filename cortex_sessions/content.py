@@ -99,8 +99,10 @@ def check_json_value(
 
     The one rule for every JSON value the app takes in (the services, the admin forms, the
     API's parser and the ``metadata`` list filter all call it, docs/design.md §12.4–12.5):
-    nested at most ``max_depth`` arrays/objects deep, and every string — object keys included —
-    storable text. A value this accepts never makes the walk, ``json.dumps`` or a database's
+    nested at most ``max_depth`` arrays/objects deep, every object key a string (JSON has no
+    other: ``json.dumps`` would turn ``1``, ``True`` and ``None`` into ``"1"``, ``"true"`` and
+    ``"null"``, and two keys into one), and every string — object keys included — storable
+    text. A value this accepts never makes the walk, ``json.dumps`` or a database's
     JSON parser recurse too deep, and never reaches PostgreSQL with a NUL.
 
     Args:
@@ -115,8 +117,8 @@ def check_json_value(
         NulCharacter: a string holds ``\\x00`` (unless ``allow_nul``).
         InvalidText: a string holds a lone surrogate (``"\\ud800"``), which is not Unicode
             text and has no UTF-8 encoding.
-        InvalidMetadata / InvalidContent / InvalidInput: nested deeper than ``max_depth``
-            (the class follows ``field``).
+        InvalidMetadata / InvalidContent / InvalidInput: nested deeper than ``max_depth``, or
+            an object key that is not a ``str`` (the class follows ``field``).
     """
     search = (_SURROGATE if allow_nul else _UNSTORABLE).search
     if isinstance(value, str):
@@ -132,8 +134,13 @@ def check_json_value(
             children: Any = item
         elif isinstance(item, Mapping):
             for key in item:
-                if not isinstance(key, str):
-                    continue
+                if not isinstance(key, str):  # json.dumps would write 1 and "1" both as "1"
+                    error = _JSON_FIELD_ERRORS.get(field, InvalidInput)
+                    raise error(
+                        f"{field} has an object key that is not a string ({key!r}): JSON "
+                        "object keys are strings.",
+                        field=field,
+                    )
                 if (found := _unstorable(key, search, allow_nul)) is not None:
                     _refuse_text(found, field)
             children = item.values()

@@ -145,6 +145,34 @@ def test_the_services_refuse_json_too_deep_to_walk_with_their_codes(alice_scope,
     _unchanged(session)
 
 
+@pytest.mark.parametrize("key", [1, True, None, 1.5, ("a",)])
+def test_the_services_refuse_an_object_key_that_is_not_a_string(alice_scope, session, key):
+    """JSON object keys are strings: ``json.dumps`` would store ``1`` as ``"1"`` (and
+    ``{1: "a", "1": "b"}`` as two equal keys), so a Python caller's value is refused with the
+    field's code before anything is written, never silently changed."""
+    metadata = {key: "a", str(key): "b"}
+    with pytest.raises(InvalidMetadata, match="object key that is not a string"):
+        services.create_session(scope=alice_scope, agent_id="a", metadata=metadata)
+    with pytest.raises(InvalidMetadata):
+        services.update_session(scope=alice_scope, session_id=session.pk, metadata=metadata)
+    with pytest.raises(InvalidMetadata):
+        services.append_messages(
+            scope=alice_scope,
+            session_id=session.pk,
+            messages=[{"role": "user", "content": "hi", "metadata": {"deep": [metadata]}}],
+        )
+    with pytest.raises(InvalidContent):
+        services.append_messages(
+            scope=alice_scope,
+            session_id=session.pk,
+            messages=[
+                {"role": "user", "content": "kept?"},
+                {"role": "tool", "content": [{"type": "data", "value": metadata}]},
+            ],
+        )
+    _unchanged(session)
+
+
 TOO_DEEP_TO_PARSE = "[" * 3000 + "]" * 3000
 
 
