@@ -61,6 +61,9 @@ WRITER_TIMEOUT = 600
 #: Seconds between the parent's looks at its writer processes while it waits for them: one
 #: that died without a word (killed outright) fails the run at the next look.
 WRITER_POLL = 1.0
+#: Seconds the parent waits for a writer process to end once its run is over (or stopped with
+#: SIGTERM); then it is killed (SIGKILL ends a process that SIGSTOP holds, SIGTERM does not).
+WRITER_JOIN_TIMEOUT = 10.0
 
 #: Targets for app/floor, by operation family (docs/performance.md).
 TARGETS = {"append": 1.3, "get": 2.5, "newest": 1.5, "list": 2.0}
@@ -249,29 +252,45 @@ def queries_and_plans(fn: Callable[[], Any], plan_file: Path) -> tuple[int, str]
 
 
 def _concurrent(
-    worker: Callable[[int, threading.Barrier, list[float]], None],
+    worker: Callable[[int, Callable[[], None], list[float]], None],
 ) -> tuple[float, float]:
     """Run ``WRITERS`` threads of ``worker``; returns (wall seconds, median latency ms).
 
-    The barrier's waits time out after :data:`WRITER_BARRIER_TIMEOUT`, so a writer that fails
-    or hangs before it breaks it for everyone; the parent waits :data:`WRITER_TIMEOUT` for the
-    writers to end (threads cannot be stopped: a hung one is left running as a daemon).
+    ``worker(number, start, latencies)`` warms up, calls ``start()`` — a barrier of the
+    writers and the parent — and appends each timed call's seconds to ``latencies``. The
+    barrier's waits time out after :data:`WRITER_BARRIER_TIMEOUT`, and a writer that fails
+    before its start breaks it for everyone (one that fails after it breaks nothing); the
+    parent waits :data:`WRITER_TIMEOUT` for the writers to end (threads cannot be stopped: a
+    hung one is left running as a daemon).
 
     Raises:
-        RuntimeError: a writer raised (the first one's error is the cause; writers that only
-            met the barrier it broke are not counted as failed), a writer never reached the
-            barrier, or one still runs after :data:`WRITER_TIMEOUT`.
+        RuntimeError: a writer raised (the first one's error is the cause; writers whose start
+            met the barrier another broke are not counted as failed), a writer never reached
+            the barrier, or one still runs after :data:`WRITER_TIMEOUT`.
     """
     barrier = threading.Barrier(WRITERS + 1, timeout=WRITER_BARRIER_TIMEOUT)
     latencies: list[float] = []
     errors: dict[int, BaseException] = {}
+    started_writers: set[int] = set()
+    broken_starts: set[int] = set()  # writers whose start met a broken barrier
 
     def run(number: int) -> None:
+        def start() -> None:
+            try:
+                barrier.wait()
+            except threading.BrokenBarrierError:
+                broken_starts.add(number)
+                raise
+            started_writers.add(number)
+
         try:
-            worker(number, barrier, latencies)
+            worker(number, start, latencies)
         except BaseException as error:
             errors[number] = error
-            barrier.abort()
+            # Aborting a barrier that has just let everyone through breaks the waits of the
+            # writers not yet awake: only a writer that has not started aborts.
+            if number not in started_writers:
+                barrier.abort()
 
     threads = [
         threading.Thread(target=run, args=(number,), daemon=True) for number in range(WRITERS)
@@ -289,7 +308,7 @@ def _concurrent(
     for thread in threads:
         thread.join(max(0.0, started + limit - time.perf_counter()))
     wall = time.perf_counter() - started
-    failed = {n: e for n, e in errors.items() if not isinstance(e, threading.BrokenBarrierError)}
+    failed = {n: e for n, e in errors.items() if n not in broken_starts}
     if failed:
         number, error = min(failed.items())
         raise RuntimeError(
@@ -388,11 +407,13 @@ def _gather(messages: Any, processes: Sequence[Any], phase: str, timeout: float)
 
     Looks at the processes every :data:`WRITER_POLL` seconds: a message travels through a
     pipe, so one that died without a word (killed outright; the operating system's exit code
-    is negative) is only judged after its messages had the time to arrive.
+    is negative) is only judged after its messages had the time to arrive. A writer ends only
+    after ``done``, so one that ended after it was ready, while others still warm up, fails the
+    ``ready`` phase at once.
 
     Raises:
         RuntimeError: a writer put ``("error", …)`` (its text), one died without putting
-            ``phase``, or ``timeout`` seconds passed first (the writers it still waits for hung).
+            ``done``, or ``timeout`` seconds passed first (the writers it still waits for hung).
     """
     waiting = f"{phase} after {timeout} s" + (" (set-up and warm-up)" if phase == "ready" else "")
     got: dict[int, Any] = {}
@@ -410,10 +431,16 @@ def _gather(messages: Any, processes: Sequence[Any], phase: str, timeout: float)
             kind, number, *rest = messages.get(timeout=min(WRITER_POLL, left))
         except queue.Empty:
             for number, process in enumerate(processes):
-                if number in dead and number not in got:  # dead at the last look, still silent
+                finished = phase == "done" and number in got
+                if number in dead and not finished:  # dead at the last look, still silent
+                    when = (
+                        "after it was ready, before it was done"
+                        if number in got
+                        else (f"before it was {phase}")
+                    )
                     raise RuntimeError(
-                        f"writer process {number} ended (exit code {process.exitcode}) before"
-                        f" it was {phase}, without a word (killed?)"
+                        f"writer process {number} ended (exit code {process.exitcode}) {when},"
+                        " without a word (killed?)"
                     ) from None
                 if process.exitcode is not None:
                     dead.add(number)
@@ -423,6 +450,20 @@ def _gather(messages: Any, processes: Sequence[Any], phase: str, timeout: float)
         if kind == phase:
             got[number] = rest[0] if rest else None
     return got
+
+
+def _reap(processes: Sequence[Any], *, stop: bool) -> None:
+    """Wait for writer processes to end, sending each ``SIGTERM`` first if ``stop``; one still
+    running after :data:`WRITER_JOIN_TIMEOUT` seconds is killed (``SIGKILL``, which also ends a
+    process held by ``SIGSTOP``, where ``SIGTERM`` waits for it to continue)."""
+    if stop:
+        for process in processes:
+            process.terminate()
+    for process in processes:
+        process.join(WRITER_JOIN_TIMEOUT)
+        if process.exitcode is None:
+            process.kill()
+            process.join()
 
 
 def _concurrent_processes(
@@ -462,12 +503,9 @@ def _concurrent_processes(
         outcomes = _gather(messages, processes, "done", WRITER_TIMEOUT)
         wall = time.perf_counter() - started
     except BaseException:
-        for process in processes:  # a writer still running after a failure is stopped
-            process.terminate()
+        _reap(processes, stop=True)  # a writer still running after a failure is stopped
         raise
-    finally:
-        for process in processes:
-            process.join()
+    _reap(processes, stop=False)
     latencies = [value for outcome in outcomes.values() for value in outcome]
     return wall, statistics.median(latencies) * 1000
 
@@ -791,21 +829,21 @@ def _concurrent_appends(
     ):
 
         def app_worker(
-            number: int, barrier: threading.Barrier, latencies: list[float], targets=targets
+            number: int, start: Callable[[], None], latencies: list[float], targets=targets
         ) -> None:
             try:
                 _app_appends(targets[number], WRITER_WARMUP, text, [])
-                barrier.wait()
+                start()
                 _app_appends(targets[number], per_thread, text, latencies)
             finally:
                 connection.close()
 
         def floor_worker(
-            number: int, barrier: threading.Barrier, latencies: list[float], targets=targets
+            number: int, start: Callable[[], None], latencies: list[float], targets=targets
         ) -> None:
             with psycopg.connect(url, autocommit=True) as conn:
                 _floor_appends(conn, targets[number], WRITER_WARMUP, text, [])
-                barrier.wait()
+                start()
                 _floor_appends(conn, targets[number], per_thread, text, latencies)
 
         def prepared_run(app_worker=app_worker) -> tuple[float, float]:

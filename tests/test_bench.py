@@ -35,10 +35,10 @@ def _finishes(call, seconds: float = 60) -> BaseException | None:
 
 
 def test_a_writer_thread_failing_before_the_barrier_is_reported():
-    def worker(number: int, barrier: threading.Barrier, latencies: list[float]) -> None:
+    def worker(number: int, start, latencies: list[float]) -> None:
         if number == 3:
             raise LookupError("no such session")
-        barrier.wait()
+        start()
         latencies.append(0.001)
 
     error = _finishes(lambda: run._concurrent(worker))
@@ -51,10 +51,10 @@ def test_a_writer_thread_that_never_reaches_the_barrier_times_it_out(monkeypatch
     monkeypatch.setattr(run, "WRITER_BARRIER_TIMEOUT", 1)
     stuck = threading.Event()
 
-    def worker(number: int, barrier: threading.Barrier, latencies: list[float]) -> None:
+    def worker(number: int, start, latencies: list[float]) -> None:
         if number == 5:
             stuck.wait(30)  # hung in its warm-up
-        barrier.wait()
+        start()
         latencies.append(0.001)
 
     try:
@@ -72,8 +72,8 @@ def test_a_writer_thread_that_hangs_after_the_start_fails_the_run(monkeypatch):
     monkeypatch.setattr(run, "WRITER_TIMEOUT", 1)
     stuck = threading.Event()
 
-    def worker(number: int, barrier: threading.Barrier, latencies: list[float]) -> None:
-        barrier.wait()
+    def worker(number: int, start, latencies: list[float]) -> None:
+        start()
         if number == 2:
             stuck.wait(30)  # a statement that never returns
         latencies.append(0.001)
@@ -172,3 +172,59 @@ def test_a_released_start_is_not_held_up_by_a_killed_waiter():
     assert waiter.exitcode == -9
     _finishes(lambda: [start.release() for _ in range(run.WRITERS)], seconds=10)
     assert all(start.acquire(timeout=1) for _ in range(run.WRITERS))
+
+
+def test_a_writer_thread_failing_with_a_broken_barrier_of_its_own_is_reported():
+    """After a good start a writer's ``BrokenBarrierError`` is its own failure (say, a barrier
+    of its own code), not "met the start barrier another broke": the run fails, naming it, and
+    the writers still waking from the start are not broken by it."""
+
+    def worker(number: int, start, latencies: list[float]) -> None:
+        start()
+        if number == 4:
+            raise threading.BrokenBarrierError
+        latencies.append(0.001)
+
+    error = _finishes(lambda: run._concurrent(worker))
+    assert isinstance(error, RuntimeError)
+    assert str(error) == f"1 of {run.WRITERS} writer threads failed (the first: writer 4)"
+
+
+def test_a_writer_process_killed_after_it_was_ready_fails_the_ready_phase(monkeypatch):
+    """A writer ends only after ``done``: one killed while it waits for the start is reported
+    at once, though the others are still warming up (not when they are all ready)."""
+    monkeypatch.setattr(run, "WRITER_POLL", 0.05)
+    messages: queue.Queue = queue.Queue()
+    writers = [_Writer() for _ in range(run.WRITERS)]
+    messages.put(("ready", 0))  # the others never say a word: still warming up
+    writers[0].exitcode = -9
+    started = time.perf_counter()
+    with pytest.raises(RuntimeError) as excinfo:
+        run._gather(messages, writers, "ready", timeout=60)
+    assert time.perf_counter() - started < 5
+    assert str(excinfo.value) == (
+        "writer process 0 ended (exit code -9) after it was ready, before it was done, without "
+        "a word (killed?)"
+    )
+
+
+def test_a_stopped_writer_process_is_killed_rather_than_waited_for(monkeypatch):
+    """``SIGSTOP`` holds ``SIGTERM`` until the process continues: the parent kills a writer
+    that has not ended after ``WRITER_JOIN_TIMEOUT`` instead of waiting for it forever."""
+    import multiprocessing
+    import os
+    import signal
+
+    monkeypatch.setattr(run, "WRITER_JOIN_TIMEOUT", 1)
+    context = multiprocessing.get_context("spawn")
+    start = context.Semaphore(0)
+    waiter = context.Process(target=_acquire, args=(start,))
+    waiter.start()
+    time.sleep(1)
+    os.kill(waiter.pid, signal.SIGSTOP)
+    try:
+        _finishes(lambda: run._reap([waiter], stop=True), seconds=20)
+    finally:
+        if waiter.exitcode is None:
+            os.kill(waiter.pid, signal.SIGKILL)
+    assert waiter.exitcode == -signal.SIGKILL
