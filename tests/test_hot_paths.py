@@ -624,6 +624,46 @@ def test_the_hot_paths_read_timestamps_as_the_orm_in_any_session_zone(settings, 
 
 
 @on_postgresql
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("session_zone", sorted(_REPEATED_HOURS))
+def test_a_hook_that_sets_the_time_zone_before_the_statement_is_read_as_by_the_orm(session_zone):
+    """An ``execute_wrapper`` hook runs between the hot path's choice of cursor and its
+    statement: one that sets the session's time zone there (once the hot paths have kept
+    cursors made in UTC) still gets the values the ORM loads after it."""
+    from django.db import transaction
+
+    session = services.create_session(scope=SCOPE, agent_id="agent-1")
+    Session.objects.filter(pk=session.pk).update(
+        is_default=True, created_at=_REPEATED_HOURS[session_zone]
+    )
+    two = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+
+    def sets_the_zone(execute, sql, params, many, context):
+        context["connection"].connection.execute(f"SET LOCAL TIME ZONE '{session_zone}'")
+        return execute(sql, params, many, context)
+
+    with transaction.atomic():
+        # Cursors kept in UTC, the statement that reads timestamp columns last (psycopg keeps
+        # the loaders of a cursor's last result).
+        services.get_session(scope=SCOPE, session_id=session.pk)
+        services.append_messages(scope=SCOPE, session_id=session.pk, messages=two[:1])
+        services.append_messages(scope=SCOPE, session_id=session.pk, messages=two)
+        with connection.execute_wrapper(sets_the_zone):
+            for messages in (two, two[:1]):
+                result = services.append_messages(
+                    scope=SCOPE, session_id=str(session.pk), messages=messages
+                )  # (an id given as a UUID subclass would be returned as given)
+                assert _loaded_as(result.session) == _loaded_as(Session.objects.get(pk=session.pk))
+            got = services.get_session(scope=SCOPE, session_id=session.pk)
+            assert _loaded_as(got) == _loaded_as(Session.objects.get(pk=session.pk))
+            resolved, _ = services.resolve_session(scope=SCOPE, agent_id="agent-1")
+            assert _loaded_as(resolved) == _loaded_as(Session.objects.get(pk=session.pk))
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW TIME ZONE")
+            assert cursor.fetchone()[0] == session_zone  # the hook did set it
+
+
+@on_postgresql
 @pytest.mark.parametrize(
     "instant",
     [

@@ -654,7 +654,9 @@ class _KeptCursors:
     and resolve reuse one. It belongs to the psycopg connection it was made on, and to the
     session time zone it was made in (``zone``, the server's ``TimeZone``: psycopg's loader
     takes the zone once, when the cursor first reads a ``timestamptz``): after Django
-    reconnects, or a host's ``SET TIME ZONE``, :func:`_cursor` makes new ones. ``busy`` is
+    reconnects, or a host's ``SET TIME ZONE``, :func:`_cursor` makes new ones, and while an
+    ``execute_wrapper`` hook is installed (it may set the zone right before the statement)
+    it uses none. ``busy`` is
     set while a statement runs on a kept cursor, so a statement started meanwhile (by an
     ``execute_wrapper`` hook, say) gets a cursor of its own instead of overwriting the result
     not yet fetched.
@@ -698,10 +700,11 @@ def _cursor(connection: Any, *, prepare: bool, keep: bool = False) -> tuple[Any,
         ``(cursor wrapper, psycopg cursor, kept)``: with ``keep``, the psycopg cursor is the one
         ``connection`` keeps (:class:`_KeptCursors`, returned as ``kept`` and marked busy;
         the caller clears ``busy`` when done and does not close it), and the wrapper is
-        ``None`` when nothing would see it (no query logging, no ``execute_wrapper`` hook):
-        the caller runs the cursor as the wrapper would. Otherwise ``kept`` is ``None`` and the
-        caller closes the cursor. On psycopg 2 (no server-side binding) Django's ordinary
-        cursor is returned, never kept.
+        ``None`` when nothing would see it (no query logging): the caller runs the cursor as
+        the wrapper would. Otherwise (without ``keep``, with an ``execute_wrapper`` hook, or
+        while the kept cursor is busy) ``kept`` is ``None`` and the caller closes the cursor.
+        On psycopg 2 (no server-side binding) Django's ordinary cursor is returned, never
+        kept.
     """
     connection.close_if_health_check_failed()
     connection.ensure_connection()
@@ -731,6 +734,10 @@ def _cursor(connection: Any, *, prepare: bool, keep: bool = False) -> tuple[Any,
             # no query reaches turns it back on for explicit requests only: Django's own
             # cursors bind client-side and never prepare anything.
             raw.prepare_threshold = 2**31 - 1
+        # A hook runs between this choice and the statement, and may change the session's time
+        # zone there (``SET TIME ZONE``), which a kept cursor's loaders would not see: a cursor
+        # of its own then, whose loaders take the zone when the result arrives, as the ORM's.
+        keep = keep and not connection.execute_wrappers
         kept = connection.__dict__.get(_KEPT) if keep else None
         if keep:
             zone = raw.pgconn.parameter_status(b"TimeZone")
@@ -745,9 +752,9 @@ def _cursor(connection: Any, *, prepare: bool, keep: bool = False) -> tuple[Any,
             kept.busy = True
     if connection.queries_logged:
         return _debug_wrapper_class()(cursor, connection), cursor, kept
-    if kept is not None and not connection.execute_wrappers:
+    if kept is not None:  # and no hook
         return None, cursor, kept
-    return connection.make_cursor(cursor), cursor, kept
+    return connection.make_cursor(cursor), cursor, None
 
 
 # -- rows to instances ----------------------------------------------------------------------------
