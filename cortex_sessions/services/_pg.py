@@ -656,10 +656,9 @@ class _KeptCursors:
     takes the zone once, when the cursor first reads a ``timestamptz``): after Django
     reconnects, or a host's ``SET TIME ZONE``, :func:`_cursor` makes new ones, and while an
     ``execute_wrapper`` hook is installed (it may set the zone right before the statement)
-    it uses none. ``busy`` is
-    set while a statement runs on a kept cursor, so a statement started meanwhile (by an
-    ``execute_wrapper`` hook, say) gets a cursor of its own instead of overwriting the result
-    not yet fetched.
+    it uses none. ``busy`` is set while a statement runs on a kept cursor, so a statement
+    started meanwhile (re-entrantly, before the result is fetched) gets a cursor of its own
+    instead of overwriting that result.
     """
 
     __slots__ = ("busy", "cursors", "raw", "zone")
