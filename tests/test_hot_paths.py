@@ -840,7 +840,8 @@ def test_a_new_connection_gets_new_cursors():
 @on_postgresql
 def test_a_statement_run_by_an_execute_wrapper_does_not_take_the_kept_cursor(session):
     # A hook that runs another hot-path statement after the append's statement, before the
-    # append has fetched its row, gets a cursor of its own: both calls see their own rows.
+    # append has fetched its row: both calls see their own rows (while a hook is installed,
+    # every hot-path statement gets a cursor of its own).
     other = services.create_session(scope=SCOPE, agent_id="agent-2", title="other")
     seen: list = []
     nested = []
@@ -859,6 +860,41 @@ def test_a_statement_run_by_an_execute_wrapper_does_not_take_the_kept_cursor(ses
     assert result.session.pk == session.pk and result.messages[0].seq == 1
     assert seen[0].pk == other.pk and seen[0].title == "other"
     assert not _kept().busy
+
+
+@on_postgresql
+def test_a_statement_run_while_the_kept_cursor_is_busy_gets_a_cursor_of_its_own(session):
+    # No hook uses the kept cursor, but a log handler of ``django.db.backends`` runs after the
+    # append's statement, before its row is fetched: a hot path it calls must not overwrite it.
+    import logging
+
+    from django.test.utils import CaptureQueriesContext
+
+    other = services.create_session(scope=SCOPE, agent_id="agent-2", title="other")
+    services.get_session(scope=SCOPE, session_id=other.pk)  # the kept cursors exist
+    kept, seen = _kept(), []
+
+    class Reads(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if not seen:  # once, and not for its own statement
+                seen.append(kept.busy)
+                seen.append(services.get_session(scope=SCOPE, session_id=other.pk))
+
+    logger, handler = logging.getLogger("django.db.backends"), Reads()
+    level, logger.level = logger.level, logging.DEBUG
+    logger.addHandler(handler)
+    try:
+        with CaptureQueriesContext(connection):
+            result = services.append_messages(
+                scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "a"}]
+            )
+    finally:
+        logger.removeHandler(handler)
+        logger.level = level
+    assert seen[0] is True  # the handler ran while the append's statement held the cursor
+    assert result.session.pk == session.pk and result.messages[0].seq == 1
+    assert seen[1].pk == other.pk and seen[1].title == "other"
+    assert _kept() is kept and not kept.busy
 
 
 @on_postgresql
