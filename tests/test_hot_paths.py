@@ -664,6 +664,59 @@ def test_a_hook_that_sets_the_time_zone_before_the_statement_is_read_as_by_the_o
 
 
 @on_postgresql
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("session_zone", sorted(_REPEATED_HOURS))
+def test_a_hook_that_sets_the_time_zone_after_the_statement_changes_no_value(session_zone):
+    """Psycopg reads a result's timestamps in the zone the session has when the result
+    arrives, inside the hooks: an ORM query under a hook that sets the zone after the
+    statement loads the values of the zone before. Every hot path returns what that ORM query
+    loads (the ones that read a text array as much as those psycopg's loaders read)."""
+    from django.db import transaction
+
+    session = services.create_session(scope=SCOPE, agent_id="agent-1")
+    Session.objects.filter(pk=session.pk).update(
+        is_default=True, created_at=_REPEATED_HOURS[session_zone]
+    )
+    two = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+
+    def sets_the_zone_after(execute, sql, params, many, context):
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            context["connection"].connection.execute(f"SET LOCAL TIME ZONE '{session_zone}'")
+
+    def in_utc_under_the_hook(call):
+        connection.connection.execute("SET LOCAL TIME ZONE 'UTC'")  # no hook sees it
+        with connection.execute_wrapper(sets_the_zone_after):
+            return call()
+
+    def orm():
+        return in_utc_under_the_hook(lambda: Session.objects.get(pk=session.pk))
+
+    with transaction.atomic():
+        services.get_session(scope=SCOPE, session_id=session.pk)  # cursors kept in UTC
+        services.append_messages(scope=SCOPE, session_id=session.pk, messages=two)
+        for messages in (two, two[:1]):
+            result = in_utc_under_the_hook(
+                lambda messages=messages: services.append_messages(
+                    scope=SCOPE, session_id=str(session.pk), messages=messages
+                )
+            )  # (an id given as a UUID subclass would be returned as given)
+            assert _loaded_as(result.session) == _loaded_as(orm())
+        got = in_utc_under_the_hook(
+            lambda: services.get_session(scope=SCOPE, session_id=session.pk)
+        )
+        assert _loaded_as(got) == _loaded_as(orm())
+        resolved, _ = in_utc_under_the_hook(
+            lambda: services.resolve_session(scope=SCOPE, agent_id="agent-1")
+        )
+        assert _loaded_as(resolved) == _loaded_as(orm())
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW TIME ZONE")
+            assert cursor.fetchone()[0] == session_zone  # the hook did set it
+
+
+@on_postgresql
 @pytest.mark.parametrize(
     "instant",
     [
@@ -881,7 +934,8 @@ def test_a_statement_run_while_the_kept_cursor_is_busy_gets_a_cursor_of_its_own(
                 seen.append(services.get_session(scope=SCOPE, session_id=other.pk))
 
     logger, handler = logging.getLogger("django.db.backends"), Reads()
-    level, logger.level = logger.level, logging.DEBUG
+    level = logger.level
+    logger.setLevel(logging.DEBUG)  # (setLevel: the logger caches isEnabledFor)
     logger.addHandler(handler)
     try:
         with CaptureQueriesContext(connection):
@@ -890,7 +944,7 @@ def test_a_statement_run_while_the_kept_cursor_is_busy_gets_a_cursor_of_its_own(
             )
     finally:
         logger.removeHandler(handler)
-        logger.level = level
+        logger.setLevel(level)
     assert seen[0] is True  # the handler ran while the append's statement held the cursor
     assert result.session.pk == session.pk and result.messages[0].seq == 1
     assert seen[1].pk == other.pk and seen[1].title == "other"

@@ -386,17 +386,20 @@ def _text_plan(
     )
 
 
-def _session_values(connection: Any, array: Sequence[Any], narrow: bool) -> dict[str, Any]:
+def _session_values(
+    connection: Any, array: Sequence[Any], session_zone: Any, narrow: bool
+) -> dict[str, Any]:
     """The session's values by attname, as the ORM loads them, from the text array a
-    function returned on ``connection`` (``narrow``: :data:`APPEND_ONE`'s, whose last two
-    elements, the message's id and seq, no name takes)."""
+    function returned on ``connection`` with the session in ``session_zone`` (see
+    :func:`_execute`; ``narrow``: :data:`APPEND_ONE`'s array, whose last two elements, the
+    message's id and seq, no name takes)."""
     names, converters, times = _text_plan(narrow)
     values: dict[str, Any] = dict(zip(names, array, strict=False))
     for attname, convert in converters:
         text = values[attname]
         if text is not None:
             values[attname] = convert(text)
-    timezone, session_zone = connection.timezone, connection.connection.info.timezone
+    timezone = connection.timezone
     for attname in times:
         text = values[attname]
         if text is not None:
@@ -408,13 +411,14 @@ def _narrow_session(
     alias: str,
     connection: Any,
     array: Sequence[Any],
+    session_zone: Any,
     *,
     session_id: uuid.UUID,
 ) -> tuple[Session, int, int]:
     """The session, the new message's id and its seq, from the value :data:`APPEND_ONE`
-    returned on ``connection`` (of ``alias``), as the ORM loads them; ``session_id`` is the
-    one the append was called with."""
-    values = _session_values(connection, array, narrow=True)
+    returned on ``connection`` (of ``alias``) with the session in ``session_zone``, as the ORM
+    loads them; ``session_id`` is the one the append was called with."""
+    values = _session_values(connection, array, session_zone, narrow=True)
     values[Session._meta.pk.attname] = session_id
     values["archived_at"] = None
     session = cast(Session, _loaded(Session, alias, values, _plain(Session)))
@@ -425,10 +429,11 @@ def _read_session(alias: str, function: str, params: list[Any]) -> Session | Non
     """Call :data:`GET` or :data:`RESOLVE` with ``params`` on ``alias``: the session as the ORM
     loads it, or ``None`` when there is none."""
     connection = connections[alias]
-    array = _execute(connection, _sql_call(function), params, keep=True)[0][0]
+    rows, session_zone = _execute(connection, _sql_call(function), params, keep=True)
+    array = rows[0][0]
     if array is None:
         return None
-    values = _session_values(connection, array, narrow=False)
+    values = _session_values(connection, array, session_zone, narrow=False)
     return cast(Session, _loaded(Session, alias, values, _plain(Session)))
 
 
@@ -561,9 +566,16 @@ def _sql_messages(after: bool, before: bool, forward: bool) -> str:
 
 def _execute(
     connection: Any, sql: str, params: Sequence[Any], *, keep: bool = False
-) -> list[tuple[Any, ...]]:
-    """Run one statement on Django ``connection`` and return all its rows, through the cursor
-    of :func:`_cursor` (server-side binding; prepared only with ``PREPARED_STATEMENTS``).
+) -> tuple[list[tuple[Any, ...]], Any]:
+    """Run one statement on Django ``connection`` through the cursor of :func:`_cursor`
+    (server-side binding; prepared only with ``PREPARED_STATEMENTS``).
+
+    Returns:
+        ``(all its rows, the session's time zone when its result arrived)``: the zone
+        (a ``tzinfo``) psycopg's loaders read that result's timestamps in, and so the one the
+        ``::text`` of a timestamp in it is read in (:func:`_datetime_text`). It is read inside
+        any ``execute_wrapper`` hooks, as psycopg reads it for the ORM's statements: a hook
+        that sets the zone after the statement changes neither.
 
     Args:
         keep: run it on the cursor the connection keeps for statements that return a row or
@@ -587,10 +599,10 @@ def _execute(
             connection.validate_no_broken_transaction()
             with connection.wrap_database_errors:
                 cursor.execute(sql, params)
-                return cast(list[tuple[Any, ...]], cursor.fetchall())
+                return cursor.fetchall(), cursor.result_zone
         wrapper.execute(sql, params)  # Django's wrapper: hooks, logging, error classes
         with connection.wrap_database_errors:
-            return cast(list[tuple[Any, ...]], cursor.fetchall())
+            return cursor.fetchall(), cursor.result_zone
     finally:
         if kept is None:
             cursor.close()
@@ -612,13 +624,19 @@ def _timestamptz_loader() -> Any:
 def _cursor_class(prepare: bool) -> Any:
     """psycopg 3's server-binding cursor as Django configures it, sending every statement with
     ``prepare=prepare`` (``False``: an unnamed statement, parsed and planned each time, as
-    every pooler allows; ``True``: a named one, prepared once per connection)."""
+    every pooler allows; ``True``: a named one, prepared once per connection), and noting the
+    session's time zone as each result arrives (``result_zone``)."""
     from django.db.backends.postgresql.base import ServerBindingCursor
 
     class HotPathCursor(ServerBindingCursor):
+        #: The session's time zone when the last result arrived (see :func:`_execute`).
+        result_zone: Any = None
+
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
             kwargs["prepare"] = prepare
-            return super().execute(query, params, **kwargs)  # type: ignore[misc]  # untyped base
+            result = super().execute(query, params, **kwargs)  # type: ignore[misc]  # untyped
+            self.result_zone = self.connection.info.timezone  # type: ignore[attr-defined]
+            return result
 
     return HotPathCursor
 
@@ -987,12 +1005,14 @@ def append_rows(
             [row["created_at"] for row in rows],
         ]
     connection = connections[alias]
-    result = _execute(connection, sql, params, keep=True)
+    result, session_zone = _execute(connection, sql, params, keep=True)
     if len(rows) == 1:  # the narrow row of APPEND_ONE, or NULL
         array = result[0][0]
         if array is None:
             return None
-        session, message_id, seq = _narrow_session(alias, connection, array, session_id=session_id)
+        session, message_id, seq = _narrow_session(
+            alias, connection, array, session_zone, session_id=session_id
+        )
         written = [(message_id, seq)]
     elif not result:
         return None
@@ -1052,7 +1072,7 @@ def newest_messages(
         params.append(before_seq)
     params += [limit, session_id, *_scope_params(canonical)]
     sql = _sql_messages(after_seq is not None, before_seq is not None, forward)
-    result = _execute(connections[alias], sql, params)
+    result, _ = _execute(connections[alias], sql, params)
     if not result:
         return None
     messages = _instances(
