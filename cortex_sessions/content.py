@@ -117,8 +117,9 @@ def check_json_value(
         NulCharacter: a string holds ``\\x00`` (unless ``allow_nul``).
         InvalidText: a string holds a lone surrogate (``"\\ud800"``), which is not Unicode
             text and has no UTF-8 encoding.
-        InvalidMetadata / InvalidContent / InvalidInput: nested deeper than ``max_depth``, or
-            an object key that is not a ``str`` (the class follows ``field``).
+        InvalidMetadata / InvalidContent / InvalidInput: nested deeper than ``max_depth``, an
+            object key that is not a ``str``, or two keys of one object with the same text
+            (``str`` subclasses that compare unequal; the class follows ``field``).
     """
     search = (_SURROGATE if allow_nul else _UNSTORABLE).search
     if isinstance(value, str):
@@ -133,16 +134,16 @@ def check_json_value(
         if isinstance(item, list | tuple):
             children: Any = item
         elif isinstance(item, Mapping):
+            subclass_keys = False
             for key in item:
-                if not isinstance(key, str):  # json.dumps would write 1 and "1" both as "1"
-                    error = _JSON_FIELD_ERRORS.get(field, InvalidInput)
-                    raise error(
-                        f"{field} has an object key that is not a string ({key!r}): JSON "
-                        "object keys are strings.",
-                        field=field,
-                    )
+                if type(key) is not str:
+                    _check_key(key, field)
+                    subclass_keys = True
                 if (found := _unstorable(key, search, allow_nul)) is not None:
                     _refuse_text(found, field)
+            if subclass_keys and len({str.__str__(key) for key in item}) < len(item):
+                error = _JSON_FIELD_ERRORS.get(field, InvalidInput)  # json.dumps: one key
+                raise error(f"{field} has two object keys with the same text.", field=field)
             children = item.values()
         else:
             continue
@@ -155,6 +156,18 @@ def check_json_value(
                     _refuse_text(found, field)
             elif isinstance(child, dict | list | tuple | Mapping):
                 stack.append((child, depth + 1))
+
+
+def _check_key(key: Any, field: str) -> None:
+    """Refuse an object key that is not a ``str`` (a ``str`` subclass passes): ``json.dumps``
+    would write ``1`` as ``"1"``, making ``{1: …, "1": …}`` two equal keys."""
+    if not isinstance(key, str):
+        error = _JSON_FIELD_ERRORS.get(field, InvalidInput)
+        raise error(
+            f"{field} has an object key that is not a string ({key!r}): JSON object keys "
+            "are strings.",
+            field=field,
+        )
 
 
 def _unstorable(text: str, search: Any, allow_nul: bool) -> Any:

@@ -159,3 +159,35 @@ def test_a_str_subclass_cannot_talk_its_way_past_the_check():
             check_json_value(value, field="content")
     with pytest.raises(InvalidText):
         check_json_value(Sly("\ud800"), field="content", allow_nul=True)
+
+
+def test_object_keys_are_strings_with_distinct_texts():
+    """``json.dumps`` writes a key as its text: a key that is not a ``str`` (``1`` → ``"1"``),
+    or two ``str`` subclass keys with one text, would make two keys one in storage."""
+    import enum
+
+    from cortex_sessions.content import check_json_value
+    from cortex_sessions.exceptions import InvalidContent, InvalidInput, InvalidMetadata
+
+    class Same(str):  # equal texts, unequal keys
+        __hash__ = object.__hash__
+
+        def __eq__(self, other: object) -> bool:
+            return self is other
+
+    class Colour(enum.StrEnum):
+        RED = "red"
+
+    for key in (1, True, None, 1.5, ("a",), b"a", frozenset()):
+        with pytest.raises(InvalidMetadata, match="not a string"):
+            check_json_value({"a": [{key: 1}]}, field="metadata")
+        with pytest.raises(InvalidContent, match="not a string"):
+            check_json_value([{key: 1}], field="content")
+        with pytest.raises(InvalidInput, match="not a string"):
+            check_json_value({key: 1}, field="state")
+    with pytest.raises(InvalidMetadata, match="same text"):
+        check_json_value({Same("a"): 1, Same("a"): 2}, field="metadata")
+    with pytest.raises(InvalidMetadata, match="same text"):
+        check_json_value({"red": 1, Same("red"): 2}, field="metadata")
+    # A subclass key whose text no other key has is a string key like any other.
+    check_json_value({Colour.RED: 1, Same("b"): 2, "c": {Same("c"): 3}}, field="metadata")

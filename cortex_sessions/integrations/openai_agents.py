@@ -44,7 +44,13 @@ from django.db import connections, router
 
 from .. import services
 from ..content import MAX_JSON_DEPTH, check_json_value, content_text
-from ..exceptions import InvalidInput, MessageNotFound, SessionArchived, SessionNotFound
+from ..exceptions import (
+    InvalidContent,
+    InvalidInput,
+    MessageNotFound,
+    SessionArchived,
+    SessionNotFound,
+)
 from ..models import Message, Session
 from ..scope import Scope, as_scope, scope_q
 
@@ -87,6 +93,36 @@ def _storable(value: Any, *, depth: int = 0) -> bool:
     return True
 
 
+def _item_json(item: Mapping[str, Any]) -> str:
+    """``item`` as JSON text, for an item whose text PostgreSQL cannot store (NUL, lone
+    surrogates, which JSON text escapes) or nested deeper than the content rule allows.
+
+    Raises:
+        InvalidContent: ``item`` is not JSON: an object key that is not a string anywhere in
+            it (``json.dumps`` would write ``1`` as ``"1"``, and ``{1: …, "1": …}`` as two
+            equal keys), NaN or infinity, a value of another type, or nesting Python's
+            encoder cannot follow.
+    """
+    stack: list[Any] = [item]
+    while stack:  # iterative: the item may be nested deeper than the recursion limit
+        value = stack.pop()
+        if isinstance(value, Mapping):
+            for key in value:
+                if not isinstance(key, str):
+                    raise InvalidContent(
+                        f"content has an object key that is not a string ({key!r}): JSON "
+                        "object keys are strings.",
+                        field="content",
+                    )
+            stack.extend(value.values())
+        elif isinstance(value, list | tuple):
+            stack.extend(value)
+    try:
+        return json.dumps(item, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as error:
+        raise InvalidContent(f"content is not valid JSON: {error}", field="content") from None
+
+
 def item_to_message(item: Mapping[str, Any]) -> dict[str, Any]:
     """The message an SDK item is stored as (docs/design.md §13.2).
 
@@ -98,7 +134,8 @@ def item_to_message(item: Mapping[str, Any]) -> dict[str, Any]:
 
     Raises:
         InvalidInput: ``item`` is not a mapping.
-        InvalidContent: ``item`` is not JSON (NaN, a set, …); raised by the append.
+        InvalidContent: ``item`` is not JSON (an object key that is not a string, NaN, a
+            set, …); raised here, or by the append.
     """
     if not isinstance(item, Mapping):
         raise InvalidInput("Every session item must be a JSON object.", field="items")
@@ -113,7 +150,7 @@ def item_to_message(item: Mapping[str, Any]) -> dict[str, Any]:
     if _storable(item, depth=2):  # content list > item block > item
         content.append({"type": ITEM_BLOCK_TYPE, "item": dict(item)})
     else:
-        content.append({"type": ITEM_BLOCK_TYPE, "item_json": json.dumps(item)})
+        content.append({"type": ITEM_BLOCK_TYPE, "item_json": _item_json(item)})
     return {"role": role or "tool", "content": content}
 
 

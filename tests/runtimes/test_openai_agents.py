@@ -32,6 +32,7 @@ from rest_framework.test import APIClient
 from cortex_sessions import services
 from cortex_sessions.content import MAX_JSON_DEPTH
 from cortex_sessions.exceptions import (
+    InvalidContent,
     InvalidInput,
     InvalidScope,
     MessageTooLarge,
@@ -428,6 +429,35 @@ async def test_a_batch_with_a_bad_item_writes_nothing():
     ):
         await session.add_items([USER_TEXT, {"role": "user", "content": "x" * 5000}])
     assert await session.get_items() == [USER_TEXT]
+
+
+@pytest.mark.parametrize("key", [1, True, None, ("a",), b"a"])
+@pytest.mark.parametrize("kept_as_json_text", [False, True], ids=["item", "item_json"])
+@async_test
+async def test_an_item_with_a_key_that_is_not_a_string_is_refused_and_writes_nothing(
+    key, kept_as_json_text
+):
+    """JSON object keys are strings: an item with another key is not JSON, whether it would be
+    kept as it is or as JSON text (a NUL in it), and is refused like any bad content, never
+    stored with the key made a string (``{1: "a", "1": "b"}`` would become two equal keys)."""
+    session = session_at()
+    await session.add_items([USER_TEXT])
+    extra = {key: "a", "1": "b"}
+    if kept_as_json_text:
+        extra["nul"] = "\x00"
+    bad = {"type": "function_call_output", "call_id": "c", "output": "x", "extra": [extra]}
+    with pytest.raises(InvalidContent, match="object key that is not a string"):
+        await session.add_items([{"role": "user", "content": "fine"}, bad])
+    assert await session.get_items() == [USER_TEXT]
+
+
+@async_test
+async def test_an_item_kept_as_json_text_is_still_json():
+    session = session_at()
+    for bad in ({"output": "\x00", "n": float("nan")}, {"output": "\x00", "s": {1, 2}}):
+        with pytest.raises(InvalidContent, match="not valid JSON"):
+            await session.add_items([bad])
+    assert await session.get_items() == []
 
 
 # -- the default session and explicit ids ---------------------------------------------------------
