@@ -17,7 +17,8 @@ Every SDK item is one :class:`~cortex_sessions.models.Message`:
   reads naturally in the admin and the API), then one ``{"type": "openai_agents_item", "item":
   {...}}`` block holding the item verbatim. :meth:`CortexSession.get_items` returns that block's
   item, so items round-trip exactly (deep-equal, in order). An item holding text PostgreSQL cannot
-  store (NUL, lone surrogates) is kept as its JSON text in ``"item_json"`` instead.
+  store (NUL, lone surrogates) or nested too deep is kept as its JSON text in ``"item_json"``
+  instead; one that is not JSON (a key that is not a string, NaN) is ``InvalidContent``.
 - Messages written by other writers (the REST API, the admin, host code) take part in the history
   too: a ``user``, ``assistant`` or ``system`` message without an item block reads back as
   ``{"role": ..., "content": <its text>}``; other messages without one are skipped.
