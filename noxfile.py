@@ -7,9 +7,12 @@ Combinations (Django 6.0 needs Python 3.12 or later):
 
 ``nox`` needs the interpreters as ``python3.11`` … ``python3.13`` on ``PATH``; the versions a
 pyenv installed (``$PYENV_ROOT/versions/*/bin``, default ``~/.pyenv``) are added to it, so a
-machine with pyenv needs no shims. ``.ci/run`` runs every session; ``nox -l`` lists them and
-``nox -s "tests(3.13-django6.0)"`` runs one. Extra arguments go to pytest (``nox -- -x``). The
-PostgreSQL (and other database) runs stay in ``.ci/run``.
+machine with pyenv needs no shims. ``nox`` runs the matrix; ``nox -l`` lists every session and
+``nox -s "tests(3.13-django6.0)"`` runs one. Extra arguments go to pytest (``nox -- -x``).
+
+``nox -s psycopg2`` (not in the default run: it needs a PostgreSQL server, at
+``CI_PSYCOPG2_URL``) runs the suite on PostgreSQL through psycopg 2, the driver Django uses
+when psycopg 3 is not installed. ``.ci/run`` runs both; its other database runs stay there.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ MATRIX = [
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = False
 nox.options.error_on_missing_interpreters = True  # a missing Python is a failure, not a skip
+nox.options.sessions = ["tests"]  # the matrix; psycopg2 needs a server and is asked for by name
 
 
 def _add_pyenv_interpreters() -> None:
@@ -56,4 +60,25 @@ def tests(session: nox.Session, django: str) -> None:
         "import django, sys; print('Django', django.get_version(), 'on', sys.version)",
     )
     env = {"DATABASE_URL": ""}  # SQLite; tests/settings.py treats an empty URL as unset
+    session.run("pytest", "-q", "-p", "no:cacheprovider", *session.posargs, env=env)
+
+
+@nox.session(python="3.11")
+def psycopg2(session: nox.Session) -> None:
+    """The suite on PostgreSQL through psycopg 2 (Django 5.2): with only psycopg 2 installed
+    the app serves its hot paths with the ORM (``services._pg.enabled``). The database is
+    ``CI_PSYCOPG2_URL`` (default: a ``cortex_sessions_psycopg2`` database on the local
+    server); the bench's tests, which drive psycopg 3, are skipped."""
+    session.install("-e", ".[test]", "psycopg2-binary", DJANGO["5.2"])
+    session.run("python", "-m", "pip", "uninstall", "--yes", "--quiet", "psycopg", "psycopg-binary")
+    session.run(
+        "python",
+        "-c",
+        "import psycopg2; from django.db.backends.postgresql import psycopg_any as p; "
+        "assert not p.is_psycopg3; print('psycopg 2:', psycopg2.__version__)",
+    )
+    url = os.environ.get(
+        "CI_PSYCOPG2_URL", "postgres://postgres@127.0.0.1:5432/cortex_sessions_psycopg2"
+    )
+    env = {"DATABASE_URL": url}
     session.run("pytest", "-q", "-p", "no:cacheprovider", *session.posargs, env=env)

@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+pytest.importorskip("psycopg")  # the bench drives psycopg 3 (its `bench` extra)
+
 from bench import run
 
 

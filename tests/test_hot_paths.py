@@ -29,7 +29,8 @@ pytestmark = pytest.mark.django_db
 
 SCOPE = "org=acme/user=alice"
 on_postgresql = pytest.mark.skipif(
-    connection.vendor != "postgresql", reason="the hand-written SQL serves PostgreSQL only"
+    not _pg.enabled("default"),
+    reason="the hand-written SQL serves PostgreSQL through psycopg 3 only",
 )
 
 
@@ -45,8 +46,8 @@ def path(request, monkeypatch):
     elsewhere) and on the ORM path."""
     if request.param == "orm":
         monkeypatch.setattr(_pg, "enabled", lambda alias: False)
-    elif connection.vendor != "postgresql":
-        pytest.skip("the hand-written SQL serves PostgreSQL only")
+    elif not _pg.enabled("default"):
+        pytest.skip("the hand-written SQL serves PostgreSQL through psycopg 3 only")
     return request.param
 
 
@@ -60,6 +61,22 @@ def _fields(instance) -> dict:
 
 
 # -- one statement each ---------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's drivers")
+def test_under_psycopg_2_the_orm_path_serves_postgresql(monkeypatch):
+    """The hot paths use psycopg 3's server-side binding, loaders and connection state; under
+    psycopg 2 (Django's driver only when psycopg 3 is missing) the ORM path serves."""
+    from django.db.backends.postgresql import psycopg_any
+
+    _pg.enabled.cache_clear()
+    try:
+        assert _pg.enabled("default") is psycopg_any.is_psycopg3
+        _pg.enabled.cache_clear()
+        monkeypatch.setattr(psycopg_any, "is_psycopg3", False)
+        assert _pg.enabled("default") is False
+    finally:
+        _pg.enabled.cache_clear()
 
 
 @on_postgresql
@@ -566,7 +583,8 @@ def test_an_append_under_use_tz_false_returns_naive_local_times(path, session, z
     for name in ("created_at", "updated_at"):
         got, expected = getattr(result.session, name), getattr(stored, name)
         assert (got, got.tzinfo, got.fold) == (expected, None, expected.fold)
-    if zone == "Europe/Paris" and connection.vendor == "postgresql":  # SQLite keeps no zone
+    # psycopg 3's loader sets the fold (SQLite keeps no zone; psycopg 2 sets no fold).
+    if zone == "Europe/Paris" and _pg.enabled("default"):
         assert (result.session.created_at.hour, result.session.created_at.fold) == (2, 1)
 
 

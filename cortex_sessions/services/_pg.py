@@ -76,9 +76,16 @@ __all__ = [
 
 @cache
 def enabled(alias: str) -> bool:
-    """Whether the hot-path SQL serves database ``alias`` (PostgreSQL only). An alias's
-    backend never changes while the process runs, so the answer is kept."""
-    return bool(connections[alias].vendor == "postgresql")
+    """Whether the hot-path SQL serves database ``alias``: PostgreSQL through psycopg 3, whose
+    server-side binding, loaders and connection state the hot paths use. Under psycopg 2
+    (which Django uses only when psycopg 3 is not installed) the ORM path serves it, as on
+    every other database. An alias's backend never changes while the process runs, so the
+    answer is kept."""
+    if connections[alias].vendor != "postgresql":
+        return False
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    return bool(is_psycopg3)
 
 
 # -- statements -----------------------------------------------------------------------------------
@@ -720,8 +727,6 @@ def _cursor(connection: Any, *, prepare: bool, keep: bool = False) -> tuple[Any,
         ``None`` when nothing would see it (no query logging): the caller runs the cursor as
         the wrapper would. Otherwise (without ``keep``, with an ``execute_wrapper`` hook, or
         while the kept cursor is busy) ``kept`` is ``None`` and the caller closes the cursor.
-        On psycopg 2 (no server-side binding) Django's ordinary cursor is returned, never
-        kept.
     """
     connection.close_if_health_check_failed()
     connection.ensure_connection()
@@ -742,9 +747,6 @@ def _cursor(connection: Any, *, prepare: bool, keep: bool = False) -> tuple[Any,
                 return None, cursor, kept
     with connection.wrap_database_errors:
         raw = connection.connection
-        if not hasattr(raw, "prepare_threshold"):  # psycopg 2
-            wrapper = connection.cursor()
-            return wrapper, wrapper.cursor, None
         if prepare and raw.prepare_threshold is None:
             # Django turns psycopg's preparing off (``prepare_threshold = None``) unless the
             # host's OPTIONS set it, and then psycopg ignores ``prepare=True`` too. A threshold

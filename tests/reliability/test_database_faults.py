@@ -148,7 +148,7 @@ INJECTED = {
 
 def _driver_code(exc: BaseException):
     cause = exc.__cause__
-    return getattr(cause, "sqlstate", None) or cause.args[0]
+    return getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None) or cause.args[0]
 
 
 @pytest.mark.parametrize("fault", ["serialization_failure", "deadlock"])
