@@ -116,6 +116,12 @@ def test_writer_processes_that_never_reach_the_barrier_are_stopped(monkeypatch):
     )
 
 
+def _state(pid: int) -> str:
+    """A process's state letter from ``/proc`` (``T``: stopped by a signal)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]
+
+
 def _acquire(semaphore) -> None:
     """A spawned process's target (module level, so ``spawn`` can import it)."""
     semaphore.acquire()
@@ -222,8 +228,13 @@ def test_a_stopped_writer_process_is_killed_rather_than_waited_for(monkeypatch):
     start = context.Semaphore(0)
     waiter = context.Process(target=_acquire, args=(start,))
     waiter.start()
-    time.sleep(1)
     os.kill(waiter.pid, signal.SIGSTOP)
+    # Stopped for sure before the SIGTERM: a process not yet scheduled since SIGSTOP would
+    # take the lower-numbered SIGTERM first and end by it.
+    deadline = time.perf_counter() + 30
+    while _state(waiter.pid) != "T":
+        assert time.perf_counter() < deadline, "the writer never stopped"
+        time.sleep(0.05)
     try:
         _finishes(lambda: run._reap([waiter], stop=True), seconds=20)
     finally:
