@@ -28,6 +28,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "check_json_object",
     "check_json_value",
+    "check_object_keys",
     "content_text",
     "is_conversation",
     "is_grapheme_boundary",
@@ -134,16 +135,13 @@ def check_json_value(
         if isinstance(item, list | tuple):
             children: Any = item
         elif isinstance(item, Mapping):
-            subclass_keys = False
+            keys_checked = False
             for key in item:
-                if type(key) is not str:
-                    _check_key(key, field)
-                    subclass_keys = True
+                if type(key) is not str and not keys_checked:  # exact str: the usual case
+                    check_object_keys(item, field=field)
+                    keys_checked = True
                 if (found := _unstorable(key, search, allow_nul)) is not None:
                     _refuse_text(found, field)
-            if subclass_keys and len({str.__str__(key) for key in item}) < len(item):
-                error = _JSON_FIELD_ERRORS.get(field, InvalidInput)  # json.dumps: one key
-                raise error(f"{field} has two object keys with the same text.", field=field)
             children = item.values()
         else:
             continue
@@ -158,16 +156,31 @@ def check_json_value(
                 stack.append((child, depth + 1))
 
 
-def _check_key(key: Any, field: str) -> None:
-    """Refuse an object key that is not a ``str`` (a ``str`` subclass passes): ``json.dumps``
-    would write ``1`` as ``"1"``, making ``{1: …, "1": …}`` two equal keys."""
-    if not isinstance(key, str):
-        error = _JSON_FIELD_ERRORS.get(field, InvalidInput)
-        raise error(
-            f"{field} has an object key that is not a string ({key!r}): JSON object keys "
-            "are strings.",
-            field=field,
-        )
+def check_object_keys(item: Mapping[Any, Any], *, field: str) -> None:
+    """Check that the keys of one JSON object (not the objects inside it) are JSON's: strings,
+    no two with the same text. ``json.dumps`` writes ``1`` as ``"1"`` and a ``str`` subclass
+    key as its text, so ``{1: …, "1": …}`` or two subclass keys that compare unequal would
+    become two equal keys, one of which a reader drops (docs/design.md §12.4).
+
+    Args:
+        item: the object.
+        field: the input's name, reported with the error; it chooses the error's class as in
+            :func:`check_json_value`.
+
+    Raises:
+        InvalidMetadata / InvalidContent / InvalidInput: a key that is not a ``str``, or two
+            keys with the same text.
+    """
+    error = _JSON_FIELD_ERRORS.get(field, InvalidInput)
+    for key in item:
+        if not isinstance(key, str):
+            raise error(
+                f"{field} has an object key that is not a string ({key!r}): JSON object keys "
+                "are strings.",
+                field=field,
+            )
+    if len({str.__str__(key) for key in item}) < len(item):
+        raise error(f"{field} has two object keys with the same text.", field=field)
 
 
 def _unstorable(text: str, search: Any, allow_nul: bool) -> Any:

@@ -44,7 +44,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections, router
 
 from .. import services
-from ..content import MAX_JSON_DEPTH, check_json_value, content_text
+from ..content import MAX_JSON_DEPTH, check_json_value, check_object_keys, content_text
 from ..exceptions import (
     InvalidContent,
     InvalidInput,
@@ -99,22 +99,16 @@ def _item_json(item: Mapping[str, Any]) -> str:
     surrogates, which JSON text escapes) or nested deeper than the content rule allows.
 
     Raises:
-        InvalidContent: ``item`` is not JSON: an object key that is not a string anywhere in
-            it (``json.dumps`` would write ``1`` as ``"1"``, and ``{1: …, "1": …}`` as two
-            equal keys), NaN or infinity, a value of another type, or nesting Python's
-            encoder cannot follow.
+        InvalidContent: ``item`` is not JSON: an object key anywhere in it that is not a
+            string, or two keys of one object with the same text
+            (:func:`~cortex_sessions.content.check_object_keys`), NaN or infinity, a value of
+            another type, or nesting Python's encoder cannot follow.
     """
     stack: list[Any] = [item]
     while stack:  # iterative: the item may be nested deeper than the recursion limit
         value = stack.pop()
         if isinstance(value, Mapping):
-            for key in value:
-                if not isinstance(key, str):
-                    raise InvalidContent(
-                        f"content has an object key that is not a string ({key!r}): JSON "
-                        "object keys are strings.",
-                        field="content",
-                    )
+            check_object_keys(value, field="content")
             stack.extend(value.values())
         elif isinstance(value, list | tuple):
             stack.extend(value)

@@ -678,7 +678,8 @@ class _KeptCursors:
     append's time in Python. A cursor can run any number of statements, so the append, get
     and resolve reuse one. It belongs to the psycopg connection it was made on, and to the
     session time zone it was made in (``zone``, the server's ``TimeZone``: psycopg's loader
-    takes the zone once, when the cursor first reads a ``timestamptz``): after Django
+    takes the zone when it is made, and a cursor may keep its loaders from one result to the
+    next): after Django
     reconnects, or a host's ``SET TIME ZONE``, :func:`_cursor` makes new ones, and while an
     ``execute_wrapper`` hook is installed (it may set the zone right before the statement)
     it uses none. ``busy`` is set while a statement runs on a kept cursor, so a statement

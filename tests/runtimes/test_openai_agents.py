@@ -431,22 +431,32 @@ async def test_a_batch_with_a_bad_item_writes_nothing():
     assert await session.get_items() == [USER_TEXT]
 
 
-@pytest.mark.parametrize("key", [1, True, None, ("a",), b"a"])
+class _SameText(str):
+    """A ``str`` subclass key unequal to every other key, whatever its text."""
+
+    __hash__ = object.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+
+@pytest.mark.parametrize("key", [1, True, None, ("a",), b"a", _SameText("1")])
 @pytest.mark.parametrize("kept_as_json_text", [False, True], ids=["item", "item_json"])
 @async_test
 async def test_an_item_with_a_key_that_is_not_a_string_is_refused_and_writes_nothing(
     key, kept_as_json_text
 ):
-    """JSON object keys are strings: an item with another key is not JSON, whether it would be
-    kept as it is or as JSON text (a NUL in it), and is refused like any bad content, never
-    stored with the key made a string (``{1: "a", "1": "b"}`` would become two equal keys)."""
+    """JSON object keys are strings: an item with another key (or two keys with one text) is
+    not JSON, whether it would be kept as it is or as JSON text (a NUL in it), and is refused
+    like any bad content, never stored with the key made a string (``{1: "a", "1": "b"}``
+    would become two equal keys)."""
     session = session_at()
     await session.add_items([USER_TEXT])
     extra = {key: "a", "1": "b"}
     if kept_as_json_text:
         extra["nul"] = "\x00"
     bad = {"type": "function_call_output", "call_id": "c", "output": "x", "extra": [extra]}
-    with pytest.raises(InvalidContent, match="object key that is not a string"):
+    with pytest.raises(InvalidContent, match=r"object key that is not a string|same text"):
         await session.add_items([{"role": "user", "content": "fine"}, bad])
     assert await session.get_items() == [USER_TEXT]
 
