@@ -679,10 +679,9 @@ class _KeptCursors:
     and resolve reuse one. It belongs to the psycopg connection it was made on, and to the
     session time zone it was made in (``zone``, the server's ``TimeZone``: psycopg's loader
     takes the zone when it is made, and a cursor may keep its loaders from one result to the
-    next): after Django
-    reconnects, or a host's ``SET TIME ZONE``, :func:`_cursor` makes new ones, and while an
-    ``execute_wrapper`` hook is installed (it may set the zone right before the statement)
-    it uses none. ``busy`` is set while a statement runs on a kept cursor, so a statement
+    next): after Django reconnects, or a host's ``SET TIME ZONE``, :func:`_cursor` makes new
+    ones, and while an ``execute_wrapper`` hook is installed (it may set the zone right before
+    the statement) it uses none. ``busy`` is set while a statement runs on a kept cursor, so a statement
     started meanwhile (re-entrantly, before the result is fetched) gets a cursor of its own
     instead of overwriting that result.
     """
