@@ -40,15 +40,20 @@ def statements(captured: CaptureQueriesContext) -> list[str]:
     return [q["sql"] for q in captured.captured_queries if not q["sql"].startswith(control)]
 
 
-@pytest.fixture(params=["sql", "orm"])
+@pytest.fixture(params=["sql", "sql-cursor", "orm"])
 def path(request, monkeypatch):
     """Run a test on the vendor's path ("sql": hand-written SQL on PostgreSQL, the ORM
-    elsewhere) and on the ORM path."""
+    elsewhere), on the same SQL sent through psycopg's cursor only ("sql-cursor": what the
+    hot paths do where ``_pg._send`` declines, e.g. the first statement of a transaction),
+    and on the ORM path."""
     if request.param == "orm":
         monkeypatch.setattr(_pg, "enabled", lambda alias: False)
-    elif not _pg.enabled("default"):
+        return "orm"
+    if not _pg.enabled("default"):
         pytest.skip("the hand-written SQL serves PostgreSQL through psycopg 3 only")
-    return request.param
+    if request.param == "sql-cursor":
+        monkeypatch.setattr(_pg, "_send", lambda *args: None)
+    return "sql"
 
 
 @pytest.fixture
@@ -978,6 +983,99 @@ def test_an_error_leaves_the_kept_cursor_usable(session):
         _pg.get_session("default", canonical=SCOPE, session_id="not-a-uuid", agent_id=None)
     assert not _kept().busy
     assert services.get_session(scope=SCOPE, session_id=session.pk).pk == session.pk
+
+
+# -- sent through the libpq connection -------------------------------------------------------------
+
+
+def _sends(monkeypatch) -> list[bool]:
+    """Record whether each call of ``_pg._send`` sent its statement (``False``: it declined,
+    and the kept cursor ran it)."""
+    sent: list[bool] = []
+    send = _pg._send
+
+    def spy(*args):
+        result = send(*args)
+        sent.append(result is not None)
+        return result
+
+    monkeypatch.setattr(_pg, "_send", spy)
+    return sent
+
+
+@on_postgresql
+@pytest.mark.django_db(transaction=True)
+def test_in_autocommit_the_hot_paths_send_without_the_cursor(monkeypatch):
+    session, _ = services.resolve_session(scope=SCOPE, agent_id="agent-1")
+    sent = _sends(monkeypatch)
+    executed: list = []
+    cursor_class = _pg._cursor_class(False)
+    monkeypatch.setattr(cursor_class, "execute", lambda self, *args, **kw: executed.append(args))
+    one = services.append_messages(
+        scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "a"}]
+    )
+    two = services.append_messages(
+        scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "b"}] * 2
+    )
+    got = services.get_session(scope=SCOPE, session_id=session.pk)
+    resolved, created = services.resolve_session(scope=SCOPE, agent_id="agent-1")
+    assert sent == [True, True, True, True] and executed == []
+    assert [m.seq for m in one.messages + two.messages] == [1, 2, 3]
+    assert got.message_count == resolved.message_count == 3 and created is False
+    assert connection.connection.pgconn.transaction_status == 0  # IDLE: each one committed
+
+
+@on_postgresql
+@pytest.mark.django_db(transaction=True)
+def test_an_append_that_begins_a_transaction_rolls_back_with_it(monkeypatch):
+    # Outside autocommit, psycopg begins the transaction before its first statement (BEGIN,
+    # with the connection's isolation level); sent without it, the append would commit on
+    # its own and outlive the rollback.
+    from django.db import transaction
+
+    session = services.create_session(scope=SCOPE, agent_id="agent-1")
+    services.get_session(scope=SCOPE, session_id=session.pk)  # the kept cursor exists
+    sent = _sends(monkeypatch)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        for text in ("a", "b"):
+            services.append_messages(
+                scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": text}]
+            )
+        raise RuntimeError("roll back")
+    assert sent == [False, True]  # the cursor began it; the second went straight
+    assert Session.objects.get(pk=session.pk).message_count == 0
+    assert not Message.objects.filter(session=session).exists()
+
+
+@on_postgresql
+@pytest.mark.django_db(transaction=True)
+def test_in_pipeline_mode_the_cursor_sends(monkeypatch):
+    session = services.create_session(scope=SCOPE, agent_id="agent-1")
+    services.get_session(scope=SCOPE, session_id=session.pk)
+    sent = _sends(monkeypatch)
+    with connection.connection.pipeline():
+        result = services.append_messages(
+            scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "a"}]
+        )
+    assert sent == [False]
+    assert result.messages[0].seq == 1 and result.session.message_count == 1
+    assert Session.objects.get(pk=session.pk).message_count == 1
+
+
+@on_postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_refused_statement_raises_djangos_error_and_the_connection_goes_on(monkeypatch):
+    from django.db import DataError
+
+    session = services.create_session(scope=SCOPE, agent_id="agent-1")
+    services.get_session(scope=SCOPE, session_id=session.pk)
+    sent = _sends(monkeypatch)
+    with pytest.raises(DataError) as caught:
+        # A statement the server refuses (the services send only parsed UUIDs).
+        _pg.get_session("default", canonical=SCOPE, session_id="not-a-uuid", agent_id=None)
+    assert caught.value.__cause__.sqlstate == "22P02"  # psycopg's class, as from a cursor
+    assert services.get_session(scope=SCOPE, session_id=session.pk).pk == session.pk
+    assert sent == [True] and not _kept().busy
 
 
 @on_postgresql

@@ -14,9 +14,11 @@ compiling a queryset, client-side binding) is 2-3 times the database's own time,
 has no way to say "update this row and insert rows numbered from its new ``last_seq``" in one
 statement; the ORM path needs three (lock, insert, update). See docs/performance.md.
 
-Statements go through a Django cursor wrapper, so ``CaptureQueriesContext``,
-``connection.execute_wrapper`` hooks, ``django.db.backends`` logging and Django's database
-error classes behave as for any ORM query. They are sent with server-side binding (psycopg 3)
+Statements go through a Django cursor wrapper whenever something would see it, so
+``CaptureQueriesContext``, ``connection.execute_wrapper`` hooks and ``django.db.backends``
+logging see them as any ORM query; Django's database error classes are raised either way.
+When nothing watches, the append, get and resolve skip the cursor too (:func:`_send`). They
+are sent with server-side binding (psycopg 3)
 as unnamed statements, which any pooler passes through; with
 ``CORTEX_SESSIONS["PREPARED_STATEMENTS"]`` (default off) they are prepared once per connection
 instead (``prepare=True``); see :func:`_cursor` and docs/performance.md for the PgBouncer
@@ -590,13 +592,17 @@ def _execute(
             passes ``False`` and gets a cursor of its own, closed at once, so the connection
             never holds a large result between calls.
 
+    With ``keep``, unprepared and nothing watching, the statement is sent by :func:`_send`,
+    without the cursor's bookkeeping; where that declines, and otherwise, the cursor runs it.
+
     Timestamps are parsed by psycopg's own ``timestamptz`` loader (its C one with
     ``psycopg[binary]``) instead of the Python loader Django registers on its connections,
     which costs several microseconds a value (a third of a 50-message page's Python time);
     :func:`_instances` then sets the time zone exactly as Django's loader does (see
     :func:`_datetime_value`), so the values are the ORM's.
     """
-    wrapper, cursor, kept = _cursor(connection, prepare=app_settings.PREPARED_STATEMENTS, keep=keep)
+    prepare = app_settings.PREPARED_STATEMENTS
+    wrapper, cursor, kept = _cursor(connection, prepare=prepare, keep=keep)
     try:
         if wrapper is None:
             # Nothing logs and no hook listens: what Django's CursorWrapper.execute does then,
@@ -605,6 +611,10 @@ def _execute(
             # times over (docs/performance.md).
             connection.validate_no_broken_transaction()
             with connection.wrap_database_errors:
+                if kept is not None and not prepare:
+                    sent = _send(kept, cursor, sql, params)
+                    if sent is not None:
+                        return sent
                 cursor.execute(sql, params)
                 return cursor.fetchall(), cursor.result_zone
         wrapper.execute(sql, params)  # Django's wrapper: hooks, logging, error classes
@@ -615,6 +625,103 @@ def _execute(
             cursor.close()
         else:
             kept.busy = False
+
+
+@cache
+def _numbered(sql: str) -> bytes:
+    """``sql`` with its ``%s`` placeholders numbered (``$1``, ``$2``, …), as psycopg sends a
+    statement, encoded. The hot paths' statements hold no other ``%``."""
+    pieces = sql.split("%s")
+    if any("%" in piece for piece in pieces):  # pragma: no cover - a code change
+        raise AssertionError(f"a % other than a placeholder in {sql!r}")
+    text = "".join(f"{piece}${number}" for number, piece in enumerate(pieces[:-1], 1))
+    return (text + pieces[-1]).encode()
+
+
+class _Psycopg(NamedTuple):
+    """What :func:`_send` takes from psycopg 3 (all of it there since 3.1)."""
+
+    execute: Any  # psycopg.generators.execute: send, then fetch every result, without blocking
+    auto: Any  # psycopg.adapt.PyFormat.AUTO: each parameter's format as a cursor chooses it
+    transformer: Any  # psycopg.adapt.Transformer: a context's dumpers and loaders
+    in_transaction: Any  # psycopg.pq.TransactionStatus.INTRANS
+    tuples_ok: Any  # psycopg.pq.ExecStatus.TUPLES_OK
+    fatal_error: Any  # psycopg.pq.ExecStatus.FATAL_ERROR
+    error_from_result: Any  # psycopg.errors.error_from_result: a failed result's exception
+    internal_error: Any  # psycopg.errors.InternalError
+
+
+@cache
+def _psycopg() -> _Psycopg:
+    """psycopg's parts :func:`_send` uses, imported once (psycopg is an optional dependency:
+    only a PostgreSQL connection through psycopg 3 reaches here, see :func:`enabled`)."""
+    from psycopg import errors
+    from psycopg.adapt import PyFormat, Transformer
+    from psycopg.generators import execute
+    from psycopg.pq import ExecStatus, TransactionStatus
+
+    return _Psycopg(
+        execute,
+        PyFormat.AUTO,
+        Transformer,
+        TransactionStatus.INTRANS,
+        ExecStatus.TUPLES_OK,
+        ExecStatus.FATAL_ERROR,
+        errors.error_from_result,
+        errors.InternalError,
+    )
+
+
+def _send(
+    kept: _KeptCursors, cursor: Any, sql: str, params: Sequence[Any]
+) -> tuple[list[tuple[Any, ...]], Any] | None:
+    """Run one statement as ``cursor.execute(sql, params)`` then ``cursor.fetchall()`` would on
+    the kept unprepared cursor ``cursor``, through its psycopg connection's libpq connection
+    (``pgconn``) instead of the cursor: the same parameters (the cursor's dumpers, types and
+    formats), the same protocol messages (one ``PQsendQueryParams``), psycopg's own wait for
+    the result under the connection's lock (which cancels the statement on
+    ``KeyboardInterrupt`` and yields to gevent), the cursor's loaders, and psycopg's error
+    classes. What is left out is the cursor's bookkeeping around them (its query object,
+    state and result sets): ~25 µs of Python an append, which eight writers on two CPUs pay
+    several times over (docs/performance.md). The result is not kept.
+
+    Returns:
+        What :func:`_execute` returns, or ``None`` (nothing sent) when psycopg would send more
+        than the statement: outside autocommit with no transaction begun yet (psycopg first
+        sends its ``BEGIN``, with the connection's isolation level), or in pipeline mode; the
+        caller then runs the cursor.
+
+    Raises:
+        psycopg.Error: as ``cursor.execute`` raises it (the caller turns it into Django's).
+    """
+    psycopg = _psycopg()
+    raw = kept.raw
+    pgconn = raw.pgconn
+    if (not raw.autocommit and pgconn.transaction_status != psycopg.in_transaction) or (
+        pgconn.pipeline_status
+    ):
+        return None
+    transformer = kept.transformer
+    if transformer is None:
+        transformer = kept.transformer = psycopg.transformer.from_context(cursor)
+    values = transformer.dump_sequence(params, [psycopg.auto] * len(params))
+    with raw.lock:
+        pgconn.send_query_params(
+            _numbered(sql), values, param_types=transformer.types, param_formats=transformer.formats
+        )
+        results = raw.wait(psycopg.execute(pgconn))
+    if not results:  # as the cursor checks its results
+        raise psycopg.internal_error("got no result from the query")
+    (result,) = results  # one statement, one result
+    if result.status != psycopg.tuples_ok:
+        if result.status == psycopg.fatal_error:
+            raise psycopg.error_from_result(result, encoding=raw.info.encoding)
+        raise psycopg.internal_error(f"unexpected result status from query: {result.status}")
+    transformer.set_pgresult(result)
+    try:
+        return transformer.load_rows(0, result.ntuples, tuple), raw.info.timezone
+    finally:
+        transformer.set_pgresult(None)
 
 
 @cache
@@ -683,15 +790,17 @@ class _KeptCursors:
     ones, and while an ``execute_wrapper`` hook is installed (it may set the zone right before
     the statement) it uses none. ``busy`` is set while a statement runs on a kept cursor, so a statement
     started meanwhile (re-entrantly, before the result is fetched) gets a cursor of its own
-    instead of overwriting that result.
+    instead of overwriting that result. ``transformer`` holds the unprepared cursor's dumpers and
+    loaders for :func:`_send`.
     """
 
-    __slots__ = ("busy", "cursors", "raw", "zone")
+    __slots__ = ("busy", "cursors", "raw", "transformer", "zone")
 
     def __init__(self, raw: Any, zone: bytes | None) -> None:
         self.raw = raw
         self.zone = zone
         self.cursors: dict[bool, Any] = {}
+        self.transformer: Any = None
         self.busy = False
 
 
