@@ -1078,6 +1078,52 @@ def test_a_refused_statement_raises_djangos_error_and_the_connection_goes_on(mon
     assert sent == [True] and not _kept().busy
 
 
+def test_a_host_set_client_encoding_reaches_every_path(path, session):
+    # psycopg's dumpers and loaders take the connection's encoding when they are made; after a
+    # host's ``SET client_encoding`` the kept cursors are made again, so text is stored and
+    # read as the ORM stores and reads it (not UTF-8 bytes sent as LATIN1: "cafÃ©").
+    services.resolve_session(scope=SCOPE, agent_id="agent-1")  # the default, made now if need be
+    Session.objects.filter(agent_id="agent-1").update(title="café ü")
+    services.append_messages(  # the kept cursors exist, made under UTF8
+        scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "a"}]
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("SET client_encoding TO 'LATIN1'")
+    try:
+        for count in (1, 2):
+            result = services.append_messages(
+                scope=SCOPE,
+                session_id=session.pk,
+                messages=[{"role": "user", "content": "café"}] * count,
+            )
+            assert result.session.last_message == "café"
+        got = services.get_session(scope=SCOPE, session_id=session.pk)
+        resolved, _ = services.resolve_session(scope=SCOPE, agent_id="agent-1")
+        stored = Session.objects.get(pk=session.pk)
+        texts = [m.content[0]["text"] for m in Message.objects.filter(session=session)]
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET client_encoding TO 'UTF8'")
+    assert got.title == resolved.title == stored.title == "café ü"
+    assert stored.last_message == "café" and texts == ["a", "café", "café", "café"]
+
+
+@on_postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_closed_behind_djangos_back_raises_djangos_error():
+    from django.db import OperationalError
+
+    session = services.create_session(scope=SCOPE, agent_id="agent-1")
+    services.get_session(scope=SCOPE, session_id=session.pk)  # the kept cursors exist
+    connection.connection.close()
+    try:
+        with pytest.raises(OperationalError):  # Django's, as the ORM raises it
+            services.get_session(scope=SCOPE, session_id=session.pk)
+    finally:
+        connection.close()
+    assert services.get_session(scope=SCOPE, session_id=session.pk).pk == session.pk
+
+
 @on_postgresql
 def test_a_broken_transaction_refuses_the_hot_path_as_it_refuses_the_orm(session):
     # With nothing logging and no hook, the kept cursor runs without Django's CursorWrapper;

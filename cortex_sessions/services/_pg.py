@@ -784,24 +784,34 @@ class _KeptCursors:
     them again; with the Django wrapper around it and its ``close`` that is a tenth of an
     append's time in Python. A cursor can run any number of statements, so the append, get
     and resolve reuse one. It belongs to the psycopg connection it was made on, and to the
-    session time zone it was made in (``zone``, the server's ``TimeZone``: psycopg's loader
-    takes the zone when it is made, and a cursor may keep its loaders from one result to the
-    next): after Django reconnects, or a host's ``SET TIME ZONE``, :func:`_cursor` makes new
-    ones, and while an ``execute_wrapper`` hook is installed (it may set the zone right before
+    session's time zone and client encoding it was made in (``status``, see
+    :func:`_session_status`: psycopg's loaders and dumpers take them when they are made, and
+    a cursor may keep them from one statement to the next): after Django reconnects, or a
+    host's ``SET TIME ZONE`` or ``SET client_encoding``, :func:`_cursor` makes new ones, and
+    while an ``execute_wrapper`` hook is installed (it may set the zone right before
     the statement) it uses none. ``busy`` is set while a statement runs on a kept cursor, so a statement
     started meanwhile (re-entrantly, before the result is fetched) gets a cursor of its own
     instead of overwriting that result. ``transformer`` holds the unprepared cursor's dumpers and
     loaders for :func:`_send`.
     """
 
-    __slots__ = ("busy", "cursors", "raw", "transformer", "zone")
+    __slots__ = ("busy", "cursors", "raw", "status", "transformer")
 
-    def __init__(self, raw: Any, zone: bytes | None) -> None:
+    def __init__(self, raw: Any, status: tuple[bytes | None, bytes | None]) -> None:
         self.raw = raw
-        self.zone = zone
+        self.status = status
         self.cursors: dict[bool, Any] = {}
         self.transformer: Any = None
         self.busy = False
+
+
+def _session_status(pgconn: Any) -> tuple[bytes | None, bytes | None]:
+    """The server session's ``TimeZone`` and ``client_encoding`` (libpq's copy, no round trip),
+    which the loaders and dumpers of a psycopg cursor take when they are made: a kept cursor
+    serves only while they are what they were when it was made. Django sets ``UTF8`` on
+    connecting; a host may change either later."""
+    status = pgconn.parameter_status
+    return status(b"TimeZone"), status(b"client_encoding")
 
 
 def _new_cursor(raw: Any, prepare: bool) -> Any:
@@ -848,10 +858,11 @@ def _cursor(connection: Any, *, prepare: bool, keep: bool = False) -> tuple[Any,
             and not kept.busy
             and not connection.queries_logged
             and not connection.execute_wrappers
-            and kept.zone == kept.raw.pgconn.parameter_status(b"TimeZone")
         ):
+            with connection.wrap_database_errors:  # a connection closed behind Django's back
+                status = _session_status(kept.raw.pgconn)
             cursor = kept.cursors.get(prepare)
-            if cursor is not None:  # made by the path below, threshold set
+            if cursor is not None and kept.status == status:  # made below, threshold set
                 kept.busy = True
                 return None, cursor, kept
     with connection.wrap_database_errors:
@@ -863,14 +874,14 @@ def _cursor(connection: Any, *, prepare: bool, keep: bool = False) -> tuple[Any,
             # cursors bind client-side and never prepare anything.
             raw.prepare_threshold = 2**31 - 1
         # A hook runs between this choice and the statement, and may change the session's time
-        # zone there (``SET TIME ZONE``), which a kept cursor's loaders would not see: a cursor
-        # of its own then, whose loaders take the zone when the result arrives, as the ORM's.
+        # zone or encoding there (``SET TIME ZONE``), which a kept cursor's loaders would not
+        # see: a cursor of its own then, whose adapters take them at the statement, as the ORM's.
         keep = keep and not connection.execute_wrappers
         kept = connection.__dict__.get(_KEPT) if keep else None
         if keep:
-            zone = raw.pgconn.parameter_status(b"TimeZone")
-            if kept is None or kept.raw is not raw or (kept.zone != zone and not kept.busy):
-                kept = connection.__dict__[_KEPT] = _KeptCursors(raw, zone)
+            status = _session_status(raw.pgconn)
+            if kept is None or kept.raw is not raw or (kept.status != status and not kept.busy):
+                kept = connection.__dict__[_KEPT] = _KeptCursors(raw, status)
         if kept is None or kept.busy:
             kept, cursor = None, _new_cursor(raw, prepare)
         else:
