@@ -1078,6 +1078,7 @@ def test_a_refused_statement_raises_djangos_error_and_the_connection_goes_on(mon
     assert sent == [True] and not _kept().busy
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a PostgreSQL setting")
 def test_a_host_set_client_encoding_reaches_every_path(path, session):
     # psycopg's dumpers and loaders take the connection's encoding when they are made; after a
     # host's ``SET client_encoding`` the kept cursors are made again, so text is stored and
