@@ -1003,6 +1003,15 @@ def _sends(monkeypatch) -> list[bool]:
     return sent
 
 
+@pytest.fixture
+def watched(monkeypatch):
+    """A new session, read once so that its connection has its kept cursors, and the record of
+    :func:`_sends` from then on."""
+    session = services.create_session(scope=SCOPE, agent_id="agent-1")
+    services.get_session(scope=SCOPE, session_id=session.pk)
+    return session, _sends(monkeypatch)
+
+
 @on_postgresql
 @pytest.mark.django_db(transaction=True)
 def test_in_autocommit_the_hot_paths_send_without_the_cursor(monkeypatch):
@@ -1027,15 +1036,13 @@ def test_in_autocommit_the_hot_paths_send_without_the_cursor(monkeypatch):
 
 @on_postgresql
 @pytest.mark.django_db(transaction=True)
-def test_an_append_that_begins_a_transaction_rolls_back_with_it(monkeypatch):
+def test_an_append_that_begins_a_transaction_rolls_back_with_it(watched):
     # Outside autocommit, psycopg begins the transaction before its first statement (BEGIN,
     # with the connection's isolation level); sent without it, the append would commit on
     # its own and outlive the rollback.
     from django.db import transaction
 
-    session = services.create_session(scope=SCOPE, agent_id="agent-1")
-    services.get_session(scope=SCOPE, session_id=session.pk)  # the kept cursor exists
-    sent = _sends(monkeypatch)
+    session, sent = watched
     with pytest.raises(RuntimeError), transaction.atomic():
         for text in ("a", "b"):
             services.append_messages(
@@ -1049,10 +1056,8 @@ def test_an_append_that_begins_a_transaction_rolls_back_with_it(monkeypatch):
 
 @on_postgresql
 @pytest.mark.django_db(transaction=True)
-def test_in_pipeline_mode_the_cursor_sends(monkeypatch):
-    session = services.create_session(scope=SCOPE, agent_id="agent-1")
-    services.get_session(scope=SCOPE, session_id=session.pk)
-    sent = _sends(monkeypatch)
+def test_in_pipeline_mode_the_cursor_sends(watched):
+    session, sent = watched
     with connection.connection.pipeline():
         result = services.append_messages(
             scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "a"}]
@@ -1064,12 +1069,10 @@ def test_in_pipeline_mode_the_cursor_sends(monkeypatch):
 
 @on_postgresql
 @pytest.mark.django_db(transaction=True)
-def test_a_refused_statement_raises_djangos_error_and_the_connection_goes_on(monkeypatch):
+def test_a_refused_statement_raises_djangos_error_and_the_connection_goes_on(watched):
     from django.db import DataError
 
-    session = services.create_session(scope=SCOPE, agent_id="agent-1")
-    services.get_session(scope=SCOPE, session_id=session.pk)
-    sent = _sends(monkeypatch)
+    session, sent = watched
     with pytest.raises(DataError) as caught:
         # A statement the server refuses (the services send only parsed UUIDs).
         _pg.get_session("default", canonical=SCOPE, session_id="not-a-uuid", agent_id=None)
