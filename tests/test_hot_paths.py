@@ -1114,6 +1114,58 @@ def test_a_host_set_client_encoding_reaches_every_path(path, session):
 
 @on_postgresql
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("encoding", ["SJIS", "EUC_JP", "BIG5", "SQL_ASCII"])
+def test_a_session_in_another_client_encoding_takes_the_orm_path(encoding):
+    # The hot paths send JSON text and read a text[] of the session: under SJIS or BIG5 a
+    # second byte 0x5C is read as a backslash, under EUC_JP "¥" is one; SQL_ASCII returns
+    # bytes. Until the host sets UTF8 back, the ORM serves (Django's adapters).
+    title, text, metadata = "ソフト表示 許功蓋", "¥n ソ", {"k": "a‾b"}
+    session = services.create_session(scope=SCOPE, agent_id="agent-1", title=title)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET client_encoding TO '{encoding}'")
+    try:
+        assert not _pg.serves("default")
+        services.get_session(scope=SCOPE, session_id=session.pk)
+        services.resolve_session(scope=SCOPE, agent_id="agent-1")
+        for count in (1, 2):
+            services.append_messages(
+                scope=SCOPE,
+                session_id=session.pk,
+                messages=[{"role": "tool", "content": text, "metadata": metadata}] * count,
+            )
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET client_encoding TO 'UTF8'")
+    assert _pg.serves("default")
+    stored = Session.objects.get(pk=session.pk)
+    assert (stored.title, stored.message_count) == (title, 3)
+    for message in Message.objects.filter(session=session):
+        assert (message.content[0]["text"], message.metadata) == (text, metadata)
+
+
+@on_postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_session_with_a_non_iso_datestyle_takes_the_orm_path():
+    # The hot paths read timestamps from their ISO text; psycopg reads no other DateStyle.
+    # The ORM path refuses it before writing (psycopg's loader), so nothing is written.
+    session = services.create_session(scope=SCOPE, agent_id="agent-1")
+    with connection.cursor() as cursor:
+        cursor.execute("SET DateStyle TO 'German'")
+    try:
+        assert not _pg.serves("default")
+        with pytest.raises(Exception):  # noqa: B017 - psycopg's, whatever the version says
+            services.append_messages(
+                scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "a"}]
+            )
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET DateStyle TO 'ISO'")
+    assert Session.objects.get(pk=session.pk).message_count == 0
+    assert not Message.objects.filter(session=session).exists()
+
+
+@on_postgresql
+@pytest.mark.django_db(transaction=True)
 def test_a_connection_closed_behind_djangos_back_raises_djangos_error():
     from django.db import OperationalError
 

@@ -73,6 +73,7 @@ __all__ = [
     "get_session",
     "newest_messages",
     "resolve_default",
+    "serves",
 ]
 
 
@@ -88,6 +89,29 @@ def enabled(alias: str) -> bool:
     from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
     return bool(is_psycopg3)
+
+
+def serves(alias: str) -> bool:
+    """Whether the hot-path SQL serves this call on database ``alias``: :func:`enabled`, and the
+    server session is as Django sets it up (``client_encoding`` ``UTF8``, ``DateStyle`` ISO),
+    which the statements' JSON text and the ``text[]`` rows they return rely on. A host that
+    changes either on a connection (``SET client_encoding TO 'SJIS'``: a ``\\`` byte inside a
+    character, ``SQL_ASCII``: text as bytes; a non-ISO ``DateStyle``) gets the ORM path for
+    as long as it lasts, which reads and writes through Django's own adapters. Opens the
+    connection if it is not open yet (the call needs it either way).
+
+    Raises:
+        django.db.Error: the connection cannot be opened, or was closed behind Django's back.
+    """
+    if not enabled(alias):
+        return False
+    connection = connections[alias]
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        status = connection.connection.pgconn.parameter_status
+        encoding, style = status(b"client_encoding"), status(b"DateStyle")
+    return encoding == b"UTF8" and style is not None and style.startswith(b"ISO")
 
 
 # -- statements -----------------------------------------------------------------------------------

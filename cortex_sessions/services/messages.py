@@ -275,7 +275,7 @@ def _append_rows(
     PostgreSQL, whose one statement is sent with it (unless the row holds a later one)."""
     rows = [message.columns for message in built]
     alias = _db_for_write()
-    if _pg.enabled(alias):  # one statement (docs/design.md §14)
+    if _pg.serves(alias):  # one statement (docs/design.md §14)
         texts = [(message.content_json, message.metadata_json) for message in built]
         return _append_pg(alias, scope, session_id, rows, texts, now)
     with transaction.atomic(using=alias):
@@ -384,7 +384,7 @@ def list_messages(
     if q is not None:
         check_query(q)
     alias = _db_for_read()
-    if _pg.enabled(alias) and q is None:
+    if _pg.serves(alias) and q is None:
         canonical = canonical_of(scope)
         page = _pg.newest_messages(
             alias,

@@ -235,7 +235,7 @@ def get_session(
         SessionNotFound: no such session, out of scope, or another agent's — all alike (§6.1).
     """
     alias = _db_for_read()
-    if _pg.enabled(alias):
+    if _pg.serves(alias):
         canonical = canonical_of(scope)
         agent_id = _check_agent_id_filter(agent_id)
         session = _pg.get_session(
@@ -434,7 +434,7 @@ def resolve_session(
 
     def attempt() -> tuple[Session, bool]:
         session: Session | None
-        if _pg.enabled(alias):  # one statement, no queryset to build (docs/design.md §14)
+        if _pg.serves(alias):  # one statement, no queryset to build (docs/design.md §14)
             session = _pg.resolve_default(alias, canonical=canonical, agent_id=agent_id)
         else:
             session = Session.objects.filter(
