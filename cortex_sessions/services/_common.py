@@ -224,7 +224,9 @@ def _send_on_commit(signal: Any, **kwargs: Any) -> None:
     Receivers run through ``Signal.send_robust``: one that raises is logged on the
     ``cortex_sessions`` logger (with its traceback) and the others still run. The write has
     committed by then, so a receiver's error never changes an API response, nor stops an
-    import or a backfill. Outside a transaction the signal is sent at once, with the same rules.
+    import or a backfill. Outside a transaction the signal is sent at once, with the same rules;
+    so it is under manual transaction management (autocommit turned off by the host, outside
+    ``atomic()``), where Django has no on-commit hook and the host commits when it chooses.
 
     Args:
         signal: a :mod:`cortex_sessions.signals` signal.
@@ -244,4 +246,12 @@ def _send_on_commit(signal: Any, **kwargs: Any) -> None:
                     exc_info=(type(result), result, result.__traceback__),
                 )
 
-    transaction.on_commit(send, using=_db_for_write())
+    alias = _db_for_write()
+    connection = transaction.get_connection(alias)
+    if not connection.in_atomic_block and not connection.get_autocommit():
+        # Manual transaction management (``set_autocommit(False)``, outside ``atomic()``):
+        # Django keeps no on-commit callbacks there (``on_commit`` raises), and the commit is
+        # the host's to make, so the receivers run now, as Django's own model signals do.
+        send()
+    else:
+        transaction.on_commit(send, using=alias)

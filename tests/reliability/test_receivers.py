@@ -13,8 +13,9 @@ import logging
 
 import pytest
 from django.core.management import call_command
+from django.db import connection, transaction
 
-from cortex_sessions import signals
+from cortex_sessions import services, signals
 from cortex_sessions.models import Message, Session
 from tests.api.conftest import BASE, session_url
 
@@ -102,3 +103,54 @@ def test_import_goes_on_past_a_raising_receiver(tmp_path, raising_receivers, cap
     assert Session.objects.count() == 3
     assert Message.objects.count() == 3
     assert _logged_boom(caplog) >= 3
+
+
+@pytest.mark.parametrize(
+    "end",
+    [
+        "commit",
+        pytest.param(
+            "rollback",
+            marks=pytest.mark.skipif(
+                connection.vendor == "sqlite",
+                reason="on SQLite under manual transaction management, atomic() commits at "
+                "its savepoint's release (Django's, with or without this app)",
+            ),
+        ),
+    ],
+)
+def test_under_manual_transaction_management_receivers_run_at_the_write(
+    end, raising_receivers, caplog
+):
+    # With autocommit turned off by the host and outside ``atomic()`` Django keeps no on-commit
+    # callbacks (``on_commit`` raises TransactionManagementError): the writes went through, then
+    # the service raised. The receivers run at the write instead, as Django's model signals do,
+    # and the host's commit or rollback decides what stays.
+    caplog.set_level(logging.ERROR, logger="cortex_sessions")
+    scope = "org=acme/user=1"
+    transaction.set_autocommit(False)
+    try:
+        session = services.create_session(scope=scope, agent_id="a")
+        for count in (1, 2):  # the one-message append and the general one
+            services.append_messages(
+                scope=scope,
+                session_id=session.pk,
+                messages=[{"role": "user", "content": "pay invoice 42"}] * count,
+            )
+        services.delete_session(
+            scope=scope, session_id=services.create_session(scope=scope, agent_id="a").pk
+        )
+        getattr(transaction, end)()
+    finally:
+        transaction.set_autocommit(True)
+
+    assert raising_receivers == [
+        signals.session_created,
+        signals.messages_appended,
+        signals.messages_appended,
+        signals.session_created,
+        signals.session_deleted,
+    ]
+    assert _logged_boom(caplog) == 5
+    assert Message.objects.count() == (3 if end == "commit" else 0)
+    assert Session.objects.count() == (1 if end == "commit" else 0)
