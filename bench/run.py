@@ -264,9 +264,10 @@ def _concurrent(
     hung one is left running as a daemon).
 
     Raises:
-        RuntimeError: a writer raised (the first one's error is the cause; writers whose start
-            met the barrier another broke are not counted as failed), a writer never reached
-            the barrier, or one still runs after :data:`WRITER_TIMEOUT`.
+        RuntimeError: a writer raised or returned without calling ``start()`` (the first
+            one's error is the cause; writers whose start met the barrier another broke are not
+            counted as failed), a writer never reached the barrier, or one still runs after
+            :data:`WRITER_TIMEOUT`.
     """
     barrier = threading.Barrier(WRITERS + 1, timeout=WRITER_BARRIER_TIMEOUT)
     latencies: list[float] = []
@@ -285,6 +286,10 @@ def _concurrent(
 
         try:
             worker(number, start, latencies)
+            if number not in started_writers and number not in broken_starts:
+                # Else the others would wait out the barrier's timeout and the run would
+                # report them all as hung.
+                raise RuntimeError(f"writer {number} returned without calling start()")
         except BaseException as error:
             errors[number] = error
             # Aborting a barrier that has just let everyone through breaks the waits of the

@@ -49,6 +49,23 @@ def test_a_writer_thread_failing_before_the_barrier_is_reported():
     assert isinstance(error.__cause__, LookupError)  # the failing writer's own error
 
 
+def test_a_writer_thread_returning_without_its_start_is_reported_at_once(monkeypatch):
+    # Without the check the other writers waited out the barrier's timeout, and the run
+    # reported "0 of 8 writers never reached it (hung)".
+    monkeypatch.setattr(run, "WRITER_BARRIER_TIMEOUT", 30)
+
+    def worker(number: int, start, latencies: list[float]) -> None:
+        if number == 6:
+            return  # a worker with a bug: no start(), no error
+        start()
+        latencies.append(0.001)
+
+    error = _finishes(lambda: run._concurrent(worker), seconds=10)
+    assert isinstance(error, RuntimeError)
+    assert str(error) == f"1 of {run.WRITERS} writer threads failed (the first: writer 6)"
+    assert str(error.__cause__) == "writer 6 returned without calling start()"
+
+
 def test_a_writer_thread_that_never_reaches_the_barrier_times_it_out(monkeypatch):
     monkeypatch.setattr(run, "WRITER_BARRIER_TIMEOUT", 1)
     stuck = threading.Event()
