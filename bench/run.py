@@ -264,7 +264,8 @@ def _concurrent(
     hung one is left running as a daemon).
 
     Raises:
-        RuntimeError: a writer raised or returned without calling ``start()`` (the first
+        RuntimeError: a writer raised, returned without calling ``start()`` or called it
+            twice (the first
             one's error is the cause; writers whose start met the barrier another broke are not
             counted as failed), a writer never reached the barrier, or one still runs after
             :data:`WRITER_TIMEOUT`.
@@ -277,6 +278,8 @@ def _concurrent(
 
     def run(number: int) -> None:
         def start() -> None:
+            if number in started_writers:  # a second wait would break the barrier later
+                raise RuntimeError(f"writer {number} called start() twice")
             try:
                 barrier.wait()
             except threading.BrokenBarrierError:
@@ -327,6 +330,8 @@ def _concurrent(
         )
     if hung:
         raise RuntimeError(f"{hung} of {WRITERS} writer threads still run after {WRITER_TIMEOUT} s")
+    if not latencies:
+        raise RuntimeError(f"none of the {WRITERS} writer threads timed a call")
     return wall, statistics.median(latencies) * 1000
 
 

@@ -66,6 +66,31 @@ def test_a_writer_thread_returning_without_its_start_is_reported_at_once(monkeyp
     assert str(error.__cause__) == "writer 6 returned without calling start()"
 
 
+def test_a_writer_thread_starting_twice_is_reported_at_once(monkeypatch):
+    # Its second wait broke the barrier only after its timeout, and as a broken start it was
+    # not counted: the run passed, its time including the wait.
+    monkeypatch.setattr(run, "WRITER_BARRIER_TIMEOUT", 30)
+
+    def worker(number: int, start, latencies: list[float]) -> None:
+        start()
+        if number == 1:
+            start()
+        latencies.append(0.001)
+
+    error = _finishes(lambda: run._concurrent(worker), seconds=10)
+    assert isinstance(error, RuntimeError)
+    assert str(error.__cause__) == "writer 1 called start() twice"
+
+
+def test_writer_threads_timing_no_call_are_reported():
+    def worker(number: int, start, latencies: list[float]) -> None:
+        start()  # and no timed call
+
+    error = _finishes(lambda: run._concurrent(worker))
+    assert isinstance(error, RuntimeError)
+    assert str(error) == f"none of the {run.WRITERS} writer threads timed a call"
+
+
 def test_a_writer_thread_that_never_reaches_the_barrier_times_it_out(monkeypatch):
     monkeypatch.setattr(run, "WRITER_BARRIER_TIMEOUT", 1)
     stuck = threading.Event()
