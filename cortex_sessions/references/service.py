@@ -42,6 +42,7 @@ from ..counters import CONVERSATION_Q
 from ..exceptions import InvalidFilter
 from ..models import Message, Session
 from ..scope import Scope
+from ..services._common import _in_callers_transaction
 from .candidates import CandidateRow, build_candidate
 from .errors import InvalidReference, InvalidReferenceConfig, ReferenceReadFailed
 from .preparation import (
@@ -176,9 +177,10 @@ def _settings() -> tuple[int, int]:
 def _read_transaction(using: str) -> Iterator[None]:
     """The transaction all reads of one preparation share. When it is the outermost transaction
     on PostgreSQL it is ``REPEATABLE READ, READ ONLY``, so every query sees one snapshot; nested
-    in a caller's transaction it runs in that one."""
+    in a caller's transaction (an ``atomic()`` block, or manual transaction management) it runs
+    in that one."""
     connection = connections[using]
-    outermost = not connection.in_atomic_block
+    outermost = not _in_callers_transaction(using)
     with transaction.atomic(using=using):
         if outermost and connection.vendor == "postgresql":
             with connection.cursor() as cursor:

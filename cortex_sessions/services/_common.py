@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from django.db import IntegrityError, OperationalError, router, transaction
+from django.db import DatabaseError, IntegrityError, OperationalError, router, transaction
 
 from ..content import check_json_object, check_json_value
 from ..exceptions import (
@@ -176,8 +176,9 @@ def _retry_default_race(using: str, attempt: Callable[[], _T], *, attempts: int)
     break a deadlock (InnoDB's locks on the one-default index make these a normal event on
     MySQL/MariaDB), with a few milliseconds of random backoff so the winner of the cycle
     commits first. A deadlock is retried only when no caller's transaction encloses the call
-    (``ATOMIC_REQUESTS``, a host's ``atomic``): the rollback undid the caller's work too, so
-    the error propagates to it.
+    (:func:`_in_callers_transaction`: ``ATOMIC_REQUESTS``, a host's ``atomic``, manual
+    transaction management): the rollback undid the caller's work too, so the error
+    propagates to it.
 
     Args:
         using: the database alias ``attempt`` writes to.
@@ -192,7 +193,7 @@ def _retry_default_race(using: str, attempt: Callable[[], _T], *, attempts: int)
         OperationalError: a deadlock inside a caller's transaction, deadlocks on every
             attempt, or any other database error (``attempt``'s other errors propagate too).
     """
-    outermost = not transaction.get_connection(using).in_atomic_block
+    outermost = not _in_callers_transaction(using)
     for number in range(attempts):
         try:
             return attempt()
@@ -217,6 +218,33 @@ def _check_live(session: Session) -> Session:
     return session
 
 
+def _in_callers_transaction(using: str) -> bool:
+    """Whether a transaction of the caller's encloses a call now on database ``using``: an
+    ``atomic()`` block (``ATOMIC_REQUESTS``, a host's own) or manual transaction management
+    (autocommit turned off by the host, ``transaction.set_autocommit(False)``). Either way the
+    caller commits, and a rollback the database makes to break a deadlock (InnoDB rolls back
+    the whole transaction) undoes the caller's work too. Call it before the service's own
+    ``atomic()``."""
+    connection = transaction.get_connection(using)
+    return connection.in_atomic_block or not connection.get_autocommit()
+
+
+def _manages_transactions_by_hand(using: str) -> bool:
+    """Whether the host manages the transaction on database ``using`` by hand: autocommit
+    turned off with ``transaction.set_autocommit(False)``, whether or not ``atomic()`` blocks
+    run inside it. An ``atomic()`` block entered in autocommit mode (``ATOMIC_REQUESTS``, a
+    host's, the service's own) turns autocommit off too, but Django commits at its end
+    (``commit_on_exit``) and runs the ``on_commit`` callbacks then."""
+    connection = transaction.get_connection(using)
+    if connection.get_autocommit():
+        return False
+    return not (connection.in_atomic_block and connection.commit_on_exit)
+
+
+class _ReceiverDatabaseError(Exception):
+    """Rolls the savepoint around a signal's receivers back (see :func:`_send_on_commit`)."""
+
+
 def _send_on_commit(signal: Any, **kwargs: Any) -> None:
     """Send ``signal`` once the current transaction commits, never letting a receiver fail the
     caller (docs/design.md §12.2).
@@ -224,9 +252,16 @@ def _send_on_commit(signal: Any, **kwargs: Any) -> None:
     Receivers run through ``Signal.send_robust``: one that raises is logged on the
     ``cortex_sessions`` logger (with its traceback) and the others still run. The write has
     committed by then, so a receiver's error never changes an API response, nor stops an
-    import or a backfill. Outside a transaction the signal is sent at once, with the same rules;
-    so it is under manual transaction management (autocommit turned off by the host, outside
-    ``atomic()``), where Django has no on-commit hook and the host commits when it chooses.
+    import or a backfill. Outside a transaction the signal is sent at once, with the same rules.
+
+    Under manual transaction management (:func:`_manages_transactions_by_hand`) Django has no
+    on-commit hook (``on_commit`` raises outside ``atomic()``, and inside one keeps the callback
+    until autocommit is turned back on, dropping it at any later rollback, even of other work),
+    and the host commits when it chooses: the receivers run at the write, as Django's own model
+    signals do, inside a savepoint of the host's transaction. When one of them fails with a
+    database error (which on PostgreSQL leaves the transaction unusable), what the signal's
+    receivers wrote is rolled back to that savepoint and the host's transaction, the write
+    included, goes on.
 
     Args:
         signal: a :mod:`cortex_sessions.signals` signal.
@@ -236,22 +271,34 @@ def _send_on_commit(signal: Any, **kwargs: Any) -> None:
     if not signal.receivers or not signal.has_listeners(Session):
         return  # as Django's own model signals: receivers are those connected at the write
 
-    def send() -> None:
+    def send(stands: str) -> list[Exception]:
+        errors = []
         for receiver, result in signal.send_robust(sender=Session, **kwargs):
             if isinstance(result, Exception):
+                errors.append(result)
                 logger.error(
-                    "A receiver of a cortex_sessions signal raised; the write it follows has "
-                    "committed and stands (receiver %r).",
+                    "A receiver of a cortex_sessions signal raised; the write it follows %s "
+                    "(receiver %r).",
+                    stands,
                     receiver,
                     exc_info=(type(result), result, result.__traceback__),
                 )
+        return errors
 
     alias = _db_for_write()
-    connection = transaction.get_connection(alias)
-    if not connection.in_atomic_block and not connection.get_autocommit():
-        # Manual transaction management (``set_autocommit(False)``, outside ``atomic()``):
-        # Django keeps no on-commit callbacks there (``on_commit`` raises), and the commit is
-        # the host's to make, so the receivers run now, as Django's own model signals do.
-        send()
-    else:
-        transaction.on_commit(send, using=alias)
+    if not _manages_transactions_by_hand(alias):
+        transaction.on_commit(lambda: send("has committed and stands"), using=alias)
+        return
+    try:
+        with transaction.atomic(using=alias):
+            errors = send("stands, in the caller's transaction")
+            if any(isinstance(error, DatabaseError) for error in errors):
+                raise _ReceiverDatabaseError
+    except (_ReceiverDatabaseError, DatabaseError):
+        # A DatabaseError here is the savepoint's release, refused after a receiver caught
+        # its own database error; atomic() has rolled back to the savepoint either way.
+        logger.error(
+            "A receiver of a cortex_sessions signal failed with a database error under manual "
+            "transaction management; what the signal's receivers wrote was rolled back, the "
+            "write it follows stands in the caller's transaction.",
+        )

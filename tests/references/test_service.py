@@ -9,7 +9,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
@@ -702,3 +702,24 @@ def test_outside_a_transaction_postgresql_reads_in_one_repeatable_read_snapshot(
     statements = [q["sql"] for q in queries]
     assert any("REPEATABLE READ" in sql for sql in statements)
     assert snapshots(prepared)[0]["conversation"] == [{"role": "user", "text": "hello"}]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_under_manual_transaction_management_reads_in_the_callers_transaction():
+    # The host turned autocommit off and wrote first: the preparation must not take the
+    # transaction for its own (on PostgreSQL a SET TRANSACTION after a query is refused, and
+    # one that went through would have left the host's transaction READ ONLY).
+    source = new_session("source")
+    add(source, ("user", "user", "hello"))
+    transaction.set_autocommit(False)
+    try:
+        current = new_session("current")  # the host's write, not yet committed
+        prepared = prepare(current, references=[str(source.pk)])
+        services.append_messages(
+            scope=SCOPE, session_id=current.pk, messages=[{"role": "user", "content": "after"}]
+        )
+        transaction.commit()
+    finally:
+        transaction.set_autocommit(True)
+    assert snapshots(prepared)[0]["conversation"] == [{"role": "user", "text": "hello"}]
+    assert Session.objects.get(pk=current.pk).message_count == 1

@@ -13,7 +13,7 @@ import logging
 
 import pytest
 from django.core.management import call_command
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 from cortex_sessions import services, signals
 from cortex_sessions.models import Message, Session
@@ -154,3 +154,72 @@ def test_under_manual_transaction_management_receivers_run_at_the_write(
     assert _logged_boom(caplog) == 5
     assert Message.objects.count() == (3 if end == "commit" else 0)
     assert Session.objects.count() == (1 if end == "commit" else 0)
+
+
+def test_under_manual_transaction_management_receivers_run_at_the_write_inside_atomic_blocks(
+    raising_receivers,
+):
+    # Inside an atomic() block of manual mode (a keyed write's own, or the host's) Django keeps
+    # on_commit callbacks until autocommit is turned back on and drops them at any rollback,
+    # even of later work: the committed create's receivers never ran.
+    scope = "org=acme/user=1"
+    transaction.set_autocommit(False)
+    try:
+        session = services.create_session(scope=scope, agent_id="a", idempotency_key="k1")
+        assert raising_receivers == [signals.session_created]  # at the write
+        transaction.commit()
+        with transaction.atomic():
+            services.append_messages(
+                scope=scope, session_id=session.pk, messages=[{"role": "user", "content": "x"}]
+            )
+        assert raising_receivers == [signals.session_created, signals.messages_appended]
+        transaction.rollback()  # the host undoes the append only
+    finally:
+        transaction.set_autocommit(True)
+    assert raising_receivers == [signals.session_created, signals.messages_appended]
+    assert Session.objects.filter(pk=session.pk).exists()  # the committed create
+
+
+@pytest.mark.parametrize("receiver_catches", [False, True], ids=["raises", "catches"])
+def test_under_manual_transaction_management_a_receivers_database_error_spares_the_write(
+    receiver_catches, caplog
+):
+    # The receivers run inside the host's transaction there: a failed statement of theirs (on
+    # PostgreSQL one that aborts the transaction, even when the receiver catches the error)
+    # is rolled back to a savepoint, with what the signal's other receivers wrote, and the
+    # host's transaction goes on to commit the write.
+    caplog.set_level(logging.ERROR, logger="cortex_sessions")
+
+    def retitle(sender, session, **kwargs):
+        Session.objects.filter(pk=session.pk).update(title="set by a receiver")
+
+    def broken(sender, **kwargs):
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT * FROM cortex_sessions_no_such_table")
+        except DatabaseError:
+            if not receiver_catches:
+                raise
+
+    signals.session_created.connect(retitle, weak=False, dispatch_uid="retitle")
+    signals.session_created.connect(broken, weak=False, dispatch_uid="broken")
+    scope = "org=acme/user=1"
+    transaction.set_autocommit(False)
+    try:
+        session = services.create_session(scope=scope, agent_id="a", title="the host's")
+        services.append_messages(
+            scope=scope, session_id=session.pk, messages=[{"role": "user", "content": "x"}]
+        )
+        transaction.commit()
+    finally:
+        transaction.set_autocommit(True)
+        signals.session_created.disconnect(dispatch_uid="retitle")
+        signals.session_created.disconnect(dispatch_uid="broken")
+    # A caught error leaves the transaction usable but on PostgreSQL, where the savepoint's
+    # release is refused: only there is what the receivers wrote rolled back then.
+    rolled_back = not receiver_catches or connection.vendor == "postgresql"
+    stored = Session.objects.get(pk=session.pk)
+    assert stored.message_count == 1
+    assert stored.title == ("the host's" if rolled_back else "set by a receiver")
+    logged = [record.getMessage() for record in caplog.records]
+    assert any("was rolled back" in message for message in logged) is rolled_back

@@ -5,7 +5,7 @@ any database; ``test_database_faults`` runs it for real with threads on PostgreS
 from __future__ import annotations
 
 import pytest
-from django.db import IntegrityError, OperationalError
+from django.db import IntegrityError, OperationalError, transaction
 
 from cortex_sessions import services
 from cortex_sessions.exceptions import DefaultConflict
@@ -86,3 +86,25 @@ def test_resolve_inside_a_callers_transaction_lets_a_deadlock_propagate(monkeypa
 
     with pytest.raises(OperationalError):
         services.resolve_session(scope=SCOPE, agent_id="a")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_resolve_under_manual_transaction_management_lets_a_deadlock_propagate(monkeypatch):
+    """Autocommit turned off by the host is the caller's transaction too: InnoDB's rollback
+    undid the host's earlier writes, so a retry that then succeeded let the host commit
+    without them (docs/design.md §15.4)."""
+    calls: list[int] = []
+
+    def create(**values):
+        calls.append(1)
+        raise OperationalError(1213, "Deadlock found when trying to get lock")
+
+    monkeypatch.setattr(Session.objects, "create", create)
+    transaction.set_autocommit(False)
+    try:
+        with pytest.raises(OperationalError):
+            services.resolve_session(scope=SCOPE, agent_id="a")
+        transaction.rollback()
+    finally:
+        transaction.set_autocommit(True)
+    assert len(calls) == 1
