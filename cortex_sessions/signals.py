@@ -1,4 +1,5 @@
-"""Signals of docs/design.md §9, sent after the transaction that made the change commits.
+"""Signals of docs/design.md §9, sent after the transaction that made the change commits (under
+manual transaction management, where the host commits when it chooses, at the write: §12.2).
 
 - ``session_created(sender=Session, session)``
 - ``messages_appended(sender=Session, session, messages)``: ``messages`` is the list of new rows.

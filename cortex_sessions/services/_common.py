@@ -7,7 +7,9 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from django.db import DatabaseError, IntegrityError, OperationalError, router, transaction
@@ -241,8 +243,34 @@ def _manages_transactions_by_hand(using: str) -> bool:
     return not (connection.in_atomic_block and connection.commit_on_exit)
 
 
-class _ReceiverDatabaseError(Exception):
-    """Rolls the savepoint around a signal's receivers back (see :func:`_send_on_commit`)."""
+#: The signals :func:`_signals_held` blocks hold (the innermost block's list), under manual
+#: transaction management; ``None`` outside such a block.
+_held_signals: ContextVar[list[tuple[Any, dict[str, Any]]] | None] = ContextVar(
+    "cortex_sessions_held_signals", default=None
+)
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Around an ``atomic()`` block of the app's own that calls services and may still roll
+    back after one of them wrote (a keyed write that loses its key's race and is replayed, an
+    import that fails at a later message): under manual transaction management the signals
+    those services send (at the write, see :func:`_send_on_commit`) wait for the block to end
+    without an exception, then go to an enclosing such block or to the receivers; an exception
+    drops them with the writes they describe. In autocommit mode Django's ``on_commit`` does
+    this already (a rolled-back savepoint drops its callbacks), so nothing is held there."""
+    held: list[tuple[Any, dict[str, Any]]] = []
+    token = _held_signals.set(held)
+    try:
+        yield
+    finally:
+        _held_signals.reset(token)
+    outer = _held_signals.get()  # reached only when the block ended without an exception
+    if outer is not None:
+        outer.extend(held)
+    else:
+        for signal, kwargs in held:
+            _send_in_callers_transaction(signal, kwargs)
 
 
 def _send_on_commit(signal: Any, **kwargs: Any) -> None:
@@ -258,45 +286,77 @@ def _send_on_commit(signal: Any, **kwargs: Any) -> None:
     on-commit hook (``on_commit`` raises outside ``atomic()``, and inside one keeps the callback
     until autocommit is turned back on, dropping it at any later rollback, even of other work),
     and the host commits when it chooses: the receivers run at the write, as Django's own model
-    signals do, inside a savepoint of the host's transaction. When one of them fails with a
-    database error (which on PostgreSQL leaves the transaction unusable), what the signal's
-    receivers wrote is rolled back to that savepoint and the host's transaction, the write
-    included, goes on.
+    signals do (after the app's own enclosing block, see :func:`_signals_held`), through
+    :func:`_send_in_callers_transaction`.
 
     Args:
         signal: a :mod:`cortex_sessions.signals` signal.
         kwargs: the signal's arguments (``sender`` is always :class:`~cortex_sessions.models.Session`).
-    """
 
+    Raises:
+        django.db.DatabaseError: under manual transaction management only, when a receiver's
+            database error ended the caller's transaction (see
+            :func:`_send_in_callers_transaction`).
+    """
     if not signal.receivers or not signal.has_listeners(Session):
         return  # as Django's own model signals: receivers are those connected at the write
-
-    def send(stands: str) -> list[Exception]:
-        errors = []
-        for receiver, result in signal.send_robust(sender=Session, **kwargs):
-            if isinstance(result, Exception):
-                errors.append(result)
-                logger.error(
-                    "A receiver of a cortex_sessions signal raised; the write it follows %s "
-                    "(receiver %r).",
-                    stands,
-                    receiver,
-                    exc_info=(type(result), result, result.__traceback__),
-                )
-        return errors
-
     alias = _db_for_write()
     if not _manages_transactions_by_hand(alias):
-        transaction.on_commit(lambda: send("has committed and stands"), using=alias)
+        transaction.on_commit(
+            lambda: _send_robust(signal, kwargs, "has committed and stands"), using=alias
+        )
         return
+    held = _held_signals.get()
+    if held is not None:
+        held.append((signal, kwargs))
+    else:
+        _send_in_callers_transaction(signal, kwargs)
+
+
+def _send_robust(signal: Any, kwargs: dict[str, Any], stands: str) -> list[Exception]:
+    """``signal.send_robust`` with each receiver's error logged (``stands`` says what became of
+    the write); returns those errors."""
+    errors = []
+    for receiver, result in signal.send_robust(sender=Session, **kwargs):
+        if isinstance(result, Exception):
+            errors.append(result)
+            logger.error(
+                "A receiver of a cortex_sessions signal raised; the write it follows %s "
+                "(receiver %r).",
+                stands,
+                receiver,
+                exc_info=(type(result), result, result.__traceback__),
+            )
+    return errors
+
+
+def _send_in_callers_transaction(signal: Any, kwargs: dict[str, Any]) -> None:
+    """Run ``signal``'s receivers now, inside a savepoint of the caller's transaction (manual
+    transaction management, docs/design.md §12.2).
+
+    When one of them fails with a database error (on PostgreSQL that leaves the transaction
+    unusable, even when the receiver catches it), what the signal's receivers wrote is rolled
+    back to the savepoint, the error is logged, and the caller's transaction, the write
+    included, goes on.
+
+    Raises:
+        django.db.DatabaseError: the receiver's error, when not even the savepoint could be
+            rolled back to: the database ended the caller's transaction, and the write with it
+            (InnoDB's deadlock victim, a lost connection). The caller must roll back, as after
+            its own statement failed so.
+    """
+    alias = _db_for_write()
+    connection = transaction.get_connection(alias)
     try:
         with transaction.atomic(using=alias):
-            errors = send("stands, in the caller's transaction")
-            if any(isinstance(error, DatabaseError) for error in errors):
-                raise _ReceiverDatabaseError
-    except (_ReceiverDatabaseError, DatabaseError):
-        # A DatabaseError here is the savepoint's release, refused after a receiver caught
-        # its own database error; atomic() has rolled back to the savepoint either way.
+            errors = _send_robust(signal, kwargs, "stands, in the caller's transaction")
+            failed = next((error for error in errors if isinstance(error, DatabaseError)), None)
+            if failed is not None:
+                raise failed  # atomic() rolls back to its savepoint
+    except DatabaseError:
+        # Or the savepoint's release, refused after a receiver caught its own database error.
+        if connection.needs_rollback or connection.closed_in_transaction:
+            raise  # atomic() could not roll back to the savepoint: the transaction is gone
         logger.error(
             "A receiver of a cortex_sessions signal failed with a database error under manual "
             "transaction management; what the signal's receivers wrote was rolled back, the "

@@ -35,6 +35,7 @@ from ..conf import app_settings
 from ..exceptions import IdempotencyKeyReused, InvalidIdempotencyKey
 from ..models import IdempotencyKey
 from ..scope import Scope, canonical_of
+from ._common import _signals_held
 
 __all__ = [
     "IDEMPOTENCY_KEY_PATTERN",
@@ -146,7 +147,8 @@ def run_once(
     if row is not None:
         return _replay(row, digest)
     try:
-        with transaction.atomic(using=using):
+        # The write's signals wait for the key (manual transaction management: _signals_held).
+        with _signals_held(), transaction.atomic(using=using):
             result = write()
             status_code, response = record(result)
             IdempotencyKey.objects.using(using).create(

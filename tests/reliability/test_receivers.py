@@ -223,3 +223,73 @@ def test_under_manual_transaction_management_a_receivers_database_error_spares_t
     assert stored.title == ("the host's" if rolled_back else "set by a receiver")
     logged = [record.getMessage() for record in caplog.records]
     assert any("was rolled back" in message for message in logged) is rolled_back
+
+
+def test_under_manual_transaction_management_a_keyed_write_that_loses_its_race_sends_nothing(
+    monkeypatch, raising_receivers
+):
+    # The key's first write committed after this call looked for the key (staged: the look
+    # finds nothing), so this call's write is rolled back at the key's unique index and the
+    # first one replayed: no receiver may hear of a session that never stood.
+    from cortex_sessions.services import idempotency
+
+    scope = "org=acme/user=1"
+    first = services.create_session(scope=scope, agent_id="a", idempotency_key="k1")
+    raising_receivers.clear()
+    monkeypatch.setattr(idempotency, "_live", lambda *args: None)
+    transaction.set_autocommit(False)
+    try:
+        replayed = services.create_session(scope=scope, agent_id="a", idempotency_key="k1")
+        transaction.commit()
+    finally:
+        transaction.set_autocommit(True)
+    assert replayed.pk == first.pk
+    assert raising_receivers == []
+    assert list(Session.objects.values_list("pk", flat=True)) == [first.pk]
+
+
+def test_under_manual_transaction_management_a_failed_import_sends_nothing(
+    monkeypatch, raising_receivers
+):
+    # The import's transaction rolls back the session it created when a later step fails.
+    from cortex_sessions import transfer
+    from cortex_sessions.exceptions import InvalidInput
+
+    def refuse(**kwargs):
+        raise InvalidInput("refused", field="messages")
+
+    monkeypatch.setattr(transfer.services, "append_messages", refuse)
+    line = json.dumps({"id": "c1", "messages": [{"role": "user", "content": "hi"}]})
+    transaction.set_autocommit(False)
+    try:
+        with pytest.raises(InvalidInput):
+            transfer.import_conversation(
+                transfer.parse_conversation(line), scope="org=acme/user=1", agent_id="a"
+            )
+        transaction.commit()
+    finally:
+        transaction.set_autocommit(True)
+    assert raising_receivers == []
+
+
+def test_under_manual_transaction_management_a_receiver_ending_the_transaction_fails_the_call():
+    # A receiver's database error that ended the caller's transaction (InnoDB's deadlock
+    # victim; staged with a ROLLBACK) took the write with it: the call must not return as if
+    # it stood, and the caller rolls back as after its own statement failed so.
+    from django.db import OperationalError
+
+    def victim(sender, **kwargs):
+        with connection.cursor() as cursor:
+            cursor.execute("ROLLBACK")
+        raise OperationalError(1213, "Deadlock found when trying to get lock")
+
+    signals.session_created.connect(victim, weak=False, dispatch_uid="victim")
+    transaction.set_autocommit(False)
+    try:
+        with pytest.raises(OperationalError):
+            services.create_session(scope="org=acme/user=1", agent_id="a")
+        transaction.rollback()
+    finally:
+        transaction.set_autocommit(True)
+        signals.session_created.disconnect(dispatch_uid="victim")
+    assert services.create_session(scope="org=acme/user=1", agent_id="b").agent_id == "b"

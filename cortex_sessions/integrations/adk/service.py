@@ -58,6 +58,7 @@ from cortex_sessions.exceptions import InvalidInput, ScopeForbidden, SessionNotF
 from cortex_sessions.models import Message
 from cortex_sessions.models import Session as CortexSession
 from cortex_sessions.scope import Scope, as_scope
+from cortex_sessions.services._common import _signals_held
 
 from .conf import default_scope, scope_mapper
 from .models import AdkAppState, AdkSession, AdkUserState, session_key, user_state_key
@@ -523,7 +524,7 @@ def _create_sync(
     tenant = service.tenant
     _create_shared_state_rows(tenant, scope.canonical, app_name, user_id, deltas)
     try:
-        with transaction.atomic(using=_db()):
+        with _signals_held(), transaction.atomic(using=_db()):
             cortex = services.create_session(scope=scope, agent_id=app_name, title=session_id or "")
             adk_id = session_id or str(cortex.pk)
             row = AdkSession.objects.create(
@@ -640,7 +641,7 @@ def _append_sync(service: CortexSessionService, session: AdkSessionModel, event:
     marker = getattr(session, "_storage_update_marker", None)
     tenant = service.tenant
     _create_shared_state_rows(tenant, scope.canonical, app_name, user_id, deltas)
-    with transaction.atomic(using=_db()):
+    with _signals_held(), transaction.atomic(using=_db()):
         # Lock the cortex session first, as every append does, then the ADK row.
         last_seq = (
             CortexSession.objects.select_for_update()
