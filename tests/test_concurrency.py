@@ -8,6 +8,7 @@ serializes writers, so these are skipped there.
 from __future__ import annotations
 
 import random
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -385,3 +386,36 @@ def test_concurrent_backfill_runs_attach_every_legacy_row_once_in_order():
         assert (default.message_count, default.last_seq) == (30, 30)
         assert default.last_message == Message.objects.get(pk=ids[-1]).text
     assert Session.objects.count() == 3
+
+
+@pytest.mark.mysql_only
+def test_make_default_in_a_repeatable_read_transaction_sees_a_swap_made_since_its_snapshot():
+    # A host that runs its transaction at REPEATABLE READ (MariaDB's server default; the app
+    # asks for READ COMMITTED) read the defaults, another connection swapped the default, then
+    # the host's make-default re-read them: its plain re-read kept showing the first snapshot,
+    # the locking read the newest rows, and the loop between them never ended.
+    scope = "org=acme/user=rr"
+    first, _ = services.resolve_session(scope=scope, agent_id="a")
+    second = services.create_session(scope=scope, agent_id="a")
+    third = services.create_session(scope=scope, agent_id="a")
+
+    def timed_out(signum: int, frame: Any) -> None:
+        raise TimeoutError("make_default did not return")
+
+    previous = signal.signal(signal.SIGALRM, timed_out)
+    try:
+        with transaction.atomic():
+            with connection.cursor() as cursor:  # this transaction only (not yet begun)
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            snapshot = list(Session.objects.filter(agent_id="a", is_default=True))
+            assert [s.pk for s in snapshot] == [first.pk]
+            run_together(1, lambda _: services.make_default(scope=scope, session_id=second.pk))
+            signal.alarm(20)
+            try:
+                services.make_default(scope=scope, session_id=third.pk)
+            finally:
+                signal.alarm(0)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    defaults = Session.objects.filter(agent_id="a", scope=scope, is_default=True)
+    assert list(defaults.values_list("pk", flat=True)) == [third.pk]

@@ -461,17 +461,23 @@ def _lock_current_defaults(session: Session) -> None:
     """Hold the row locks of every current default of the session's agent and scope.
 
     Under READ COMMITTED a ``SELECT … FOR UPDATE`` that waited for a concurrent swap skips the
-    row that swap demoted and cannot see the row it promoted, so lock, re-read, and lock again
-    until the defaults seen are all locked. Concurrent swaps then queue on the same row.
+    row that swap demoted and cannot see the row it promoted, so lock again until a locking
+    read finds no default it had not locked. Concurrent swaps then queue on the same row. The
+    re-read locks too: a locking read sees the newest committed rows at any isolation level,
+    where a plain one under a host's REPEATABLE READ on MySQL/MariaDB reads the transaction's
+    first snapshot and would never show the promoted row (the loop did not end).
     """
-    defaults = Session.objects.defaults_of(agent_id=session.agent_id, scope=session.scope).exclude(
-        pk=session.pk
+    defaults = (
+        Session.objects.defaults_of(agent_id=session.agent_id, scope=session.scope)
+        .exclude(pk=session.pk)
+        .select_for_update()
     )
-    locked: set[uuid.UUID] = set()
+    locked = set(defaults.values_list("pk", flat=True))
     while True:
-        locked |= set(defaults.select_for_update().values_list("pk", flat=True))
-        if set(defaults.values_list("pk", flat=True)) <= locked:
+        seen = set(defaults.values_list("pk", flat=True))
+        if seen <= locked:
             return
+        locked |= seen
 
 
 def make_default(*, scope: Scope | str, session_id: uuid.UUID | str) -> Session:
