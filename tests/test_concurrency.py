@@ -419,3 +419,63 @@ def test_make_default_in_a_repeatable_read_transaction_sees_a_swap_made_since_it
         signal.signal(signal.SIGALRM, previous)
     defaults = Session.objects.filter(agent_id="a", scope=scope, is_default=True)
     assert list(defaults.values_list("pk", flat=True)) == [third.pk]
+
+
+@pytest.mark.mysql_only
+@pytest.mark.parametrize("receiver_catches", [False, True], ids=["raises", "catches"])
+def test_a_receiver_made_the_deadlock_victim_under_manual_transactions_fails_the_call(
+    receiver_catches,
+):
+    # Under manual transaction management the receivers run in the host's transaction. One
+    # that deadlocks with another connection makes InnoDB roll back the host's whole
+    # transaction, the write included: the call must raise, never return as if the write
+    # stood (a receiver that caught the error in its own atomic() hid it).
+    from django.db import DatabaseError
+
+    from cortex_sessions import signals
+
+    held = services.create_session(scope=SCOPE, agent_id="held")
+    contested = services.create_session(scope=SCOPE, agent_id="contested")
+    heavy = services.create_session(scope=SCOPE, agent_id="heavy")
+    services.append_messages(
+        scope=SCOPE, session_id=heavy.pk, messages=[{"role": "user", "content": "x"}] * 300
+    )
+    ready = threading.Event()
+
+    def other() -> None:
+        # More undo than the host, so InnoDB picks the host as the victim.
+        try:
+            with transaction.atomic():
+                Message.objects.filter(session=heavy).update(metadata={"w": 1})
+                Session.objects.filter(pk=contested.pk).update(title="other")
+                ready.set()
+                Session.objects.filter(pk=held.pk).update(title="other")  # waits for the host
+        finally:
+            ready.set()
+            connections.close_all()
+
+    def receiver(sender: Any, **kwargs: Any) -> None:
+        try:
+            with transaction.atomic():
+                Session.objects.filter(pk=contested.pk).update(title="receiver")
+        except DatabaseError:
+            if not receiver_catches:
+                raise
+
+    signals.session_created.connect(receiver, weak=False, dispatch_uid="deadlocking")
+    thread = threading.Thread(target=other)
+    transaction.set_autocommit(False)
+    try:
+        Session.objects.filter(pk=held.pk).update(title="host")
+        thread.start()
+        ready.wait(10)
+        time.sleep(0.5)  # the other connection now waits for the host's row
+        with pytest.raises(DatabaseError):
+            services.create_session(scope=SCOPE, agent_id="written")
+        transaction.rollback()
+    finally:
+        transaction.set_autocommit(True)
+        signals.session_created.disconnect(dispatch_uid="deadlocking")
+        thread.join(30)
+    assert not Session.objects.filter(agent_id="written").exists()
+    assert Session.objects.get(pk=held.pk).title == "other"

@@ -335,30 +335,43 @@ def _send_in_callers_transaction(signal: Any, kwargs: dict[str, Any]) -> None:
     transaction management, docs/design.md §12.2).
 
     When one of them fails with a database error (on PostgreSQL that leaves the transaction
-    unusable, even when the receiver catches it), what the signal's receivers wrote is rolled
-    back to the savepoint, the error is logged, and the caller's transaction, the write
-    included, goes on.
+    unusable, even when the receiver catches it; Django marks an ``atomic()`` block for
+    rollback), what the signal's receivers wrote is rolled back to the savepoint, the error is
+    logged, and the caller's transaction, the write included, goes on (Django's SQLite backend
+    makes savepoints only inside ``atomic()``: outside one, what the receivers ran stays and
+    only their errors are logged). Django's savepoint
+    functions, not ``atomic()``: entering an outermost ``atomic()`` in this mode clears the
+    connection's rollback mark, and one whose savepoint cannot be made leaves the connection
+    in a block nobody exits.
 
     Raises:
-        django.db.DatabaseError: the receiver's error, when not even the savepoint could be
-            rolled back to: the database ended the caller's transaction, and the write with it
-            (InnoDB's deadlock victim, a lost connection). The caller must roll back, as after
-            its own statement failed so.
+        django.db.DatabaseError: the transaction is gone (InnoDB's deadlock victim, a lost
+            connection), and the write with it: no savepoint can be made, or rolled back to
+            after a receiver's database error (that error is raised, else the refusal). The
+            caller must roll back, as after its own statement failed so.
     """
     alias = _db_for_write()
     connection = transaction.get_connection(alias)
+    savepoint = transaction.savepoint(using=alias)
+    errors = _send_robust(signal, kwargs, "is the caller's to commit (manual transactions)")
+    if savepoint is None:  # Django makes none on SQLite outside atomic(): what ran, stays
+        return
+    failed = next((error for error in errors if isinstance(error, DatabaseError)), None)
+    if failed is None and not connection.needs_rollback:
+        try:
+            transaction.savepoint_commit(savepoint, using=alias)
+            return
+        except DatabaseError as refused:  # a receiver caught its own error (PostgreSQL)
+            failed = refused
     try:
-        with transaction.atomic(using=alias):
-            errors = _send_robust(signal, kwargs, "stands, in the caller's transaction")
-            failed = next((error for error in errors if isinstance(error, DatabaseError)), None)
-            if failed is not None:
-                raise failed  # atomic() rolls back to its savepoint
-    except DatabaseError:
-        # Or the savepoint's release, refused after a receiver caught its own database error.
-        if connection.needs_rollback or connection.closed_in_transaction:
-            raise  # atomic() could not roll back to the savepoint: the transaction is gone
-        logger.error(
-            "A receiver of a cortex_sessions signal failed with a database error under manual "
-            "transaction management; what the signal's receivers wrote was rolled back, the "
-            "write it follows stands in the caller's transaction.",
-        )
+        transaction.savepoint_rollback(savepoint, using=alias)
+    except DatabaseError as refused:
+        raise (failed or refused) from None  # the transaction, and the write, are gone
+    # What marked the transaction for rollback is undone, as atomic() clears the mark after
+    # rolling back to its own savepoint.
+    connection.needs_rollback = False
+    logger.error(
+        "A receiver of a cortex_sessions signal failed with a database error under manual "
+        "transaction management; what the signal's receivers wrote was rolled back, the write "
+        "it follows stands in the caller's transaction.",
+    )
