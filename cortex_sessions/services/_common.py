@@ -363,13 +363,15 @@ def _send_in_callers_transaction(signal: Any, kwargs: dict[str, Any]) -> None:
             return
         except DatabaseError as refused:  # a receiver caught its own error (PostgreSQL)
             failed = refused
+    # What marked a block for rollback (an ORM error inside an atomic() block, set_rollback)
+    # is undone by this rollback; cleared first, as atomic() does before rolling back to its
+    # own savepoint (Django refuses statements while it is set).
+    connection.needs_rollback = False
     try:
         transaction.savepoint_rollback(savepoint, using=alias)
     except DatabaseError as refused:
+        connection.needs_rollback = connection.in_atomic_block  # the caller's block must not commit
         raise (failed or refused) from None  # the transaction, and the write, are gone
-    # What marked the transaction for rollback is undone, as atomic() clears the mark after
-    # rolling back to its own savepoint.
-    connection.needs_rollback = False
     logger.error(
         "A receiver of a cortex_sessions signal failed with a database error under manual "
         "transaction management; what the signal's receivers wrote was rolled back, the write "

@@ -301,3 +301,39 @@ def test_under_manual_transaction_management_a_receiver_ending_the_transaction_f
         transaction.set_autocommit(True)
         signals.session_created.disconnect(dispatch_uid="victim")
     assert services.create_session(scope="org=acme/user=1", agent_id="b").agent_id == "b"
+
+
+@no_savepoint_on_sqlite
+@pytest.mark.parametrize("receiver", ["raises", "catches", "set_rollback"])
+def test_under_manual_transaction_management_a_receivers_error_spares_the_hosts_atomic_block(
+    receiver,
+):
+    # Inside the host's atomic() block an ORM error (or set_rollback) marks that block for
+    # rollback; rolled back to the receivers' savepoint, the mark must go with it, or the
+    # host's block failed and lost the write.
+    from django.contrib.auth.models import Group
+
+    def duplicate(sender, **kwargs):
+        if receiver == "set_rollback":
+            Group.objects.create(name="by the receiver")
+            transaction.set_rollback(True)
+            return
+        Group.objects.create(name="twice")
+        try:
+            Group.objects.create(name="twice")
+        except DatabaseError:
+            if receiver == "raises":
+                raise
+
+    signals.session_created.connect(duplicate, weak=False, dispatch_uid="duplicate")
+    transaction.set_autocommit(False)
+    try:
+        with transaction.atomic():
+            session = services.create_session(scope="org=acme/user=1", agent_id="a")
+            Group.objects.create(name="the host's")
+        transaction.commit()
+    finally:
+        transaction.set_autocommit(True)
+        signals.session_created.disconnect(dispatch_uid="duplicate")
+    assert Session.objects.filter(pk=session.pk).exists()
+    assert list(Group.objects.values_list("name", flat=True)) == ["the host's"]
