@@ -479,21 +479,3 @@ def test_a_receiver_made_the_deadlock_victim_under_manual_transactions_fails_the
         thread.join(30)
     assert not Session.objects.filter(agent_id="written").exists()
     assert Session.objects.get(pk=held.pk).title == "other"
-
-
-@pytest.mark.mysql_only
-def test_resolve_in_a_repeatable_read_transaction_finds_a_default_created_since_its_snapshot():
-    # The host's snapshot has no default; another connection creates it; the host's create
-    # collides with it, and a plain re-read kept showing the snapshot: DefaultConflict after
-    # every attempt. The re-read after a collision locks, and so sees the committed default.
-    scope = "org=acme/user=rr-resolve"
-    with transaction.atomic():
-        with connection.cursor() as cursor:  # this transaction only (not yet begun)
-            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        assert not Session.objects.filter(agent_id="a", scope=scope).exists()  # the snapshot
-        [(theirs, created)] = run_together(
-            1, lambda _: services.resolve_session(scope=scope, agent_id="a")
-        )
-        assert created
-        ours, created = services.resolve_session(scope=scope, agent_id="a")
-    assert (ours.pk, created) == (theirs.pk, False)

@@ -432,19 +432,10 @@ def resolve_session(
     canonical = canonical_of(scope)
     alias = _db_for_write()
 
-    collided = False
-
     def attempt() -> tuple[Session, bool]:
-        nonlocal collided
         session: Session | None
         if _pg.serves(alias):  # one statement, no queryset to build (docs/design.md §14)
             session = _pg.resolve_default(alias, canonical=canonical, agent_id=agent_id)
-        elif collided and connections[alias].vendor == "mysql":
-            # Inside a host's REPEATABLE READ transaction a plain read keeps showing the
-            # snapshot without the default this create collided with; a locking read sees it.
-            with transaction.atomic(using=alias):
-                defaults = Session.objects.defaults_of(agent_id=agent_id, scope=canonical)
-                session = defaults.select_for_update().first()
         else:
             session = Session.objects.filter(
                 agent_id=agent_id, scope=canonical, is_default=True
@@ -453,7 +444,6 @@ def resolve_session(
             return session, False
         # A collision with a concurrent resolve's default (which may be deleted again before
         # the re-read) reads, or creates, once more (docs/design.md §12.3).
-        collided = True
         with transaction.atomic(using=alias):
             return Session.objects.create(agent_id=agent_id, scope=canonical, is_default=True), True
 
