@@ -265,10 +265,9 @@ def _concurrent(
 
     Raises:
         RuntimeError: a writer raised, returned without calling ``start()`` or called it
-            twice (the first
-            one's error is the cause; writers whose start met the barrier another broke are not
-            counted as failed), a writer never reached the barrier, or one still runs after
-            :data:`WRITER_TIMEOUT`.
+            twice (the first one's error is the cause; writers whose start met the barrier
+            another broke are not counted as failed), a writer never reached the barrier, one
+            still runs after :data:`WRITER_TIMEOUT`, or none timed a call.
     """
     barrier = threading.Barrier(WRITERS + 1, timeout=WRITER_BARRIER_TIMEOUT)
     latencies: list[float] = []

@@ -339,10 +339,9 @@ def _send_in_callers_transaction(signal: Any, kwargs: dict[str, Any]) -> None:
     rollback), what the signal's receivers wrote is rolled back to the savepoint, the error is
     logged, and the caller's transaction, the write included, goes on (Django's SQLite backend
     makes savepoints only inside ``atomic()``: outside one, what the receivers ran stays and
-    only their errors are logged). Django's savepoint
-    functions, not ``atomic()``: entering an outermost ``atomic()`` in this mode clears the
-    connection's rollback mark, and one whose savepoint cannot be made leaves the connection
-    in a block nobody exits.
+    only their errors are logged). It uses Django's savepoint functions, not ``atomic()``:
+    entering an outermost ``atomic()`` in this mode clears the connection's rollback mark, and
+    one whose savepoint cannot be made leaves the connection in a block nobody exits.
 
     Raises:
         django.db.DatabaseError: the transaction is gone (InnoDB's deadlock victim, a lost
