@@ -29,7 +29,7 @@ Django's admin autodiscovery expects of ``cortex_sessions.admin``.
 from __future__ import annotations
 
 from .actions import RECOUNT_REPORT_LIMIT
-from .base import LIST_PREVIEW_CHARS, TEXT_PREVIEW_CHARS, ReadOnlyModelAdmin
+from .base import LIST_PREVIEW_CHARS, TEXT_PREVIEW_CHARS, TITLE_PREVIEW_CHARS, ReadOnlyModelAdmin
 from .changelists import (
     COUNT_LIMIT,
     BoundedCountPaginator,
@@ -48,6 +48,7 @@ __all__ = [
     "LIST_PREVIEW_CHARS",
     "RECOUNT_REPORT_LIMIT",
     "TEXT_PREVIEW_CHARS",
+    "TITLE_PREVIEW_CHARS",
     "ArchivedListFilter",
     "BackfilledListFilter",
     "BoundedCountPaginator",

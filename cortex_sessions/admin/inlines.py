@@ -9,8 +9,9 @@ from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
+from ..content import preview
 from ..models import Message, Session
-from .base import TextPreviewMixin
+from .base import TEXT_PREVIEW_CHARS
 
 if TYPE_CHECKING:
     _MessageInlineFormSet = BaseInlineFormSet[Message, Session, Any]
@@ -51,7 +52,7 @@ class NewestMessagesFormSet(_MessageInlineFormSet):
         return []
 
 
-class MessageInline(TextPreviewMixin, _MessageTabularInline):
+class MessageInline(_MessageTabularInline):
     """Read-only view of a session's newest messages, in ``seq`` order (docs/design.md §7.4)."""
 
     model = Message
@@ -83,3 +84,8 @@ class MessageInline(TextPreviewMixin, _MessageTabularInline):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         """Delete messages from the message admin, which keeps the counters right."""
         return False
+
+    @admin.display(description=_("text"))
+    def text_preview(self, obj: Message) -> str:
+        """The message's text, cut to ``TEXT_PREVIEW_CHARS`` characters."""
+        return preview(obj.text, TEXT_PREVIEW_CHARS)

@@ -22,14 +22,17 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from .. import services
+from ..content import preview
 from ..exceptions import MessageNotFound, SessionArchived, SessionNotFound
 from ..models import Message
 from .base import (
+    TEXT_PREVIEW_CHARS,
     ReadOnlyModelAdmin,
-    TextPreviewMixin,
     list_datetime,
     pretty_json,
     session_change_link,
+    session_label,
+    two_lines,
 )
 from .filters import MessageSessionListFilter
 
@@ -37,14 +40,14 @@ __all__ = ["MessageAdmin"]
 
 
 @admin.register(Message)
-class MessageAdmin(TextPreviewMixin, ReadOnlyModelAdmin):
+class MessageAdmin(ReadOnlyModelAdmin):
     """Messages: a read-only list filtered by session, role and source (docs/design.md §7.4).
 
     Nothing is added or changed here. Deleting goes through ``services.delete_message`` so the
     session's counters follow; legacy messages without a session (docs/design.md §4) cannot be deleted.
     """
 
-    list_display = ("id", "session_link", "seq", "role", "source", "text_preview", "created")
+    list_display = ("id", "text_and_session", "seq", "role", "source", "created")
     list_filter = (MessageSessionListFilter, "role", "source")
     list_select_related = ("session",)
     ordering = ("-id",)
@@ -170,16 +173,24 @@ class MessageAdmin(TextPreviewMixin, ReadOnlyModelAdmin):
             self.message_user(request, f"{exc.message} Nothing was deleted.", messages.ERROR)
             return None
 
-    @admin.display(description=_("session"), ordering="session_id")
-    def session_link(self, obj: Message) -> str:
-        """The session, linked to its admin page; empty for legacy rows."""
+    @admin.display(description=_("text and session"))
+    def text_and_session(self, obj: Message) -> str:
+        """The message's text over its session's title, linked to the session's page.
+
+        Each line is cut by the stylesheet to the column, which at 1366 px keeps about 40
+        characters of each, and holds its whole text as a tooltip (the text up to
+        ``TEXT_PREVIEW_CHARS`` characters). A legacy row without a session shows the admin's
+        empty value on the second line.
+        """
+        text = preview(obj.text, TEXT_PREVIEW_CHARS) or "\u00a0"
         if obj.session is None:
-            return self.get_empty_value_display()
-        return session_change_link(self.admin_site, obj.session.pk, obj.session)
+            return two_lines(text, self.get_empty_value_display())
+        link = session_change_link(self.admin_site, obj.session.pk, session_label(obj.session))
+        return two_lines(text, link, second_tip=obj.session.title or obj.session.pk)
 
     @admin.display(description=_("created"), ordering="created_at")
     def created(self, obj: Message) -> str:
-        """``created_at`` in the current time zone as ``YYYY-MM-DD HH:MM``, compact for the list."""
+        """``created_at`` in the current time zone, the date over the time (``HH:MM``)."""
         return list_datetime(obj.created_at)
 
     @admin.display(description=_("text"))

@@ -15,7 +15,7 @@ from django.contrib import admin, messages
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.text import capfirst
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
@@ -26,7 +26,14 @@ from ..exceptions import CortexSessionsError, SessionNotFound
 from ..forms import SessionAddForm, SessionChangeForm
 from ..models import Message, Session
 from .actions import SessionActionsMixin
-from .base import LIST_PREVIEW_CHARS, list_datetime, parse_uuid, session_change_link
+from .base import (
+    LIST_PREVIEW_CHARS,
+    TITLE_PREVIEW_CHARS,
+    list_datetime,
+    parse_uuid,
+    session_change_link,
+    two_lines,
+)
 from .changelists import CheckedInputAdminMixin
 from .filters import ArchivedListFilter, BackfilledListFilter
 from .inlines import MessageInline
@@ -63,7 +70,6 @@ class SessionAdmin(SessionActionsMixin, CheckedInputAdminMixin):
         "is_default",
         "message_count",
         "updated",
-        "is_archived",
     )
     list_filter = ("is_default", ArchivedListFilter, BackfilledListFilter, "agent_id")
     search_fields = ("title", "agent_id")
@@ -232,48 +238,41 @@ class SessionAdmin(SessionActionsMixin, CheckedInputAdminMixin):
     def display_title(self, obj: Session) -> str:
         """The title over the start of ``last_message``, each one line (``admin.css``).
 
-        An untitled session shows a placeholder so it still has a link; a session the
-        default-session backfill created is marked *backfilled* (docs/design.md §4). Both lines
-        carry their whole text as a tooltip; the stylesheet cuts them with an ellipsis so long
-        titles never make tall rows.
+        The title is cut to :data:`~cortex_sessions.admin.base.TITLE_PREVIEW_CHARS` characters
+        and the stylesheet cuts both lines to the column, which at 1366 px keeps at least 40
+        characters of the title; each line's tooltip holds its whole text. An untitled session
+        shows a placeholder so it still has a link. Badges mark an archived session
+        (docs/design.md §11.2) and one the default-session backfill created (docs/design.md §4).
         """
-        title = obj.title or str(_("(untitled)"))
-        marker = (
-            format_html('<span class="cortex-badge">{}</span> ', _("backfilled"))
-            if obj.backfilled_by
-            else ""
+        title = preview(obj.title, TITLE_PREVIEW_CHARS) if obj.title else str(_("(untitled)"))
+        badges = format_html_join(
+            "",
+            '<span class="cortex-badge">{}</span> ',
+            (
+                (label,)
+                for label, shown in (
+                    (_("archived"), obj.archived_at is not None),
+                    (_("backfilled"), bool(obj.backfilled_by)),
+                )
+                if shown
+            ),
         )
-        return format_html(
-            '<span class="cortex-line" title="{}">{}{}</span>'
-            '<span class="cortex-line cortex-preview" title="{}">{}</span>',
-            obj.title,
-            marker,
-            title,
-            obj.last_message,
+        return two_lines(
+            format_html("{}{}", badges, title),
             preview(obj.last_message, LIST_PREVIEW_CHARS) or "\u00a0",
+            first_tip=obj.title,
+            second_tip=obj.last_message,
         )
 
     @admin.display(description=_("scope and agent"), ordering="scope")
     def scope_and_agent(self, obj: Session) -> str:
         """The scope over the agent id, each one line with its whole text as a tooltip."""
-        return format_html(
-            '<span class="cortex-line" title="{}">{}</span>'
-            '<span class="cortex-line cortex-preview" title="{}">{}</span>',
-            obj.scope,
-            obj.scope,
-            obj.agent_id,
-            obj.agent_id,
-        )
+        return two_lines(obj.scope, obj.agent_id)
 
     @admin.display(description=_("updated"), ordering="updated_at")
     def updated(self, obj: Session) -> str:
-        """``updated_at`` in the current time zone as ``YYYY-MM-DD HH:MM``, compact for the list."""
+        """``updated_at`` in the current time zone, the date over the time (``HH:MM``)."""
         return list_datetime(obj.updated_at)
-
-    @admin.display(description=_("archived"), boolean=True, ordering="archived_at")
-    def is_archived(self, obj: Session) -> bool:
-        """Whether the session is archived (docs/design.md §11.2)."""
-        return obj.archived_at is not None
 
     @admin.display(description=_("forked from"))
     def fork_source(self, obj: Session) -> str:
