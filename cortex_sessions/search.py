@@ -21,8 +21,8 @@ SQLite: a case-insensitive substring of the same text (ASCII letters fold, as SQ
 MySQL/MariaDB: no search; a query is refused with ``InvalidFilter`` (400 ``invalid_filter``),
 never answered as "match all" (docs/design.md §15).
 
-Snippets are safe to insert as HTML: the text is HTML-escaped and each hit wrapped in
-``<mark>…</mark>``, the only markup a snippet holds.
+Why a row matched (:class:`SearchMatch`, its HTML-safe snippet) is read by
+:mod:`cortex_sessions.matches`, which the models import instead of this module.
 """
 
 from __future__ import annotations
