@@ -9,6 +9,7 @@ A bad value is a 400 ``invalid_filter`` listing the parameter, never silently ig
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any, TypeVar, cast
 
 import django_filters
@@ -374,21 +375,26 @@ class SessionFilter(django_filters.FilterSet):
         model = Session
         fields: list[str] = []
 
-    def service_kwargs(self, *, with_ordering: bool = True) -> dict[str, Any]:
-        """The validated parameters as keyword arguments of the list/count services."""
+    @cached_property
+    def session_filters(self) -> services.SessionFilters:
+        """The validated parameters as the services'
+        :class:`~cortex_sessions.services.SessionFilters`, built once per request from the
+        form's cleaned data (the list and the count read it).
+
+        Raises:
+            InvalidFilter, InvalidAgentId, NulCharacter, InvalidText: a value the form let
+                through that the services refuse (400 with the service's code).
+        """
         data = self.form.cleaned_data
-        kwargs: dict[str, Any] = {
-            "agent_id": data.get("agent_id") or None,
-            "exact": bool(data.get("exact")),
-            "default_only": bool(data.get("default_only")),
-            "search": data.get("search") or None,
-            "archived": ARCHIVED_CHOICES[data.get("archived") or "false"],
-            "metadata": data.get("metadata"),
-            "q": data.get("q") or None,
-        }
-        if with_ordering:
-            kwargs["ordering"] = data.get("ordering") or None
-        return kwargs
+        return services.SessionFilters(
+            agent_id=data.get("agent_id") or None,
+            exact=bool(data.get("exact")),
+            default_only=bool(data.get("default_only")),
+            search=data.get("search") or None,
+            archived=ARCHIVED_CHOICES[data.get("archived") or "false"],
+            metadata=data.get("metadata"),
+            q=data.get("q") or None,
+        )
 
     def filter_queryset(self, queryset: Any) -> Any:
         """The sessions the service lists for the request's scope and these parameters.
@@ -397,7 +403,11 @@ class SessionFilter(django_filters.FilterSet):
         builds the whole query so its rules apply unchanged.
         """
         scope = cast(Any, self.request).cortex_scope  # set by HasCortexScope
-        return services.session_queryset(scope=scope, **self.service_kwargs())
+        return services.session_queryset(
+            scope=scope,
+            filters=self.session_filters,
+            ordering=self.form.cleaned_data.get("ordering") or None,
+        )
 
 
 class SessionFilterBackend(DjangoFilterBackend):

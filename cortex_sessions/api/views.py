@@ -530,9 +530,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
         filterset = SessionFilterBackend().get_validated_filterset(
             request, self.get_queryset(), self
         )
-        total = services.count_sessions(
-            scope=self.scope, **filterset.service_kwargs(with_ordering=False)
-        )
+        total = services.count_sessions(scope=self.scope, filters=filterset.session_filters)
         return Response({"count": total})
 
     @extend_schema(
