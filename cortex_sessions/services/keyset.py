@@ -29,6 +29,7 @@ from ..content import parse_json
 from ..exceptions import InvalidFilter
 from ..models import Session, SessionQuerySet
 from ..scope import Scope
+from ..search_limits import search_timeout
 from ._common import MAX_INT64, _check_int
 from .sessions import session_queryset
 
@@ -198,6 +199,7 @@ def list_sessions_page(
             :func:`~cortex_sessions.services.session_queryset`).
         InvalidFilter: a bad ordering, filter, ``limit`` or ``cursor`` (a cursor of another
             ordering included); ``q`` without ``ordering``.
+        SearchTimeout: with ``q``, the search ran past ``SEARCH_TIMEOUT`` (docs/design.md §11.5).
     """
     if q is not None and ordering is None:
         raise _invalid(
@@ -215,4 +217,7 @@ def list_sessions_page(
         metadata=metadata,
         q=q,
     )
-    return paginate_keyset(queryset, cursor=cursor, limit=limit)
+    if q is None:
+        return paginate_keyset(queryset, cursor=cursor, limit=limit)
+    with search_timeout(queryset.db):
+        return paginate_keyset(queryset, cursor=cursor, limit=limit)

@@ -18,6 +18,7 @@ from ..metadata import check_metadata_filter, filter_by_metadata
 from ..models import Message, Session, SessionQuerySet
 from ..scope import Scope, canonical_of, scope_q
 from ..search import check_query, filter_sessions
+from ..search_limits import search_timeout
 from . import _pg
 from ._common import (
     _UNSET,
@@ -165,6 +166,7 @@ def list_sessions(
         InvalidAgentId, NulCharacter, InvalidText: a bad ``agent_id`` or filter text (as
             :func:`session_queryset`).
         InvalidFilter: a bad ordering, filter or page bound (as :func:`session_queryset`).
+        SearchTimeout: with ``q``, the search ran past ``SEARCH_TIMEOUT`` (docs/design.md §11.5).
     """
     _check_int(offset, field="offset", minimum=0)
     if limit is not None:
@@ -181,7 +183,10 @@ def list_sessions(
         q=q,
     )
     end = None if limit is None else offset + limit
-    return list(queryset[offset:end])
+    if q is None:
+        return list(queryset[offset:end])
+    with search_timeout(queryset.db):
+        return list(queryset[offset:end])
 
 
 def count_sessions(
@@ -202,6 +207,7 @@ def count_sessions(
         InvalidAgentId, NulCharacter, InvalidText: a bad ``agent_id`` or filter text (as
             :func:`session_queryset`).
         InvalidFilter: a bad filter (as :func:`session_queryset`).
+        SearchTimeout: with ``q``, the search ran past ``SEARCH_TIMEOUT`` (docs/design.md §11.5).
     """
     queryset = session_queryset(
         scope=scope,
@@ -220,6 +226,8 @@ def count_sessions(
             connection=connections[queryset.db],
             annotate=False,
         )
+        with search_timeout(queryset.db):
+            return int(queryset.order_by().count())
     return queryset.order_by().count()
 
 
