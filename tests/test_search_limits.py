@@ -1,6 +1,5 @@
 """What one message search may cost: at most ``MAX_QUERY_WORDS`` words, snippets made from the
-query's distinct words, and ``SEARCH_TIMEOUT`` (docs/design.md §11.5, docs/search.md "Limits";
-issue 31 item 1, ../shared/cases/search-cost.md).
+query's distinct words, and ``SEARCH_TIMEOUT`` (docs/design.md §11.5, docs/search.md "Limits").
 
 The time bounds below are generous (seconds, where a bounded search takes milliseconds): before
 the limits, the repeated-word query took about a minute on PostgreSQL and the hostile long
