@@ -153,7 +153,9 @@ def search_timeout(using: str) -> Iterator[None]:
 @contextmanager
 def _postgres_timeout(using: str, milliseconds: int) -> Iterator[None]:
     connection = connections[using]
-    nested = connection.in_atomic_block
+    # inside a caller's transaction (an atomic block, or autocommit turned off by hand) the
+    # local setting would outlive the block: it is put back after the search
+    nested = connection.in_atomic_block or not connection.get_autocommit()
     with transaction.atomic(using=using):
         with connection.cursor() as cursor:
             cursor.execute(
@@ -163,7 +165,7 @@ def _postgres_timeout(using: str, milliseconds: int) -> Iterator[None]:
             )
             row = cursor.fetchone()
         yield
-        if nested and row is not None:  # the caller's transaction keeps its own timeout
+        if nested and row is not None:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT set_config('statement_timeout', %s, true)", [row[0]])
 

@@ -41,8 +41,9 @@ searching = pytest.mark.skipif(
 ORG = "org=acme"
 BASE = "/api/cortex/sessions/"
 ORG_RESOLVER = "example_project.tenancy.resolver.org_scope_resolver"
-#: Seconds any hostile query may take, list + count + messages together (generous: bounded, each
-#: takes milliseconds; unbounded, the slowest took a minute).
+#: Seconds any hostile query may take, list + count + messages together (generous: bounded, the
+#: slowest takes about a second on a loaded 2-core machine; unbounded, the long-message query ran
+#: past the 10 s SEARCH_TIMEOUT and the 199-times repeated word took a minute).
 BOUND = 5.0
 
 
@@ -275,6 +276,24 @@ def test_a_search_within_search_timeout_is_answered_and_keeps_the_callers_timeou
         with connection.cursor() as cursor:
             cursor.execute("SHOW statement_timeout")
             assert cursor.fetchone()[0] == "123s"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="statement_timeout: PostgreSQL")
+def test_a_search_in_a_manually_managed_transaction_keeps_its_timeout():
+    session = conversation(ORG, "invoice")
+    transaction.set_autocommit(False)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL statement_timeout = '123s'")
+        with override_settings(CORTEX_SESSIONS={"SEARCH_TIMEOUT": 30}):
+            assert [s.pk for s in services.list_sessions(scope=ORG, q="invoice")] == [session.pk]
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW statement_timeout")
+            assert cursor.fetchone()[0] == "123s"
+    finally:
+        transaction.rollback()
+        transaction.set_autocommit(True)
 
 
 @pytest.mark.django_db
