@@ -35,6 +35,7 @@ from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.functions import Coalesce, Greatest, JSONObject
 
+from . import search_limits as limits
 from .content import check_json_value
 from .exceptions import InvalidFilter
 from .matches import START_MARK, STOP_MARK, SearchMatch, match_of
@@ -244,19 +245,20 @@ def search_vendor(connection: BaseDatabaseWrapper) -> str:
 
 #: What a query may not consist of only: ASCII spaces, tabs and line breaks.
 BLANK = " \t\n\r\f\v"
-#: The rules of :func:`check_query` as a JSON-schema (ECMA-262) pattern.
-QUERY_PATTERN = r"^[^\u0000]*[^\u0000\t\n\v\f\r ][^\u0000]*$"
+#: The rules of :func:`check_query` as a JSON-schema (ECMA-262) pattern (word limit included).
+QUERY_PATTERN = limits.QUERY_PATTERN
 
 
 def check_query(q: Any) -> str:
     """Validate a search query: a string of 1 to :data:`MAX_QUERY_CHARS` characters holding a
-    character other than :data:`BLANK`, no NUL and no lone surrogate.
+    character other than :data:`BLANK`, at most ``MAX_QUERY_WORDS`` (16) words
+    (:func:`~cortex_sessions.search_limits.query_words`), no NUL and no lone surrogate.
 
     Returns:
         ``q`` unchanged.
 
     Raises:
-        InvalidFilter: not a string, blank, or too long.
+        InvalidFilter: not a string, blank, too long, or of too many words.
         NulCharacter, InvalidText: NUL or a lone surrogate.
     """
     if not isinstance(q, str):
@@ -272,6 +274,8 @@ def check_query(q: Any) -> str:
         raise InvalidFilter(
             f"q is {len(q)} characters; at most {MAX_QUERY_CHARS} are allowed.", field="q"
         )
+    if limits.query_words(q) > limits.MAX_QUERY_WORDS:
+        raise InvalidFilter(limits.too_many_words_message(q), field="q")
     return q
 
 
@@ -343,10 +347,16 @@ class _Search:
         )
 
     def _headline(self, text: Any) -> models.Func:
+        """``ts_headline`` of ``text`` for the query's distinct words (bounded work)."""
+        distinct = _func(
+            limits.headline_query_sql("%(expressions)s"),
+            self._tsquery(),
+            output_field=models.TextField(),
+        )
         return _func(
             f"ts_headline({config_sql(self.config)}, %(expressions)s)",
             text,
-            self._tsquery(),
+            distinct,
             models.Value(HEADLINE_OPTIONS),
             output_field=models.TextField(),
         )

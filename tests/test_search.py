@@ -15,6 +15,7 @@ from django.db import connection
 from cortex_sessions import services
 from cortex_sessions.exceptions import InvalidFilter, NulCharacter, SessionNotFound
 from cortex_sessions.search import MAX_QUERY_CHARS
+from cortex_sessions.search_limits import MAX_QUERY_WORDS
 from tests.asyncio_support import async_test
 
 pytestmark = [
@@ -270,7 +271,7 @@ HOSTILE = [
     "-",
     "or",
     '"" or -',
-    " ".join(["word"] * 199)[:MAX_QUERY_CHARS],
+    " ".join(["word"] * MAX_QUERY_WORDS),  # 199 copies: too_long (tests/test_search_limits.py)
 ]
 
 
@@ -289,7 +290,8 @@ def test_a_hostile_query_is_an_answer_never_an_error_nor_match_all(q):
 
 def test_a_query_of_the_longest_length_is_answered():
     conversation(ALICE, "", ("user", "user", "invoice"))
-    q = ("invoice " * MAX_QUERY_CHARS)[:MAX_QUERY_CHARS]
+    q = " ".join(["invoice"] + ["y" * 60] * (MAX_QUERY_WORDS - 1))
+    q += "z" * (MAX_QUERY_CHARS - len(q))  # 1,000 characters in 16 words
 
     assert services.count_sessions(scope=ORG, filters=services.SessionFilters(q=q)) in (0, 1)
 

@@ -25,6 +25,7 @@ from cortex_sessions.exceptions import InvalidAgentId, InvalidFilter, InvalidTex
 from cortex_sessions.metadata import MAX_METADATA_FILTER_KEYS, check_metadata_filter
 from cortex_sessions.models import Session
 from cortex_sessions.search import BLANK, MAX_QUERY_CHARS, QUERY_PATTERN
+from cortex_sessions.search_limits import MAX_QUERY_WORDS, query_words, too_many_words_message
 
 from .exceptions import InvalidQuery
 from .serializers import AGENT_ID_PATTERN
@@ -110,8 +111,9 @@ class SearchQueryField(TextField):
         """Return the query unchanged.
 
         Raises:
-            ValidationError: NUL (``nul_character``), over ``MAX_QUERY_CHARS`` characters
-                (``too_long``), or only spaces, tabs and line breaks (``invalid``).
+            ValidationError: NUL (``nul_character``), over ``MAX_QUERY_CHARS`` characters or
+                ``MAX_QUERY_WORDS`` words (``too_long``), or only spaces, tabs and line breaks
+                (``invalid``).
         """
         text = super().to_python(value)
         if len(text) > MAX_QUERY_CHARS:
@@ -119,6 +121,8 @@ class SearchQueryField(TextField):
                 f"q is {len(text)} characters; at most {MAX_QUERY_CHARS} are allowed.",
                 code="too_long",
             )
+        if query_words(text) > MAX_QUERY_WORDS:
+            raise ValidationError(too_many_words_message(text), code="too_long")
         if text and not text.strip(BLANK):
             raise ValidationError(
                 "q must hold something besides spaces, tabs and line breaks.", code="invalid"
@@ -155,8 +159,8 @@ def parse_search_query(request: Any) -> str | None:
         The query, or ``None`` when the parameter is absent.
 
     Raises:
-        InvalidQuery: empty (an empty value is not a filter), NUL, too long or blank (400
-            ``invalid_filter``, the rule's code under ``q``).
+        InvalidQuery: empty (an empty value is not a filter), NUL, too long (characters or
+            words) or blank (400 ``invalid_filter``, the rule's code under ``q``).
     """
     if "q" not in request.query_params:
         return None

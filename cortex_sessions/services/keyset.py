@@ -28,6 +28,7 @@ from ..content import parse_json
 from ..exceptions import InvalidFilter
 from ..models import Session, SessionQuerySet
 from ..scope import Scope
+from ..search_limits import search_timeout
 from ._common import MAX_INT64, _check_int
 from .filters import SessionFilters, session_filters
 from .sessions import session_queryset
@@ -192,6 +193,8 @@ def list_sessions_page(
         InvalidFilter: a bad ordering, ``limit`` or ``cursor`` (a cursor of another ordering
             included); ``filters.q`` without ``ordering``, or on MySQL/MariaDB.
         TypeError: ``filters`` is not a ``SessionFilters`` (or ``None``).
+        SearchTimeout: with ``filters.q``, the search ran past ``SEARCH_TIMEOUT``
+            (docs/design.md §11.5).
     """
     filters = session_filters(filters)
     if filters.q is not None and ordering is None:
@@ -200,4 +203,5 @@ def list_sessions_page(
             "results ordered by rank page with limit and offset."
         )
     queryset = session_queryset(scope=scope, filters=filters, ordering=ordering)
-    return paginate_keyset(queryset, cursor=cursor, limit=limit)
+    with search_timeout(queryset.db, active=filters.q is not None):
+        return paginate_keyset(queryset, cursor=cursor, limit=limit)

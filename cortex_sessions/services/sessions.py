@@ -18,6 +18,7 @@ from ..metadata import filter_by_metadata
 from ..models import Message, Session, SessionQuerySet
 from ..scope import Scope, canonical_of, scope_q
 from ..search import filter_sessions
+from ..search_limits import search_timeout
 from . import _pg
 from ._common import (
     _UNSET,
@@ -146,13 +147,17 @@ def list_sessions(
         InvalidFilter: a bad ordering or page bound, or ``filters.q`` on MySQL/MariaDB (as
             :func:`session_queryset`).
         TypeError: ``filters`` is not a ``SessionFilters`` (or ``None``).
+        SearchTimeout: with ``filters.q``, the search ran past ``SEARCH_TIMEOUT``
+            (docs/design.md §11.5).
     """
     _check_int(offset, field="offset", minimum=0)
     if limit is not None:
         _check_int(limit, field="limit", minimum=0)
+    filters = session_filters(filters)
     queryset = session_queryset(scope=scope, filters=filters, ordering=ordering)
     end = None if limit is None else offset + limit
-    return list(queryset[offset:end])
+    with search_timeout(queryset.db, active=filters.q is not None):
+        return list(queryset[offset:end])
 
 
 def count_sessions(*, scope: Scope | str, filters: SessionFilters | None = None) -> int:
@@ -163,9 +168,13 @@ def count_sessions(*, scope: Scope | str, filters: SessionFilters | None = None)
         NoScope, InvalidScope.
         InvalidFilter: ``filters.q`` on MySQL/MariaDB.
         TypeError: ``filters`` is not a ``SessionFilters`` (or ``None``).
+        SearchTimeout: with ``filters.q``, the search ran past ``SEARCH_TIMEOUT``
+            (docs/design.md §11.5).
     """
-    queryset = _filtered(scope, session_filters(filters), annotate=False)
-    return queryset.order_by().count()
+    filters = session_filters(filters)
+    queryset = _filtered(scope, filters, annotate=False)
+    with search_timeout(queryset.db, active=filters.q is not None):
+        return queryset.order_by().count()
 
 
 def get_session(
