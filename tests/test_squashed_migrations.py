@@ -1,5 +1,6 @@
 """The squashed migrations (docs/design.md §4): ``0001_squashed_0011_sessions`` and
-``0012_squashed_0018_search_and_functions`` replace the pre-release originals.
+``0012_squashed_0018_search_and_functions`` replace the pre-release originals, and the ADK
+app's ``0001_squashed_0003_adk_state`` its three.
 
 - A new database migrated through the squashes has the schema of one migrated through the
   originals: tables, columns, indexes, constraints and, on PostgreSQL, the functions' and
@@ -53,6 +54,13 @@ ORIGINALS = (
     "0017_get_and_resolve_functions",
     "0018_drop_pre_release_append_functions",
 )
+ADK = "cortex_adk"
+ADK_SQUASH = "0001_squashed_0003_adk_state"
+ADK_ORIGINALS = (
+    "0001_adk_sessions_and_state",
+    "0002_tenant_keyed_shared_state",
+    "0003_tenant_unique_session_ids",
+)
 SCOPE = "org=acme/user=1"
 
 
@@ -75,6 +83,10 @@ def test_the_squashes_replace_every_original_in_order():
         name for squash in SQUASHES for _, name in loader.disk_migrations[(APP, squash)].replaces
     ]
     assert replaced == list(ORIGINALS)
+    on_disk = sorted(name for app, name in loader.disk_migrations if app == ADK)
+    assert on_disk == sorted((*ADK_ORIGINALS, ADK_SQUASH))
+    replaced = [name for _, name in loader.disk_migrations[(ADK, ADK_SQUASH)].replaces]
+    assert replaced == list(ADK_ORIGINALS)
 
 
 def _sql(operation: Any) -> list[str]:
@@ -99,6 +111,12 @@ def test_the_squashes_create_each_table_index_and_function_once():
     statements = [sql for operation in operations for sql in _sql(operation)]
     functions = re.findall(r"CREATE OR REPLACE FUNCTION (\w+)\(", "\n".join(statements))
     assert sorted(functions) == sorted([_pg.APPEND_ONE, _pg.GET, _pg.RESOLVE])
+    adk = loader.disk_migrations[(ADK, ADK_SQUASH)].operations
+    assert [(type(op).__name__, op.name) for op in adk] == [
+        ("CreateModel", "AdkAppState"),
+        ("CreateModel", "AdkUserState"),
+        ("CreateModel", "AdkSession"),
+    ]
 
 
 def test_the_squash_holds_the_function_sql_the_code_describes():
@@ -128,7 +146,9 @@ def _schema() -> dict[str, Any]:
     introspection = connection.introspection
     with connection.cursor() as cursor:
         tables = sorted(
-            name for name in introspection.table_names(cursor) if name.startswith(f"{APP}_")
+            name
+            for name in introspection.table_names(cursor)
+            if name.startswith((f"{APP}_", f"{ADK}_"))
         )
         for table in tables:
             columns = [
@@ -176,30 +196,30 @@ def restore():
 def test_a_new_database_through_the_squashes_has_the_schema_of_the_originals(restore):
     _migrate_app_to_zero()
     executor = MigrationExecutor(connection)
-    targets = executor.loader.graph.leaf_nodes(APP)
+    targets = executor.loader.graph.leaf_nodes(APP) + executor.loader.graph.leaf_nodes(ADK)
     plan = executor.migration_plan(targets)
     assert [(migration.name, backwards) for migration, backwards in plan] == [
-        (name, False) for name in SQUASHES
+        (name, False) for name in (*SQUASHES, ADK_SQUASH)
     ]
     executor.migrate(targets)
     squashed = _schema()
-    assert set(squashed) >= {f"{APP}_session", f"{APP}_message"}
+    assert set(squashed) >= {f"{APP}_session", f"{APP}_message", f"{ADK}_adksession"}
     if connection.vendor == "postgresql":
         assert {name for name, _ in squashed["functions"]} == {_pg.APPEND_ONE, _pg.GET, _pg.RESOLVE}
 
     _migrate_app_to_zero()
     executor = MigrationExecutor(connection)
     originals_only(executor.loader)
-    targets = executor.loader.graph.leaf_nodes(APP)
+    targets = executor.loader.graph.leaf_nodes(APP) + executor.loader.graph.leaf_nodes(ADK)
     plan = executor.migration_plan(targets)
     assert [(migration.name, backwards) for migration, backwards in plan] == [
-        (name, False) for name in ORIGINALS
+        (name, False) for name in (*ORIGINALS, *ADK_ORIGINALS)
     ]
     executor.migrate(targets)
     assert _schema() == squashed
     # Every original applied: Django records the squashes as applied too.
     applied = MigrationRecorder(connection).applied_migrations()
-    assert all((APP, name) in applied for name in SQUASHES)
+    assert all((APP, name) in applied for name in SQUASHES) and (ADK, ADK_SQUASH) in applied
 
 
 # -- databases migrated by earlier commits -----------------------------------------------------
