@@ -95,6 +95,7 @@ def test_readme_has_the_settings_and_urls_a_host_needs():
     assert 'include("cortex_sessions.api.urls")' in snippets["urls.py"]
     assert "SpectacularAPIView" in snippets["urls.py"]
     assert "SpectacularSwaggerView" in snippets["urls.py"]
+    assert 'path("api/auth/", include("rest_framework.urls"))' in snippets["urls.py"]
 
 
 def test_check_passes_and_spectacular_writes_a_valid_schema(host):
@@ -127,6 +128,20 @@ def test_the_api_serves_a_user_at_their_scope(server):
     status, anonymous = client.json("/api/cortex/sessions/")
     assert status in (401, 403)
     assert anonymous["code"] in ("not_authenticated", "no_scope")
+
+
+def test_the_api_log_in_route_gives_a_cookie_the_api_takes(server):
+    """README's ``api/auth/`` route: DRF's log-in page, whose session cookie the API (and so
+    Swagger UI's "Try it out") authenticates with."""
+    client = Browser(server.base)
+
+    status, url, _page = client.form_login("/api/auth/login/?next=/api/docs/", "admin", PASSWORD)
+    assert status == 200
+    assert url.endswith("/api/docs/")
+    status, listing = client.json("/api/cortex/sessions/")
+
+    assert status == 200, listing
+    assert "count" in listing
 
 
 def test_the_schema_is_served(server):
