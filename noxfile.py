@@ -75,9 +75,9 @@ def psycopg2(session: nox.Session) -> None:
     """The suite on PostgreSQL through psycopg 2 (Django 5.2): with only psycopg 2 installed
     the app serves its hot paths with the ORM (``services._pg.enabled``). The database is
     ``CI_PSYCOPG2_URL`` (default: a ``cortex_sessions_psycopg2`` database on the local
-    server); the runtime adapters and the demo are installed too (so their tests, and the
-    browser tests' demo data, run here), and the bench's tests, which drive psycopg 3, skip."""
-    session.install("-e", ".[test,demo,openai-agents,adk]", "psycopg2-binary", DJANGO["5.2"])
+    server); the runtime adapters, schemathesis and the demo are installed too (so their tests
+    run here), and the bench's tests, which drive psycopg 3, skip."""
+    session.install("-e", ".[test,fuzz,demo,openai-agents,adk]", "psycopg2-binary", DJANGO["5.2"])
     session.run("python", "-m", "pip", "uninstall", "--yes", "--quiet", "psycopg", "psycopg-binary")
     session.run(
         "python",
