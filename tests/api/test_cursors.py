@@ -1,5 +1,5 @@
 """Keyset cursors a client makes up: never a 5xx, always a page or 400 ``invalid_filter``
-(docs/design.md §14.3; issue 31 item 4, ``cursor-500.md``).
+(docs/design.md §14.3).
 
 A cursor is opaque, but it arrives from the client: every value one can hold — undecodable
 text, JSON of the wrong shape or type, a lone surrogate, a datetime that leaves the calendar when
