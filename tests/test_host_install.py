@@ -92,6 +92,7 @@ def test_readme_has_the_settings_and_urls_a_host_needs():
 
     assert '"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"' in snippets["settings.py"]
     assert '"drf_spectacular_sidecar"' in snippets["settings.py"]
+    assert '"cortex_sessions.middleware.NulCredentialsMiddleware"' in snippets["settings.py"]
     assert 'include("cortex_sessions.api.urls")' in snippets["urls.py"]
     assert "SpectacularAPIView" in snippets["urls.py"]
     assert "SpectacularSwaggerView" in snippets["urls.py"]

@@ -41,6 +41,7 @@ from cortex_sessions.references import service as references
 from cortex_sessions.scope import Scope
 from cortex_sessions.search_limits import search_timeout
 
+from .authentication import authenticate
 from .exceptions import InvalidQuery, ReferencesNotAllowed, exception_handler
 from .filters import (
     SEARCH_QUERY_HELP,
@@ -401,6 +402,12 @@ class CortexAPIMixin(_ViewBase):
         repeated = sorted(name for name, values in request.query_params.lists() if len(values) > 1)
         if repeated:
             raise InvalidQuery.repeated(repeated)
+
+    def perform_authentication(self, request: Request) -> None:
+        """DRF's authentication, refusing credentials no database can be asked about (a NUL
+        byte) as 401/403 ``authentication_failed``: see
+        :func:`cortex_sessions.api.authentication.authenticate`."""
+        authenticate(request)
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         """DRF's checks (authentication, permissions, throttles), then the query parameters."""
