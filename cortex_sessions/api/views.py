@@ -97,7 +97,9 @@ _ERROR_TEXT = {
     "application/merge-patch+json).",
     422: "`idempotency_key_reused`: the Idempotency-Key was used with another body.",
     503: "`database_unavailable` (with Retry-After): a transient database fault rolled the "
-    "request back; nothing was written.",
+    "request back; nothing was written. `write_outcome_unknown` (with Retry-After): the "
+    "connection failed while the write was committed, so it may be stored; retry with the same "
+    "Idempotency-Key, or read back first.",
 }
 
 #: Error descriptions of the session-reference endpoints (docs/design.md §8.8, §8.9).
@@ -114,7 +116,9 @@ _REFERENCE_ERROR_TEXT = {
     500: "`SESSION_REFERENCE_INVALID_CONFIG`: the server's reference settings are invalid "
     "(not caused by the request).",
     503: "`SESSION_REFERENCE_CANCELLED`: preparing the references ran past the server's deadline; "
-    "`database_unavailable` (with Retry-After): a transient database fault.",
+    "`database_unavailable` (with Retry-After): a transient database fault; "
+    "`write_outcome_unknown` (with Retry-After): the connection failed while the write was "
+    "committed, so it may be stored.",
 }
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple, cast
 
-from django.db import connections, transaction
+from django.db import connections
 from django.db.models import F
 from django.utils import timezone
 
@@ -38,6 +38,7 @@ from ._common import (
     _locked_session,
     _send_on_commit,
     _session_id,
+    _write_transaction,
 )
 from .idempotency import fingerprint, run_once
 from .sessions import get_session
@@ -278,7 +279,7 @@ def _append_rows(
     if _pg.serves(alias):  # one statement (docs/design.md §14)
         texts = [(message.content_json, message.metadata_json) for message in built]
         return _append_pg(alias, scope, session_id, rows, texts, now)
-    with transaction.atomic(using=alias):
+    with _write_transaction(alias):
         session = _check_live(_locked_session(scope, session_id))
         created = Message.objects.bulk_create(
             Message(
@@ -422,7 +423,7 @@ def delete_message(*, scope: Scope | str, session_id: uuid.UUID | str, seq: int)
         InvalidFilter: ``seq`` is not an integer ``>= 1``.
     """
     _check_int(seq, field="seq", minimum=1)
-    with transaction.atomic(using=_db_for_write()):
+    with _write_transaction(_db_for_write()):
         session = _check_live(_locked_session(scope, session_id))
         deleted, _ = Message.objects.filter(session=session, seq=seq).delete()
         if not deleted:
@@ -446,7 +447,7 @@ def clear_messages(*, scope: Scope | str, session_id: uuid.UUID | str) -> int:
         NoScope, InvalidScope, SessionNotFound.
         SessionArchived: the session is archived (docs/design.md §11.2).
     """
-    with transaction.atomic(using=_db_for_write()):
+    with _write_transaction(_db_for_write()):
         session = _check_live(_locked_session(scope, session_id))
         deleted, _ = Message.objects.filter(session=session).delete()
         Session.objects.filter(pk=session.pk).update(
