@@ -222,6 +222,8 @@ def append_messages(
         EmptyContent, MessageTooLarge, NulCharacter, InvalidMetadata): bad input.
         InvalidIdempotencyKey: a malformed key.
         IdempotencyKeyReused: the key was used with other messages or another session.
+        IdempotencyKeyInProgress: a call with the key still ran past the lock wait timeout.
+        WriteOutcomeUnknown: the commit failed and may have been carried out (§12.3).
     """
     if type(messages) is not list and (  # a list, the usual case, skips the ABC checks
         isinstance(messages, Mapping | MessageInput) or not isinstance(messages, Sequence)

@@ -289,7 +289,9 @@ def create_session(
         DefaultConflict: ``is_default`` and the agent already has a default at ``scope``.
         InvalidIdempotencyKey: a malformed key.
         IdempotencyKeyReused: the key was used with other fields.
+        IdempotencyKeyInProgress: a call with the key still ran past the lock wait timeout.
         SessionNotFound: a replay whose session has been deleted since.
+        WriteOutcomeUnknown: the commit failed and may have been carried out (§12.3).
     """
     canonical = canonical_of(scope)
     values = {
