@@ -229,3 +229,19 @@ def test_a_deadlock_on_the_key_is_retried_and_writes_once(api, alice_scope):
     assert response.status_code == 201, response.content
     assert Message.objects.count() == 1
     assert IdempotencyKey.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_the_schema_declares_the_new_codes_on_every_keyed_operation(settings, client):
+    settings.ROOT_URLCONF = "example_project.urls"
+    paths = client.get("/api/schema/", {"format": "json"}).json()["paths"]
+    keyed = [
+        "/api/cortex/sessions/",
+        "/api/cortex/sessions/{id}/messages/",
+        "/api/cortex/sessions/{id}/fork/",
+        "/api/cortex/sessions/{id}/messages/pop/",
+    ]
+    for path in keyed:
+        responses = paths[path]["post"]["responses"]
+        assert "idempotency_key_in_progress" in responses["409"]["description"], path
+        assert "write_outcome_unknown" in responses["503"]["description"], path
