@@ -16,6 +16,7 @@ from django.db import DatabaseError, IntegrityError, InterfaceError, Operational
 __all__ = [
     "RETRY_AFTER_SECONDS",
     "commit_was_refused",
+    "is_answer_lost",
     "is_deadlock",
     "is_lock_wait_timeout",
     "is_transient_database_error",
@@ -154,3 +155,25 @@ def commit_was_refused(exc: BaseException) -> bool:
     text = str(exc.__cause__ or exc).lower()
     module = type(exc.__cause__ or exc).__module__ or ""
     return module.startswith("sqlite3") and any(f in text for f in _SQLITE_TRANSIENT_TEXT)
+
+
+def is_answer_lost(exc: BaseException) -> bool:
+    """Whether the connection failed without the server's answer to the statement in flight:
+    psycopg's bare ``OperationalError`` (no SQLSTATE: the server closed the connection, the
+    network failed). A statement sent in autocommit mode may then have been carried out and
+    committed, or not (docs/design.md §12.3).
+
+    Args:
+        exc: any exception; a Django ``DatabaseError`` is inspected with its ``__cause__``.
+
+    Returns:
+        ``True`` for such a psycopg error; ``False`` otherwise (an error the server answered
+        with means the statement, and its autocommit transaction, failed).
+    """
+    if not isinstance(exc, OperationalError):
+        return False
+    cause = exc.__cause__ or exc
+    module = type(cause).__module__ or ""
+    return module.startswith("psycopg") and not (
+        getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+    )

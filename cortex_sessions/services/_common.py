@@ -25,7 +25,7 @@ from ..exceptions import (
     ValueTooLong,
     WriteOutcomeUnknown,
 )
-from ..faults import commit_was_refused, is_deadlock
+from ..faults import commit_was_refused, is_answer_lost, is_deadlock
 from ..models import Session
 from ..scope import Scope
 
@@ -272,6 +272,31 @@ def _write_transaction(using: str) -> Iterator[None]:
             logger.warning("The commit of a write failed; its outcome is unknown: %s", exc)
             raise WriteOutcomeUnknown() from exc
         raise
+
+
+@contextmanager
+def _autocommit_write(using: str) -> Iterator[None]:
+    """Around one write statement that commits itself (autocommit mode; the one-statement
+    append of docs/design.md §14): a connection that fails without the server's answer
+    (:func:`~cortex_sessions.faults.is_answer_lost`) may have committed it, so the fault is
+    raised as :class:`~cortex_sessions.exceptions.WriteOutcomeUnknown`, as a fault in a
+    COMMIT is by :func:`_write_transaction`. Inside a caller's transaction the statement
+    commits nothing (a lost connection rolls that transaction back): nothing is converted.
+
+    Raises:
+        WriteOutcomeUnknown: the answer was lost (chained to the database error).
+        Whatever the block raises, otherwise unchanged.
+    """
+    if _in_callers_transaction(using):
+        yield
+        return
+    try:
+        yield
+    except DatabaseError as exc:
+        if not is_answer_lost(exc):
+            raise
+        logger.warning("A self-committing write lost its answer; its outcome is unknown: %s", exc)
+        raise WriteOutcomeUnknown() from exc
 
 
 def _manages_transactions_by_hand(using: str) -> bool:

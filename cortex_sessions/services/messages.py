@@ -30,6 +30,7 @@ from ..scope import Scope, canonical_of
 from ..search import check_query, filter_messages
 from . import _pg
 from ._common import (
+    _autocommit_write,
     _check_int,
     _check_live,
     _check_metadata,
@@ -331,15 +332,16 @@ def _append_pg(
             break
     pk = _session_id(session_id)
     for attempt in range(2):
-        appended = _pg.append_rows(
-            alias,
-            canonical=canonical,
-            session_id=pk,
-            rows=rows,
-            json_texts=texts,
-            last_message=last,
-            updated_at=now if attempt == 0 else timezone.now(),
-        )
+        with _autocommit_write(alias):
+            appended = _pg.append_rows(
+                alias,
+                canonical=canonical,
+                session_id=pk,
+                rows=rows,
+                json_texts=texts,
+                last_message=last,
+                updated_at=now if attempt == 0 else timezone.now(),
+            )
         if appended is not None:
             break
         # Nothing written: the statement only appends to a live session in scope. Tell a

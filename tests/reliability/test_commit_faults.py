@@ -193,3 +193,51 @@ def test_inside_a_callers_transaction_the_commit_and_its_fault_are_the_callers(a
         services.create_session(scope=alice_scope, agent_id="a")
 
     assert not isinstance(info.value, WriteOutcomeUnknown)
+
+
+@contextmanager
+def fault_at_append_statement(*, after_real_call: bool, answered: bool) -> Iterator[list[str]]:
+    """Fail the one-statement append (PostgreSQL, autocommit) once: after the server ran and
+    committed it, the answer lost (a bare psycopg error); or before, with the server's answer
+    (``admin_shutdown``: the statement never ran)."""
+    failed: list[str] = []
+
+    def wrapper(execute, sql, params, many, context):
+        if failed or "cortex_sessions_append" not in sql:  # _pg.APPEND_ONE: one message
+            return execute(sql, params, many, context)
+        failed.append(sql)
+        if after_real_call:
+            execute(sql, params, many, context)
+        database = connection.Database
+        exc = (
+            database.errors.AdminShutdown("terminating connection")
+            if answered
+            else database.OperationalError("server closed the connection unexpectedly")
+        )
+        with connection.wrap_database_errors:
+            raise exc
+
+    with connection.execute_wrapper(wrapper):
+        yield failed
+
+
+@pytest.mark.postgres_only
+def test_a_lost_answer_to_the_one_statement_append_is_write_outcome_unknown(api, alice_scope):
+    session = services.create_session(scope=alice_scope, agent_id="a")
+    with fault_at_append_statement(after_real_call=True, answered=False) as failed:
+        response = api.post(session_url(session.pk, "messages/"), MESSAGE, format="json")
+
+    assert failed
+    assert_503(response, "write_outcome_unknown")
+    assert Message.objects.filter(session=session).count() == 1
+
+
+@pytest.mark.postgres_only
+def test_a_one_statement_append_the_server_refused_is_database_unavailable(api, alice_scope):
+    session = services.create_session(scope=alice_scope, agent_id="a")
+    with fault_at_append_statement(after_real_call=False, answered=True) as failed:
+        response = api.post(session_url(session.pk, "messages/"), MESSAGE, format="json")
+
+    assert failed
+    assert_503(response, "database_unavailable")
+    assert not Message.objects.exists()
