@@ -185,9 +185,10 @@ def metadata_plan(sessions: int) -> tuple[str, float, int]:
     )
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE cortex_sessions_session")
+    filters = services.SessionFilters(metadata={"team": "team-7"})
     with transaction.atomic(), CaptureQueriesContext(connection) as captured:
         started = time.perf_counter()
-        count = services.count_sessions(scope=SCOPE, metadata={"team": "team-7"})
+        count = services.count_sessions(scope=SCOPE, filters=filters)
         elapsed = (time.perf_counter() - started) * 1000
     sql = captured.captured_queries[-1]["sql"]
     with connection.cursor() as cursor:
@@ -234,7 +235,10 @@ def main() -> None:
             )
         print(f"-- metadata filter over {args.sessions:,} sessions")
         plan, elapsed, count = metadata_plan(args.sessions)
-        print(f"count_sessions(metadata={{'team': 'team-7'}}) = {count} in {elapsed:.1f} ms")
+        print(
+            "count_sessions(filters=SessionFilters(metadata={'team': 'team-7'})) "
+            f"= {count} in {elapsed:.1f} ms"
+        )
         print(plan)
     finally:
         Session.objects.filter(scope=SCOPE).delete()

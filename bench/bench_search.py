@@ -10,8 +10,8 @@ Prints figures; it is not a test. Run from the repository root against a databas
   50 ms (``lock_timeout`` 100 ms): the time of each DDL statement and the longest stretch during
   which writes were refused, i.e. how long the migration locked the table for writes.
 - Searches inside one org's scope (``org=o1``, a tenth of the data) and one user's, through
-  the service: ``list_sessions(q=…, limit=50)`` (the page, snippets included) and the
-  ``count_sessions(q=…)`` an API page also makes, each against hand-written SQL for the same
+  the service: ``list_sessions(filters=SessionFilters(q=…), limit=50)`` (the page, snippets
+  included) and the ``count_sessions(filters=SessionFilters(q=…))`` an API page also makes, each against hand-written SQL for the same
   work sent with psycopg (the floor); median and p95 of ``--runs`` runs, and the
   ``EXPLAIN (ANALYZE, BUFFERS)`` plan of the service's page query. The generated corpus has only 61 distinct words, each in a large share of messages,
   so the script first writes a few messages with rare words (a realistic "that conversation
@@ -164,20 +164,21 @@ def plant_needles() -> list[Any]:
 
 
 def time_service(scope: str, q: str, runs: int) -> tuple[list[float], list[float], int, list[str]]:
-    """Milliseconds of ``list_sessions(q=…, limit=50)`` (the page) and of
-    ``count_sessions(q=…)`` at ``scope``; the count; the SQL of both."""
+    """Milliseconds of ``list_sessions(filters=SessionFilters(q=…), limit=50)`` (the page) and
+    of ``count_sessions(filters=SessionFilters(q=…))`` at ``scope``; the count; the SQL of both."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     from cortex_sessions import services
 
+    filters = services.SessionFilters(q=q)
     pages, counts, count, sql = [], [], 0, []
     for _ in range(runs):
         with CaptureQueriesContext(connection) as captured:
             started = time.perf_counter()
-            page = services.list_sessions(scope=scope, q=q, limit=50)
+            page = services.list_sessions(scope=scope, filters=filters, limit=50)
             middle = time.perf_counter()
-            count = services.count_sessions(scope=scope, q=q)
+            count = services.count_sessions(scope=scope, filters=filters)
             pages.append((middle - started) * 1000)
             counts.append((time.perf_counter() - middle) * 1000)
         sql = [query["sql"] for query in captured.captured_queries]

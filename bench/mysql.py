@@ -330,10 +330,11 @@ def run(url: str, scale: Scale, reps: int) -> dict[str, Any]:
         ("list prefix (org)", orgs, False),
         ("list exact", leaves, True),
     ):
+        filters = services.SessionFilters(exact=exact)
         op(
             name,
             TARGETS["list"],
-            lambda s, exact=exact: services.list_sessions(scope=s, exact=exact, limit=50),
+            lambda s, f=filters: services.list_sessions(scope=s, filters=f, limit=50),
             lambda s, exact=exact: floor_list(base, scope=s, exact=exact),
             scopes,
             "page of 50, -updated_at",
@@ -343,10 +344,11 @@ def run(url: str, scale: Scale, reps: int) -> dict[str, Any]:
         ("count prefix (org)", orgs, False),
         ("count exact", leaves, True),
     ):
+        filters = services.SessionFilters(exact=exact)
         op(
             name,
             None,
-            lambda s, exact=exact: services.count_sessions(scope=s, exact=exact),
+            lambda s, f=filters: services.count_sessions(scope=s, filters=f),
             lambda s, exact=exact: floor_count(base, scope=s, exact=exact),
             scopes,
         )

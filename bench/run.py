@@ -617,10 +617,11 @@ def run_all(
         ("list prefix + default_only", fx["projects"], {"default_only": True}),
     ]
     for name, scopes, kwargs in lists:
+        filters = services.SessionFilters(**kwargs)
         read_op(
             name,
             TARGETS["list"],
-            lambda s, kw=kwargs: services.list_sessions(scope=s, limit=50, **kw),
+            lambda s, f=filters: services.list_sessions(scope=s, filters=f, limit=50),
             lambda s, kw=kwargs: floor.list_sessions(base, scope=s, limit=50, **kw),
             scopes,
             "page of 50, -updated_at",
@@ -653,10 +654,11 @@ def run_all(
         ("count exact", fx["leaves"], {"exact": True}),
     ]
     for name, scopes, kwargs in counts:
+        filters = services.SessionFilters(**kwargs)
         read_op(
             name,
             None,
-            lambda s, kw=kwargs: services.count_sessions(scope=s, **kw),
+            lambda s, f=filters: services.count_sessions(scope=s, filters=f),
             lambda s, kw=kwargs: floor.count_sessions(base, scope=s, **kw),
             scopes,
         )

@@ -12,6 +12,7 @@ IDs:
 - ``cortex_sessions.E010``: ``PREPARED_STATEMENTS`` is not ``True`` or ``False``.
 - ``cortex_sessions.E012``: ``IDEMPOTENCY_TTL`` is not a positive integer (seconds).
 - ``cortex_sessions.E013``: ``SEARCH_CONFIG`` is not a text search configuration name.
+- ``cortex_sessions.E017``: ``SEARCH_TIMEOUT`` is not a positive, finite number of seconds.
 - ``cortex_sessions.E014`` (database check): PostgreSQL has no text search configuration
   ``SEARCH_CONFIG`` (``pg_ts_config``), so message search cannot parse a query.
 - ``cortex_sessions.W002`` (database check): the message search column was built with another
@@ -30,6 +31,7 @@ Database checks run where Django runs them: ``manage.py migrate`` and ``manage.p
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
@@ -53,6 +55,10 @@ _POSITIVE_INTS = (
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 @register(Tags.compatibility)
@@ -163,6 +169,17 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 hint="Use e.g. 'simple' (the default) or 'english' (letters, digits, '_', "
                 "optionally 'schema.name').",
                 id="cortex_sessions.E013",
+            )
+        )
+
+    timeout = app_settings.SEARCH_TIMEOUT
+    if not _is_number(timeout) or not 0 < timeout < math.inf:
+        errors.append(
+            Error(
+                f"CORTEX_SESSIONS['SEARCH_TIMEOUT'] is {timeout!r}; message search needs the "
+                "seconds a search statement may run before it is cancelled.",
+                hint="Use a positive number of seconds, e.g. 10 (the default) or 2.5.",
+                id="cortex_sessions.E017",
             )
         )
     return errors

@@ -38,6 +38,7 @@ DEFAULTS: dict[str, Any] = {
     "IDEMPOTENCY_TTL": 86_400,
     "SEARCH_CONFIG": "simple",
     "SEARCH_CANDIDATES": 1000,
+    "SEARCH_TIMEOUT": 10,
 }
 
 
@@ -144,6 +145,14 @@ class AppSettings:
         stops growing, so a word found in every other message costs what a rare one costs
         (docs/design.md §11.5, docs/search.md)."""
         return cast(int, self._get("SEARCH_CANDIDATES"))  # validated by the system checks
+
+    @property
+    def SEARCH_TIMEOUT(self) -> float:
+        """Seconds one message search statement may run before the database cancels it
+        (default 10; a positive number, fractions allowed): past it the search fails with
+        ``SearchTimeout``, the API's 503 ``search_timeout`` (docs/design.md §11.5,
+        docs/search.md)."""
+        return cast(float, self._get("SEARCH_TIMEOUT"))  # validated by the system checks
 
 
 app_settings = AppSettings()

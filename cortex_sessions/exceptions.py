@@ -6,6 +6,7 @@ layer (``cortex_sessions.api``) does, so the core stays free of DRF (docs/design
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "NulCharacter",
     "ScopeError",
     "ScopeForbidden",
+    "SearchTimeout",
     "SessionArchived",
     "SessionNotFound",
     "ValueTooLong",
@@ -269,3 +271,38 @@ class WriteOutcomeUnknown(CortexSessionsError):
         "have been stored. Retry with the same Idempotency-Key (it answers the stored outcome "
         "if there is one), or read back before writing again."
     )
+
+
+# -- search (docs/design.md §11.5) ----------------------------------------------------------------
+
+
+class SearchTimeout(CortexSessionsError):
+    """A message search statement ran past ``SEARCH_TIMEOUT`` and the database cancelled it
+    (:func:`cortex_sessions.search_limits.search_timeout`); nothing is left running and the
+    connection stays usable. The API answers 503 ``search_timeout`` with ``Retry-After``.
+
+    Attributes:
+        seconds: the ``SEARCH_TIMEOUT`` that was exceeded (also in ``params``).
+        retry_after: whole seconds a client is asked to wait before sending the search again
+            (the timeout rounded up, at least 1): a client that waits so long keeps at most
+            about one search statement running.
+    """
+
+    code = "search_timeout"
+    default_message = (
+        "The search took longer than the server allows and was cancelled; narrow it (fewer "
+        "or rarer words, a narrower scope, agent_id) or retry later."
+    )
+
+    def __init__(self, message: str | None = None, *, seconds: Any = None, **params: Any):
+        if message is None and seconds is not None:
+            message = (
+                f"The search took longer than SEARCH_TIMEOUT ({seconds} s) and was cancelled; "
+                "narrow it (fewer or rarer words, a narrower scope, agent_id) or retry later."
+            )
+        super().__init__(message, seconds=seconds, **params)
+        self.seconds = seconds
+        try:
+            self.retry_after = max(1, math.ceil(float(seconds)))
+        except (TypeError, ValueError, OverflowError):
+            self.retry_after = 1

@@ -20,8 +20,8 @@ from .constraints import PartialIndex, PartialUniqueConstraint
 from .content import content_text
 from .counters import CONVERSATION_Q
 from .fields import ExactCharField, ScopeField
+from .matches import SearchMatch, match_of
 from .scope import Scope, scope_q
-from .search import SearchMatch, match_of
 
 __all__ = [
     "EDITABLE_SESSION_FIELDS",

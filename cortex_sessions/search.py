@@ -21,16 +21,13 @@ SQLite: a case-insensitive substring of the same text (ASCII letters fold, as SQ
 MySQL/MariaDB: no search; a query is refused with ``InvalidFilter`` (400 ``invalid_filter``),
 never answered as "match all" (docs/design.md §15).
 
-Snippets are safe to insert as HTML: the text is HTML-escaped and each hit wrapped in
-``<mark>…</mark>``, the only markup a snippet holds.
+Why a row matched (:class:`SearchMatch`, its HTML-safe snippet) is read by
+:mod:`cortex_sessions.matches`, which the models import instead of this module.
 """
 
 from __future__ import annotations
 
-import html
-import json
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -38,8 +35,10 @@ from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.functions import Coalesce, Greatest, JSONObject
 
+from . import search_limits as limits
 from .content import check_json_value
 from .exceptions import InvalidFilter
+from .matches import START_MARK, STOP_MARK, SearchMatch, match_of
 
 __all__ = [
     "INDEXED_CHARS",
@@ -72,8 +71,6 @@ MAX_QUERY_CHARS = 1000
 #: Characters of a message's text that PostgreSQL indexes (and ``ts_headline`` reads): a
 #: ``tsvector`` holds at most 1 MiB, which a 1 MiB message of distinct words would exceed.
 INDEXED_CHARS = 100_000
-#: Characters of context on each side of the hit in a SQLite snippet.
-SNIPPET_CONTEXT_CHARS = 60
 
 MESSAGE_TABLE = "cortex_sessions_message"
 SESSION_TABLE = "cortex_sessions_session"
@@ -81,10 +78,6 @@ SESSION_TABLE = "cortex_sessions_session"
 #: A text search configuration name, optionally schema-qualified; interpolated into SQL, so
 #: nothing else is accepted.
 CONFIG_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}(?:\.[A-Za-z_][A-Za-z0-9_]{0,62})?")
-
-#: Private-use characters that mark a hit inside the database's snippet before it is escaped;
-#: removed from the text first, so a message cannot forge a mark.
-START_MARK, STOP_MARK = "\ue000", "\ue001"
 
 #: The strings of the message's text blocks, as a JSON array (jsonpath, IMMUTABLE).
 _TEXTS = (
@@ -252,19 +245,20 @@ def search_vendor(connection: BaseDatabaseWrapper) -> str:
 
 #: What a query may not consist of only: ASCII spaces, tabs and line breaks.
 BLANK = " \t\n\r\f\v"
-#: The rules of :func:`check_query` as a JSON-schema (ECMA-262) pattern.
-QUERY_PATTERN = r"^[^\u0000]*[^\u0000\t\n\v\f\r ][^\u0000]*$"
+#: The rules of :func:`check_query` as a JSON-schema (ECMA-262) pattern (word limit included).
+QUERY_PATTERN = limits.QUERY_PATTERN
 
 
 def check_query(q: Any) -> str:
     """Validate a search query: a string of 1 to :data:`MAX_QUERY_CHARS` characters holding a
-    character other than :data:`BLANK`, no NUL and no lone surrogate.
+    character other than :data:`BLANK`, at most ``MAX_QUERY_WORDS`` (16) words
+    (:func:`~cortex_sessions.search_limits.query_words`), no NUL and no lone surrogate.
 
     Returns:
         ``q`` unchanged.
 
     Raises:
-        InvalidFilter: not a string, blank, or too long.
+        InvalidFilter: not a string, blank, too long, or of too many words.
         NulCharacter, InvalidText: NUL or a lone surrogate.
     """
     if not isinstance(q, str):
@@ -280,57 +274,9 @@ def check_query(q: Any) -> str:
         raise InvalidFilter(
             f"q is {len(q)} characters; at most {MAX_QUERY_CHARS} are allowed.", field="q"
         )
+    if limits.query_words(q) > limits.MAX_QUERY_WORDS:
+        raise InvalidFilter(limits.too_many_words_message(q), field="q")
     return q
-
-
-@dataclass(frozen=True)
-class SearchMatch:
-    """Why a session or message matched a query (docs/design.md §11.5).
-
-    Attributes:
-        snippet: a short passage of the best-matching text, HTML-escaped, each hit wrapped in
-            ``<mark>…</mark>`` (the only markup it holds); the title's when only the title
-            matched.
-        seq: the ``seq`` of the message the snippet comes from; ``None`` for a title match.
-        rank: relevance, higher is better (PostgreSQL ``ts_rank``; the session's is its best
-            message's or its title's, whichever is higher); ``None`` on SQLite, which does not
-            rank.
-    """
-
-    snippet: str
-    seq: int | None
-    rank: float | None
-
-    def as_dict(self) -> dict[str, Any]:
-        """``{"snippet", "seq", "rank"}``."""
-        return {"snippet": self.snippet, "seq": self.seq, "rank": self.rank}
-
-
-def marked_html(text: str) -> str:
-    """HTML-escape a snippet whose hits are wrapped in :data:`START_MARK`/:data:`STOP_MARK`,
-    then turn the marks into ``<mark>``/``</mark>``."""
-    return html.escape(text).replace(START_MARK, "<mark>").replace(STOP_MARK, "</mark>")
-
-
-def substring_snippet(text: str, q: str) -> str:
-    """A snippet of ``text`` around the first case-insensitive occurrence of ``q`` (ASCII
-    letters folded, as SQLite's ``lower()`` which found it), the occurrence marked and at most
-    :data:`SNIPPET_CONTEXT_CHARS` characters kept on each side (``…`` where cut)."""
-    text = text.replace(START_MARK, "").replace(STOP_MARK, "")
-    at = _ascii_lower(text).find(_ascii_lower(q))
-    if at < 0:
-        return marked_html(text[: 2 * SNIPPET_CONTEXT_CHARS])
-    start, end = max(0, at - SNIPPET_CONTEXT_CHARS), at + len(q) + SNIPPET_CONTEXT_CHARS
-    head = ("…" if start else "") + text[start:at]
-    tail = text[at + len(q) : end] + ("…" if end < len(text) else "")
-    return marked_html(f"{head}{START_MARK}{text[at : at + len(q)]}{STOP_MARK}{tail}")
-
-
-def _ascii_lower(text: str) -> str:
-    return text.translate(_ASCII_LOWER)
-
-
-_ASCII_LOWER = {code: code + 32 for code in range(ord("A"), ord("Z") + 1)}
 
 
 # -- query expressions ----------------------------------------------------------------------------
@@ -401,10 +347,16 @@ class _Search:
         )
 
     def _headline(self, text: Any) -> models.Func:
+        """``ts_headline`` of ``text`` for the query's distinct words (bounded work)."""
+        distinct = _func(
+            limits.headline_query_sql("%(expressions)s"),
+            self._tsquery(),
+            output_field=models.TextField(),
+        )
         return _func(
             f"ts_headline({config_sql(self.config)}, %(expressions)s)",
             text,
-            self._tsquery(),
+            distinct,
             models.Value(HEADLINE_OPTIONS),
             output_field=models.TextField(),
         )
@@ -593,29 +545,3 @@ def _config() -> str:
     from .conf import app_settings
 
     return app_settings.SEARCH_CONFIG
-
-
-def match_of(hit: Any, rank: Any = None) -> SearchMatch | None:
-    """The :class:`SearchMatch` of a ``search_hit`` annotation (``None`` without one).
-
-    Args:
-        hit: the annotation's JSON object (a dict, or its text).
-        rank: the row's ``search_rank`` when it has one (the session's rank wins over the
-            hit's own).
-    """
-    if isinstance(hit, str):
-        hit = json.loads(hit)
-    if not isinstance(hit, dict):
-        return None
-    if "text" in hit:
-        snippet = substring_snippet(str(hit["text"] or ""), str(hit["q"]))
-    else:
-        snippet = marked_html(str(hit.get("snippet") or ""))
-    if rank is None:
-        rank = hit.get("rank")
-    seq = hit.get("seq")
-    return SearchMatch(
-        snippet=snippet,
-        seq=None if seq is None else int(seq),
-        rank=None if rank is None else round(float(rank), 6),
-    )

@@ -28,7 +28,9 @@ def test_agent_ids_differing_in_case_accent_or_a_trailing_space_are_different_ag
     assert len({session.pk for session, _ in defaults.values()}) == len(LOOKALIKE_AGENTS)
     for agent, (session, _) in defaults.items():
         assert services.resolve_session(scope=SCOPE, agent_id=agent) == (session, False)
-        listed = services.session_queryset(scope=SCOPE, agent_id=agent)
+        listed = services.session_queryset(
+            scope=SCOPE, filters=services.SessionFilters(agent_id=agent)
+        )
         assert list(listed.values_list("agent_id", flat=True)) == [agent]
 
 
@@ -43,7 +45,11 @@ def test_a_scope_value_that_only_looks_alike_is_another_scope(lookalike):
     other = services.create_session(scope=lookalike, agent_id="a", title="other")
 
     within = set(services.session_queryset(scope=SCOPE).values_list("pk", flat=True))
-    exact = set(services.session_queryset(scope=SCOPE, exact=True).values_list("pk", flat=True))
+    exact = set(
+        services.session_queryset(
+            scope=SCOPE, filters=services.SessionFilters(exact=True)
+        ).values_list("pk", flat=True)
+    )
     theirs = set(services.session_queryset(scope=lookalike).values_list("pk", flat=True))
 
     assert within == {at_scope.pk, beneath.pk}
@@ -67,7 +73,12 @@ def test_a_scope_of_1024_utf8_bytes_is_stored_indexed_and_matched_whole():
     assert Session.objects.get(pk=session.pk).scope == long_scope
     assert Message.objects.get(session=session).scope == long_scope
     assert services.count_sessions(scope=f"org={value}") == 2
-    assert services.count_sessions(scope=f"org={value}/team={value}", exact=True) == 0
+    assert (
+        services.count_sessions(
+            scope=f"org={value}/team={value}", filters=services.SessionFilters(exact=True)
+        )
+        == 0
+    )
 
 
 def test_the_database_refuses_a_second_default_for_the_same_agent_and_scope():
@@ -116,7 +127,9 @@ def test_title_search_folds_what_the_database_collation_folds():
         services.create_session(scope=SCOPE, agent_id="a", title=title)
 
     found = set(
-        services.session_queryset(scope=SCOPE, search="cafe").values_list("title", flat=True)
+        services.session_queryset(
+            scope=SCOPE, filters=services.SessionFilters(search="cafe")
+        ).values_list("title", flat=True)
     )
 
     if connection.vendor == "mysql":

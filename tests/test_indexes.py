@@ -29,12 +29,12 @@ def test_list_and_count_at_a_scope_use_an_index(exact, agent_id):
     Session.objects.bulk_create(
         Session(agent_id=f"agent-{n % 3}", scope=f"org=o{n % 7}/user={n}") for n in range(200)
     )
-    filters = {"scope": "org=o3", "exact": exact, "agent_id": agent_id}
+    filters = services.SessionFilters(exact=exact, agent_id=agent_id)
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
     plans = [
-        services.session_queryset(**filters)[:50].explain(),
-        services.session_queryset(**filters).order_by().explain(),
+        services.session_queryset(scope="org=o3", filters=filters)[:50].explain(),
+        services.session_queryset(scope="org=o3", filters=filters).order_by().explain(),
     ]
     for plan in plans:
         assert "Seq Scan" not in plan

@@ -74,8 +74,12 @@ def test_list_and_count_at_a_prefix_are_index_range_reads(exact):
         Session(agent_id=f"agent-{n % 3}", scope=f"org=o{n % 50}/user={n}") for n in range(2000)
     )
     queries = [
-        services.session_queryset(scope="org=o3", exact=exact)[:50],
-        services.session_queryset(scope="org=o3", exact=exact).order_by(),
+        services.session_queryset(scope="org=o3", filters=services.SessionFilters(exact=exact))[
+            :50
+        ],
+        services.session_queryset(
+            scope="org=o3", filters=services.SessionFilters(exact=exact)
+        ).order_by(),
     ]
     for queryset in queries:
         sql, params = queryset.query.sql_with_params()

@@ -274,17 +274,18 @@ def test_lists_and_counts_hide_archived_sessions_unless_asked(chat):
     services.archive_session(scope=SCOPE, session_id=chat.pk)
 
     def ids(**kwargs):
-        return {session.pk for session in services.list_sessions(scope=SCOPE, **kwargs)}
+        listed = services.list_sessions(scope=SCOPE, filters=services.SessionFilters(**kwargs))
+        return {session.pk for session in listed}
 
     assert ids() == {live.pk}
     assert ids(archived=False) == {live.pk}
     assert ids(archived=True) == {chat.pk}
     assert ids(archived=None) == {live.pk, chat.pk}
     assert services.count_sessions(scope=SCOPE) == 1
-    assert services.count_sessions(scope=SCOPE, archived=True) == 1
-    assert services.count_sessions(scope=SCOPE, archived=None) == 2
+    assert services.count_sessions(scope=SCOPE, filters=services.SessionFilters(archived=True)) == 1
+    assert services.count_sessions(scope=SCOPE, filters=services.SessionFilters(archived=None)) == 2
     with pytest.raises(InvalidFilter):
-        services.list_sessions(scope=SCOPE, archived="any")
+        services.list_sessions(scope=SCOPE, filters=services.SessionFilters(archived="any"))
 
 
 def test_reference_candidates_never_offer_archived_sessions(chat):
@@ -373,9 +374,11 @@ def tagged():
     ],
 )
 def test_metadata_filter_matches_every_key_with_an_equal_value(tagged, filter_, expected):
-    found = services.list_sessions(scope=SCOPE, metadata=filter_)
+    found = services.list_sessions(scope=SCOPE, filters=services.SessionFilters(metadata=filter_))
     assert {session.title for session in found} == expected
-    assert services.count_sessions(scope=SCOPE, metadata=filter_) == len(expected)
+    assert services.count_sessions(
+        scope=SCOPE, filters=services.SessionFilters(metadata=filter_)
+    ) == len(expected)
 
 
 def test_metadata_filter_names_a_key_each_database_can_address_or_refuses_it(tagged):
@@ -387,23 +390,42 @@ def test_metadata_filter_names_a_key_each_database_can_address_or_refuses_it(tag
         refused = (vendor == "sqlite" and '"' in key) or (vendor == "mysql" and key[0] == "-")
         if refused:
             with pytest.raises(InvalidFilter) as caught:
-                services.list_sessions(scope=SCOPE, metadata={key: value})
+                services.list_sessions(
+                    scope=SCOPE, filters=services.SessionFilters(metadata={key: value})
+                )
             assert caught.value.code == "invalid_filter"
         else:
-            found = services.list_sessions(scope=SCOPE, metadata={key: value})
+            found = services.list_sessions(
+                scope=SCOPE, filters=services.SessionFilters(metadata={key: value})
+            )
             assert {session.title for session in found} == {expected}
 
 
 def test_metadata_filter_compares_an_object_value_whatever_its_key_order(tagged):
     # docs/design.md §15.6: every database compares JSON values (SQLite in canonical form).
-    found = {s.title for s in services.list_sessions(scope=SCOPE, metadata={"o": {"a": 1, "b": 2}})}
+    found = {
+        s.title
+        for s in services.list_sessions(
+            scope=SCOPE, filters=services.SessionFilters(metadata={"o": {"a": 1, "b": 2}})
+        )
+    }
     assert found == {"order"}
-    found = {s.title for s in services.list_sessions(scope=SCOPE, metadata={"o": {"b": 2, "a": 1}})}
+    found = {
+        s.title
+        for s in services.list_sessions(
+            scope=SCOPE, filters=services.SessionFilters(metadata={"o": {"b": 2, "a": 1}})
+        )
+    }
     assert found == {"order"}
 
 
 def test_metadata_filter_does_not_take_one_for_true(tagged):
-    assert {s.title for s in services.list_sessions(scope=SCOPE, metadata={"n": True})} == set()
+    assert {
+        s.title
+        for s in services.list_sessions(
+            scope=SCOPE, filters=services.SessionFilters(metadata={"n": True})
+        )
+    } == set()
 
 
 @pytest.mark.parametrize(
@@ -412,7 +434,7 @@ def test_metadata_filter_does_not_take_one_for_true(tagged):
 )
 def test_metadata_filter_refuses_anything_but_an_object_of_at_most_ten_keys(filter_):
     with pytest.raises(InvalidFilter) as caught:
-        services.list_sessions(scope=SCOPE, metadata=filter_)
+        services.list_sessions(scope=SCOPE, filters=services.SessionFilters(metadata=filter_))
     assert caught.value.code == "invalid_filter"
 
 
@@ -425,12 +447,12 @@ def test_metadata_filter_refuses_anything_but_an_object_of_at_most_ten_keys(filt
         ({"a": "\ud800"}, "invalid_text"),
     ],
 )
-@pytest.mark.parametrize("service", [services.list_sessions, services.count_sessions])
-def test_metadata_filter_text_has_the_code_it_has_in_every_other_string(service, filter_, code):
+def test_metadata_filter_text_has_the_code_it_has_in_every_other_string(filter_, code):
     """A NUL in the metadata filter was ``invalid_filter``; everywhere else it is
-    ``nul_character`` (and a lone surrogate ``invalid_text``), docs/design.md §12.4."""
+    ``nul_character`` (and a lone surrogate ``invalid_text``), docs/design.md §12.4. The
+    ``SessionFilters`` every list and count takes refuses it."""
     with pytest.raises(InvalidInput) as caught:
-        service(scope=SCOPE, metadata=filter_)
+        services.SessionFilters(metadata=filter_)
     assert (caught.value.code, caught.value.field) == (code, "metadata")
 
 

@@ -73,7 +73,9 @@ def test_metadata_filter_is_served_by_the_gin_index():
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE cortex_sessions_session")
         cursor.execute("SET LOCAL enable_seqscan = off")
-    queryset = services.session_queryset(scope=SCOPE, metadata={"team": "t7"}, archived=None)
+    queryset = services.session_queryset(
+        scope=SCOPE, filters=services.SessionFilters(metadata={"team": "t7"}, archived=None)
+    )
     plan = queryset.order_by().explain()
     assert "cortex_session_metadata_gin" in plan, plan
     assert queryset.count() == 10
@@ -175,7 +177,9 @@ def test_lists_and_counts_by_archive_state_use_an_index(archived):
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE cortex_sessions_session")
         cursor.execute("SET LOCAL enable_seqscan = off")
-    queryset = services.session_queryset(scope="org=o3", archived=archived)
+    queryset = services.session_queryset(
+        scope="org=o3", filters=services.SessionFilters(archived=archived)
+    )
     for plan in (queryset[:50].explain(), queryset.order_by().explain()):
         assert "Seq Scan" not in plan, plan
         assert "cortex_session_" in plan, plan

@@ -55,9 +55,16 @@ def rows(db):
 
 @pytest.mark.parametrize(("filter_", "expected"), CASES)
 def test_object_and_array_values_compare_as_json_values(rows, filter_, expected):
-    found = {s.title for s in services.list_sessions(scope=SCOPE, metadata=filter_)}
+    found = {
+        s.title
+        for s in services.list_sessions(
+            scope=SCOPE, filters=services.SessionFilters(metadata=filter_)
+        )
+    }
     assert found == expected, connection.vendor
-    assert services.count_sessions(scope=SCOPE, metadata=filter_) == len(expected)
+    assert services.count_sessions(
+        scope=SCOPE, filters=services.SessionFilters(metadata=filter_)
+    ) == len(expected)
 
 
 @pytest.mark.parametrize(

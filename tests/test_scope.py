@@ -198,7 +198,9 @@ def test_database_prefix_match_agrees_with_contains(pair):
     Session.objects.create(agent_id="a", scope=candidate.canonical)
     found = services.count_sessions(scope=outer) == 1
     assert found == outer.contains(candidate)
-    found_exact = services.count_sessions(scope=outer, exact=True) == 1
+    found_exact = (
+        services.count_sessions(scope=outer, filters=services.SessionFilters(exact=True)) == 1
+    )
     assert found_exact == (outer == candidate)
 
 

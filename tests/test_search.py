@@ -15,6 +15,7 @@ from django.db import connection
 from cortex_sessions import services
 from cortex_sessions.exceptions import InvalidFilter, NulCharacter, SessionNotFound
 from cortex_sessions.search import MAX_QUERY_CHARS
+from cortex_sessions.search_limits import MAX_QUERY_WORDS
 from tests.asyncio_support import async_test
 
 pytestmark = [
@@ -44,8 +45,23 @@ def conversation(scope: str, title: str = "", *messages: tuple[str, str, str], a
     return session
 
 
-def found(scope: str = ORG, **filters) -> list:
-    return [session.pk for session in services.list_sessions(scope=scope, **filters)]
+def found(
+    scope: str = ORG,
+    *,
+    ordering: str | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+    **filters,
+) -> list:
+    """The ids ``list_sessions`` lists at ``scope``; ``filters`` are ``SessionFilters`` fields."""
+    listed = services.list_sessions(
+        scope=scope,
+        filters=services.SessionFilters(**filters),
+        ordering=ordering,
+        limit=limit,
+        offset=offset,
+    )
+    return [session.pk for session in listed]
 
 
 def test_conversation_messages_match_and_tool_system_host_and_reference_text_never_does():
@@ -63,7 +79,7 @@ def test_conversation_messages_match_and_tool_system_host_and_reference_text_nev
 
     assert set(hits) == {typed.pk, answered.pk, summarized.pk}
     assert not set(hits) & {session.pk for session in hidden}
-    assert services.count_sessions(scope=ORG, q="invoice") == 3
+    assert services.count_sessions(scope=ORG, filters=services.SessionFilters(q="invoice")) == 3
 
 
 def test_each_result_carries_its_best_message_snippet_and_seq():
@@ -75,7 +91,7 @@ def test_each_result_carries_its_best_message_snippet_and_seq():
         ("user", "user", "and the invoice?"),
     )
 
-    (result,) = services.list_sessions(scope=ORG, q="invoice")
+    (result,) = services.list_sessions(scope=ORG, filters=services.SessionFilters(q="invoice"))
 
     assert result.pk == session.pk
     assert result.search_match.seq == 3
@@ -86,7 +102,7 @@ def test_each_result_carries_its_best_message_snippet_and_seq():
 def test_a_title_match_counts_and_has_no_seq():
     session = conversation(ALICE, "Invoice questions", ("user", "user", "hello there"))
 
-    (result,) = services.list_sessions(scope=ORG, q="invoice")
+    (result,) = services.list_sessions(scope=ORG, filters=services.SessionFilters(q="invoice"))
 
     assert result.pk == session.pk
     assert result.search_match.seq is None
@@ -100,7 +116,7 @@ def test_snippets_are_escaped_html_with_only_mark_tags():
         ("user", "user", 'see <script>alert("x")</script> & the invoice \ue000forged\ue001 mark'),
     )
 
-    (result,) = services.list_sessions(scope=ORG, q="invoice")
+    (result,) = services.list_sessions(scope=ORG, filters=services.SessionFilters(q="invoice"))
 
     snippet = result.search_match.snippet
     assert "<script>" not in snippet and "&" not in snippet.replace("&amp;", "").replace(
@@ -117,9 +133,9 @@ def test_another_tenants_hit_never_shows_not_even_in_a_count():
     foreign = conversation(GLOBEX, "invoice title", ("user", "user", "invoice for carol"))
 
     assert found(ALICE, q="invoice") == [mine.pk]
-    assert services.count_sessions(scope=ALICE, q="invoice") == 1
+    assert services.count_sessions(scope=ALICE, filters=services.SessionFilters(q="invoice")) == 1
     assert set(found(ORG, q="invoice")) == {mine.pk, colleague.pk}
-    assert services.count_sessions(scope=ORG, q="invoice") == 2
+    assert services.count_sessions(scope=ORG, filters=services.SessionFilters(q="invoice")) == 2
     assert foreign.pk not in found(ORG, q="invoice")
     with pytest.raises(SessionNotFound):
         services.list_messages(scope=ALICE, session_id=foreign.pk, q="invoice")
@@ -144,7 +160,12 @@ def test_search_combines_with_every_other_list_filter():
     assert deeper.pk not in found(ALICE, q="invoice", exact=True)
     assert found(ALICE, q="invoice", metadata={"team": "red"}) == [kept.pk]
     assert found(ALICE, q="invoice", search="no such title") == []
-    assert services.count_sessions(scope=ALICE, q="invoice", agent_id="billing") == 1
+    assert (
+        services.count_sessions(
+            scope=ALICE, filters=services.SessionFilters(q="invoice", agent_id="billing")
+        )
+        == 1
+    )
 
 
 def test_an_explicit_ordering_orders_the_matches():
@@ -161,12 +182,20 @@ def test_keyset_pages_of_a_search_need_an_ordering():
     sessions = [conversation(ALICE, f"s{n}", ("user", "user", "invoice")) for n in range(3)]
 
     with pytest.raises(InvalidFilter) as refused:
-        services.list_sessions_page(scope=ALICE, q="invoice", limit=2)
+        services.list_sessions_page(
+            scope=ALICE, filters=services.SessionFilters(q="invoice"), limit=2
+        )
     assert refused.value.params["field"] == "cursor"
 
-    page = services.list_sessions_page(scope=ALICE, q="invoice", ordering="title", limit=2)
+    page = services.list_sessions_page(
+        scope=ALICE, filters=services.SessionFilters(q="invoice"), ordering="title", limit=2
+    )
     rest = services.list_sessions_page(
-        scope=ALICE, q="invoice", ordering="title", limit=2, cursor=page.next_cursor
+        scope=ALICE,
+        filters=services.SessionFilters(q="invoice"),
+        ordering="title",
+        limit=2,
+        cursor=page.next_cursor,
     )
     assert [s.pk for s in page.results + rest.results] == [s.pk for s in sessions]
     assert all(s.search_match is not None for s in page.results + rest.results)
@@ -214,10 +243,10 @@ def test_a_bad_query_is_a_coded_error(q, error):
     conversation(ALICE, "", ("user", "user", "invoice"))
 
     with pytest.raises(error) as raised:
-        services.list_sessions(scope=ORG, q=q)
+        services.list_sessions(scope=ORG, filters=services.SessionFilters(q=q))
     assert raised.value.params["field"] == "q"
     with pytest.raises(error):
-        services.count_sessions(scope=ORG, q=q)
+        services.count_sessions(scope=ORG, filters=services.SessionFilters(q=q))
     with pytest.raises(error):
         services.list_messages(scope=ORG, session_id=services.list_sessions(scope=ORG)[0].pk, q=q)
 
@@ -242,7 +271,7 @@ HOSTILE = [
     "-",
     "or",
     '"" or -',
-    " ".join(["word"] * 199)[:MAX_QUERY_CHARS],
+    " ".join(["word"] * MAX_QUERY_WORDS),  # 199 copies: too_long (tests/test_search_limits.py)
 ]
 
 
@@ -255,23 +284,26 @@ def test_a_hostile_query_is_an_answer_never_an_error_nor_match_all(q):
 
     assert control.pk not in hits
     assert set(hits) <= {literal.pk}
-    assert services.count_sessions(scope=ORG, q=q) == len(hits)
+    assert services.count_sessions(scope=ORG, filters=services.SessionFilters(q=q)) == len(hits)
     services.list_messages(scope=ORG, session_id=literal.pk, q=q)
 
 
 def test_a_query_of_the_longest_length_is_answered():
     conversation(ALICE, "", ("user", "user", "invoice"))
-    q = ("invoice " * MAX_QUERY_CHARS)[:MAX_QUERY_CHARS]
+    q = " ".join(["invoice"] + ["y" * 60] * (MAX_QUERY_WORDS - 1))
+    q += "z" * (MAX_QUERY_CHARS - len(q))  # 1,000 characters in 16 words
 
-    assert services.count_sessions(scope=ORG, q=q) in (0, 1)
+    assert services.count_sessions(scope=ORG, filters=services.SessionFilters(q=q)) in (0, 1)
 
 
 @async_test
 async def test_the_async_twins_search_too():
     session = await sync_to_async(conversation)(ALICE, "", ("user", "user", "invoice"))
 
-    listed = await services.alist_sessions(scope=ORG, q="invoice")
-    counted = await services.acount_sessions(scope=ORG, q="invoice")
+    listed = await services.alist_sessions(scope=ORG, filters=services.SessionFilters(q="invoice"))
+    counted = await services.acount_sessions(
+        scope=ORG, filters=services.SessionFilters(q="invoice")
+    )
     messages = await services.alist_messages(scope=ORG, session_id=session.pk, q="invoice")
 
     assert [s.pk for s in listed] == [session.pk]
@@ -286,5 +318,5 @@ def test_a_search_considers_the_newest_search_candidates_matches(settings):
     listed = found(ALICE, q="invoice")
 
     assert set(listed) == {sessions[3].pk, sessions[4].pk}
-    assert services.count_sessions(scope=ALICE, q="invoice") == 2
+    assert services.count_sessions(scope=ALICE, filters=services.SessionFilters(q="invoice")) == 2
     assert found(ALICE, q="invoice 1") == [sessions[1].pk]  # a narrower query finds it

@@ -30,9 +30,13 @@ def session():
 @pytest.mark.parametrize(
     "call",
     [
-        lambda s: services.list_sessions(scope=ALICE, q="invoice"),
-        lambda s: services.count_sessions(scope=ALICE, q="invoice"),
-        lambda s: services.list_sessions_page(scope=ALICE, q="invoice", ordering="title"),
+        lambda s: services.list_sessions(scope=ALICE, filters=services.SessionFilters(q="invoice")),
+        lambda s: services.count_sessions(
+            scope=ALICE, filters=services.SessionFilters(q="invoice")
+        ),
+        lambda s: services.list_sessions_page(
+            scope=ALICE, filters=services.SessionFilters(q="invoice"), ordering="title"
+        ),
         lambda s: services.list_messages(scope=ALICE, session_id=s.pk, q="invoice"),
     ],
 )
@@ -47,7 +51,7 @@ def test_mysql_refuses_a_search_instead_of_listing_everything(session, call):
 @pytest.mark.parametrize("q", ["'", "\\", ":*", "&", "!", '"open', "x " * 400])
 def test_mysql_refuses_every_query_alike(session, q):
     with pytest.raises(InvalidFilter):
-        services.count_sessions(scope=ALICE, q=q)
+        services.count_sessions(scope=ALICE, filters=services.SessionFilters(q=q))
 
 
 @pytest.mark.mysql_only
@@ -80,7 +84,16 @@ def test_sqlite_matches_a_substring_folding_ascii_case_only(session):
         scope=ALICE, session_id=accented.pk, messages=[{"role": "user", "content": "ÉCOLE"}]
     )
 
-    assert [s.pk for s in services.list_sessions(scope=ALICE, q="VOIC")] == [session.pk]
-    assert services.list_sessions(scope=ALICE, q="voic")[0].search_match.rank is None
-    assert services.count_sessions(scope=ALICE, q="école") == 0  # É is not folded
-    assert services.count_sessions(scope=ALICE, q="ÉCOLE") == 1
+    assert [
+        s.pk for s in services.list_sessions(scope=ALICE, filters=services.SessionFilters(q="VOIC"))
+    ] == [session.pk]
+    assert (
+        services.list_sessions(scope=ALICE, filters=services.SessionFilters(q="voic"))[
+            0
+        ].search_match.rank
+        is None
+    )
+    assert (
+        services.count_sessions(scope=ALICE, filters=services.SessionFilters(q="école")) == 0
+    )  # É is not folded
+    assert services.count_sessions(scope=ALICE, filters=services.SessionFilters(q="ÉCOLE")) == 1

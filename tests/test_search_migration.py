@@ -67,8 +67,14 @@ def test_the_search_migration_runs_forward_and_backward_on_populated_data(migrat
     assert _schema() == expected
     migrator.migrate(migrator.latest)
     if connection.vendor != "mysql":  # rows written before the migration are found
-        assert services.count_sessions(scope="org=acme", q="march") == 3
-        assert services.count_sessions(scope="org=acme", q="output") == 0  # tool: not indexed
+        assert (
+            services.count_sessions(scope="org=acme", filters=services.SessionFilters(q="march"))
+            == 3
+        )
+        assert (
+            services.count_sessions(scope="org=acme", filters=services.SessionFilters(q="output"))
+            == 0
+        )  # tool: not indexed
     if postgres:
         with connection.cursor() as cursor:
             cursor.execute(

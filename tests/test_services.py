@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import pytest
@@ -174,9 +175,12 @@ def test_list_matches_the_scope_and_everything_beneath_or_exactly_with_exact():
     make(scope="org=acme2", title="sibling")
     make(scope=OTHER, title="other")
     assert {s.pk for s in services.list_sessions(scope=ACME)} == {org.pk, alice.pk}
-    assert [s.pk for s in services.list_sessions(scope=ACME, exact=True)] == [org.pk]
+    assert [
+        s.pk
+        for s in services.list_sessions(scope=ACME, filters=services.SessionFilters(exact=True))
+    ] == [org.pk]
     assert services.count_sessions(scope=ACME) == 2
-    assert services.count_sessions(scope=ACME, exact=True) == 1
+    assert services.count_sessions(scope=ACME, filters=services.SessionFilters(exact=True)) == 1
 
 
 @pytest.mark.parametrize("scope", [None, ""])
@@ -192,9 +196,17 @@ def test_list_filters_by_agent_and_default():
     a1 = make(agent_id="a1")
     make(agent_id="a2")
     default, _ = services.resolve_session(scope=ALICE, agent_id="a1")
-    assert {s.pk for s in services.list_sessions(scope=ALICE, agent_id="a1")} == {a1.pk, default.pk}
-    assert [s.pk for s in services.list_sessions(scope=ALICE, default_only=True)] == [default.pk]
-    assert services.count_sessions(scope=ALICE, agent_id="a2") == 1
+    assert {
+        s.pk
+        for s in services.list_sessions(scope=ALICE, filters=services.SessionFilters(agent_id="a1"))
+    } == {a1.pk, default.pk}
+    assert [
+        s.pk
+        for s in services.list_sessions(
+            scope=ALICE, filters=services.SessionFilters(default_only=True)
+        )
+    ] == [default.pk]
+    assert services.count_sessions(scope=ALICE, filters=services.SessionFilters(agent_id="a2")) == 1
 
 
 def test_search_is_a_case_insensitive_title_substring_with_literal_wildcards():
@@ -205,13 +217,18 @@ def test_search_is_a_case_insensitive_title_substring_with_literal_wildcards():
     make(title="Release PLAN")
 
     def titles(search):
-        return {s.title for s in services.list_sessions(scope=ALICE, search=search)}
+        return {
+            s.title
+            for s in services.list_sessions(
+                scope=ALICE, filters=services.SessionFilters(search=search)
+            )
+        }
 
     assert titles("0%") == {"100% Done"}
     assert titles("e_c") == {"snake_case"}
     assert titles("plan") == {"Release PLAN"}
     assert titles("DONE") == {"100% Done", "1000 done"}
-    assert services.count_sessions(scope=ALICE, search="%") == 1
+    assert services.count_sessions(scope=ALICE, filters=services.SessionFilters(search="%")) == 1
 
 
 def test_ordering_is_stable_with_ties_broken_by_id():
@@ -374,8 +391,11 @@ def test_signals_are_sent_after_commit(django_capture_on_commit_callbacks):
 )
 def test_bad_list_arguments_raise_a_coded_error_on_every_database(kwargs, code):
     make()
+    fields = {field.name for field in dataclasses.fields(services.SessionFilters)}
+    filters = {name: value for name, value in kwargs.items() if name in fields}
+    rest = {name: value for name, value in kwargs.items() if name not in fields}
     with pytest.raises(InvalidInput) as info:
-        services.list_sessions(scope=ALICE, **kwargs)
+        services.list_sessions(scope=ALICE, filters=services.SessionFilters(**filters), **rest)
     assert info.value.code == code
 
 
@@ -384,13 +404,17 @@ BAD_AGENT_IDS = ["", " ", "a\tb", "a\nb", "a\x7fb", "\x01", "a\x1fb", "a" * 256,
 
 #: Every service that takes ``agent_id`` as a filter, called with one.
 AGENT_ID_FILTERS = {
-    "list_sessions": lambda agent_id: services.list_sessions(scope=ALICE, agent_id=agent_id),
-    "count_sessions": lambda agent_id: services.count_sessions(scope=ALICE, agent_id=agent_id),
+    "list_sessions": lambda agent_id: services.list_sessions(
+        scope=ALICE, filters=services.SessionFilters(agent_id=agent_id)
+    ),
+    "count_sessions": lambda agent_id: services.count_sessions(
+        scope=ALICE, filters=services.SessionFilters(agent_id=agent_id)
+    ),
     "list_sessions_page": lambda agent_id: services.list_sessions_page(
-        scope=ALICE, agent_id=agent_id
+        scope=ALICE, filters=services.SessionFilters(agent_id=agent_id)
     ),
     "session_queryset": lambda agent_id: list(
-        services.session_queryset(scope=ALICE, agent_id=agent_id)
+        services.session_queryset(scope=ALICE, filters=services.SessionFilters(agent_id=agent_id))
     ),
     "get_session": lambda agent_id: services.get_session(
         scope=ALICE, session_id=uuid.uuid4(), agent_id=agent_id
@@ -416,7 +440,9 @@ def test_a_bad_agent_id_filter_is_refused_as_invalid_agent_id_not_answered_empty
 @pytest.mark.parametrize(
     "call",
     [
-        lambda agent_id: services.list_sessions(scope=ALICE, agent_id=agent_id),
+        lambda agent_id: services.list_sessions(
+            scope=ALICE, filters=services.SessionFilters(agent_id=agent_id)
+        ),
         lambda agent_id: services.create_session(scope=ALICE, agent_id=agent_id),
         lambda agent_id: services.resolve_session(scope=ALICE, agent_id=agent_id),
         lambda agent_id: services.check_agent_id(agent_id),
@@ -436,8 +462,16 @@ def test_nul_or_a_lone_surrogate_in_an_agent_id_has_the_code_it_has_in_every_str
 
 def test_a_good_agent_id_filter_still_lists_that_agents_sessions():
     mine, _ = make(agent_id="planner"), make(agent_id="coder")
-    assert [s.pk for s in services.list_sessions(scope=ALICE, agent_id="planner")] == [mine.pk]
-    assert services.count_sessions(scope=ALICE, agent_id="planner") == 1
+    assert [
+        s.pk
+        for s in services.list_sessions(
+            scope=ALICE, filters=services.SessionFilters(agent_id="planner")
+        )
+    ] == [mine.pk]
+    assert (
+        services.count_sessions(scope=ALICE, filters=services.SessionFilters(agent_id="planner"))
+        == 1
+    )
     assert services.get_session(scope=ALICE, session_id=mine.pk, agent_id="planner") == mine
 
 

@@ -121,11 +121,21 @@ async def test_twins_raise_the_services_errors_unchanged():
 
 @pytest.mark.parametrize("twin", ["alist_sessions", "acount_sessions", "alist_sessions_page"])
 @async_test
-async def test_twins_refuse_a_bad_agent_id_filter_as_the_services_do(twin):
-    """``alist_sessions(agent_id="a\tb")`` answered [] (docs/design.md §12.4)."""
-    await services.acreate_session(scope=ALICE, agent_id=AGENT)
+async def test_twins_take_session_filters_and_a_bad_agent_id_is_refused(twin):
+    """``alist_sessions(agent_id="a\tb")`` answered [] (docs/design.md §12.4); the twins take
+    the services' ``filters`` and a bad agent id is refused when the filters are built."""
+    session = await services.acreate_session(scope=ALICE, agent_id=AGENT)
+    await services.acreate_session(scope=ALICE, agent_id="other")
+    listed = await getattr(services, twin)(
+        scope=ALICE, filters=services.SessionFilters(agent_id=AGENT)
+    )
+    if twin == "acount_sessions":
+        assert listed == 1
+    else:
+        rows = listed.results if twin == "alist_sessions_page" else listed
+        assert [s.pk for s in rows] == [session.pk]
     with pytest.raises(InvalidAgentId) as info:
-        await getattr(services, twin)(scope=ALICE, agent_id="a\tb")
+        await getattr(services, twin)(scope=ALICE, filters=services.SessionFilters(agent_id="a\tb"))
     assert info.value.code == "invalid_agent_id"
 
 

@@ -59,6 +59,7 @@ ERROR_STATUS: dict[type[BaseException], int] = {
     core.WriteOutcomeUnknown: status.HTTP_503_SERVICE_UNAVAILABLE,
     core.IdempotencyKeyReused: status.HTTP_422_UNPROCESSABLE_ENTITY,
     core.MessageTooLarge: status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+    core.SearchTimeout: status.HTTP_503_SERVICE_UNAVAILABLE,
     core.CortexSessionsError: status.HTTP_400_BAD_REQUEST,
 }
 
@@ -238,8 +239,12 @@ def _domain_response(exc: BaseException, http_status: int) -> Response:
     )
     if field or isinstance(exc, core.InvalidInput):
         errors = {str(field or "non_field_errors"): [{"code": code, "detail": detail}]}
+    headers: dict[str, str] = {}
+    retry_after = getattr(exc, "retry_after", None)  # SearchTimeout: 503 with Retry-After
+    if isinstance(retry_after, int) and not isinstance(retry_after, bool):
+        headers["Retry-After"] = str(retry_after)
     set_rollback()
-    return Response(error_body(code, detail, errors), status=http_status)
+    return Response(error_body(code, detail, errors), status=http_status, headers=headers)
 
 
 def _api_response(exc: drf_exceptions.APIException) -> Response:
@@ -278,6 +283,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     Returns:
         The response (503 ``database_unavailable`` with ``Retry-After`` for a transient database
         fault, see :func:`cortex_sessions.faults.is_transient_database_error`; 503
+        ``search_timeout`` with ``Retry-After`` for a search past ``SEARCH_TIMEOUT``; 503
         ``write_outcome_unknown`` with ``Retry-After`` for a commit whose outcome is unknown,
         see :class:`OutcomeUnknown`), or ``None`` for
         an unexpected exception (DRF then re-raises it: a bug

@@ -9,6 +9,7 @@ A bad value is a 400 ``invalid_filter`` listing the parameter, never silently ig
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any, TypeVar, cast
 
 import django_filters
@@ -24,6 +25,7 @@ from cortex_sessions.exceptions import InvalidAgentId, InvalidFilter, InvalidTex
 from cortex_sessions.metadata import MAX_METADATA_FILTER_KEYS, check_metadata_filter
 from cortex_sessions.models import Session
 from cortex_sessions.search import BLANK, MAX_QUERY_CHARS, QUERY_PATTERN
+from cortex_sessions.search_limits import MAX_QUERY_WORDS, query_words, too_many_words_message
 
 from .exceptions import InvalidQuery
 from .serializers import AGENT_ID_PATTERN
@@ -109,8 +111,9 @@ class SearchQueryField(TextField):
         """Return the query unchanged.
 
         Raises:
-            ValidationError: NUL (``nul_character``), over ``MAX_QUERY_CHARS`` characters
-                (``too_long``), or only spaces, tabs and line breaks (``invalid``).
+            ValidationError: NUL (``nul_character``), over ``MAX_QUERY_CHARS`` characters or
+                ``MAX_QUERY_WORDS`` words (``too_long``), or only spaces, tabs and line breaks
+                (``invalid``).
         """
         text = super().to_python(value)
         if len(text) > MAX_QUERY_CHARS:
@@ -118,6 +121,8 @@ class SearchQueryField(TextField):
                 f"q is {len(text)} characters; at most {MAX_QUERY_CHARS} are allowed.",
                 code="too_long",
             )
+        if query_words(text) > MAX_QUERY_WORDS:
+            raise ValidationError(too_many_words_message(text), code="too_long")
         if text and not text.strip(BLANK):
             raise ValidationError(
                 "q must hold something besides spaces, tabs and line breaks.", code="invalid"
@@ -154,8 +159,8 @@ def parse_search_query(request: Any) -> str | None:
         The query, or ``None`` when the parameter is absent.
 
     Raises:
-        InvalidQuery: empty (an empty value is not a filter), NUL, too long or blank (400
-            ``invalid_filter``, the rule's code under ``q``).
+        InvalidQuery: empty (an empty value is not a filter), NUL, too long (characters or
+            words) or blank (400 ``invalid_filter``, the rule's code under ``q``).
     """
     if "q" not in request.query_params:
         return None
@@ -374,21 +379,26 @@ class SessionFilter(django_filters.FilterSet):
         model = Session
         fields: list[str] = []
 
-    def service_kwargs(self, *, with_ordering: bool = True) -> dict[str, Any]:
-        """The validated parameters as keyword arguments of the list/count services."""
+    @cached_property
+    def session_filters(self) -> services.SessionFilters:
+        """The validated parameters as the services'
+        :class:`~cortex_sessions.services.SessionFilters`, built once per request from the
+        form's cleaned data (the list and the count read it).
+
+        Raises:
+            InvalidFilter, InvalidAgentId, NulCharacter, InvalidText: a value the form let
+                through that the services refuse (400 with the service's code).
+        """
         data = self.form.cleaned_data
-        kwargs: dict[str, Any] = {
-            "agent_id": data.get("agent_id") or None,
-            "exact": bool(data.get("exact")),
-            "default_only": bool(data.get("default_only")),
-            "search": data.get("search") or None,
-            "archived": ARCHIVED_CHOICES[data.get("archived") or "false"],
-            "metadata": data.get("metadata"),
-            "q": data.get("q") or None,
-        }
-        if with_ordering:
-            kwargs["ordering"] = data.get("ordering") or None
-        return kwargs
+        return services.SessionFilters(
+            agent_id=data.get("agent_id") or None,
+            exact=bool(data.get("exact")),
+            default_only=bool(data.get("default_only")),
+            search=data.get("search") or None,
+            archived=ARCHIVED_CHOICES[data.get("archived") or "false"],
+            metadata=data.get("metadata"),
+            q=data.get("q") or None,
+        )
 
     def filter_queryset(self, queryset: Any) -> Any:
         """The sessions the service lists for the request's scope and these parameters.
@@ -397,7 +407,11 @@ class SessionFilter(django_filters.FilterSet):
         builds the whole query so its rules apply unchanged.
         """
         scope = cast(Any, self.request).cortex_scope  # set by HasCortexScope
-        return services.session_queryset(scope=scope, **self.service_kwargs())
+        return services.session_queryset(
+            scope=scope,
+            filters=self.session_filters,
+            ordering=self.form.cleaned_data.get("ordering") or None,
+        )
 
 
 class SessionFilterBackend(DjangoFilterBackend):

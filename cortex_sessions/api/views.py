@@ -39,6 +39,7 @@ from cortex_sessions.models import Message, Session
 from cortex_sessions.references import Deadline
 from cortex_sessions.references import service as references
 from cortex_sessions.scope import Scope
+from cortex_sessions.search_limits import search_timeout
 
 from .exceptions import InvalidQuery, ReferencesNotAllowed, exception_handler
 from .filters import (
@@ -100,6 +101,12 @@ _ERROR_TEXT = {
     "request back; nothing was written. `write_outcome_unknown` (with Retry-After): the "
     "connection failed while the write was committed, so it may be stored; retry with the same "
     "Idempotency-Key, or read back first.",
+}
+
+#: The 503 of an endpoint that searches messages (``q``; docs/design.md §11.5).
+_SEARCH_503 = {
+    503: _ERROR_TEXT[503] + " `search_timeout` (with Retry-After): a message search (`q`) ran "
+    "past the server's SEARCH_TIMEOUT and was cancelled; narrow it or retry later.",
 }
 
 #: Error descriptions of the session-reference endpoints (docs/design.md §8.8, §8.9).
@@ -499,7 +506,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
 
     @extend_schema(
         summary="List sessions",
-        responses={200: ListedSessionSerializer(many=True), **errors()},
+        responses={200: ListedSessionSerializer(many=True), **errors(text=_SEARCH_503)},
     )
     def list(self, request: Request) -> Response:
         """A page of sessions, filtered and ordered (``{count, next, previous, results}``);
@@ -507,10 +514,12 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
         (docs/design.md §11.5).
 
         Errors: 400 ``invalid_filter`` for a bad parameter (``q`` on MySQL/MariaDB too);
-        400/403 scope errors.
+        400/403 scope errors; 503 ``search_timeout`` past ``SEARCH_TIMEOUT``.
         """
         queryset = self.filter_queryset(self.get_queryset())
-        page = self.paginate_queryset(queryset)
+        # With q (validated by the filter) the count and the page are search statements.
+        with search_timeout(queryset.db, active="q" in request.query_params):
+            page = self.paginate_queryset(queryset)
         return self.get_paginated_response(ListedSessionSerializer(page, many=True).data)
 
     @extend_schema(
@@ -538,7 +547,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
     @extend_schema(
         summary="Count sessions",
         filters=True,
-        responses={200: CountSerializer, **errors()},
+        responses={200: CountSerializer, **errors(text=_SEARCH_503)},
     )
     @action(detail=False, methods=["get"])
     def count(self, request: Request) -> Response:
@@ -547,9 +556,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
         filterset = SessionFilterBackend().get_validated_filterset(
             request, self.get_queryset(), self
         )
-        total = services.count_sessions(
-            scope=self.scope, **filterset.service_kwargs(with_ordering=False)
-        )
+        total = services.count_sessions(scope=self.scope, filters=filterset.session_filters)
         return Response({"count": total})
 
     @extend_schema(
@@ -774,7 +781,7 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
         summary="Read a page of messages",
         parameters=MESSAGE_PAGE_PARAMETERS,
         request=None,
-        responses={200: MessagePageSerializer, **errors(404)},
+        responses={200: MessagePageSerializer, **errors(404, text=_SEARCH_503)},
     )
     @extend_schema(
         methods=["POST"],

@@ -17,44 +17,10 @@ from __future__ import annotations
 import cortex_sessions.constraints
 import cortex_sessions.fields
 from django.db import migrations, models
-from django.db.backends.base.schema import BaseDatabaseSchemaEditor
-from django.db.migrations.operations.base import Operation
-from django.db.migrations.state import ProjectState
+
+from cortex_sessions.migrations._operations import OnVendors
 
 ONE_DEFAULT = "cortex_session_one_default"
-
-
-class OnVendors(migrations.SeparateDatabaseAndState):
-    """``operations`` change the state everywhere and the schema only on ``vendors``."""
-
-    def __init__(self, vendors: list[str], operations: list[Operation]) -> None:
-        super().__init__(state_operations=operations, database_operations=operations)
-        self.vendors = tuple(vendors)
-
-    def database_forwards(
-        self,
-        app_label: str,
-        schema_editor: BaseDatabaseSchemaEditor,
-        from_state: ProjectState,
-        to_state: ProjectState,
-    ) -> None:
-        if schema_editor.connection.vendor in self.vendors:
-            super().database_forwards(app_label, schema_editor, from_state, to_state)
-
-    def database_backwards(
-        self,
-        app_label: str,
-        schema_editor: BaseDatabaseSchemaEditor,
-        from_state: ProjectState,
-        to_state: ProjectState,
-    ) -> None:
-        if schema_editor.connection.vendor in self.vendors:
-            super().database_backwards(app_label, schema_editor, from_state, to_state)
-
-    def describe(self) -> str:
-        return f"On {', '.join(self.vendors)} only: " + "; ".join(
-            operation.describe() for operation in self.database_operations
-        )
 
 
 class Migration(migrations.Migration):

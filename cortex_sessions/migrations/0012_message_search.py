@@ -27,53 +27,8 @@ Backward: the indexes are dropped concurrently, then the column (a catalogue cha
 from __future__ import annotations
 
 from django.db import migrations
-from django.db.backends.base.schema import BaseDatabaseSchemaEditor
-from django.db.migrations.operations.base import Operation
-from django.db.migrations.state import ProjectState
 
-from cortex_sessions import search
-from cortex_sessions.conf import app_settings
-
-
-class MessageSearchSchema(Operation):
-    """Add (backward: drop) the search column and both GIN indexes, on PostgreSQL only."""
-
-    reversible = True
-    reduces_to_sql = True
-
-    def state_forwards(self, app_label: str, state: ProjectState) -> None:
-        """Nothing: the column and indexes are not part of the models (PostgreSQL only)."""
-
-    def database_forwards(
-        self,
-        app_label: str,
-        schema_editor: BaseDatabaseSchemaEditor,
-        from_state: ProjectState,
-        to_state: ProjectState,
-    ) -> None:
-        connection = schema_editor.connection
-        if connection.vendor != "postgresql":
-            return
-        config = app_settings.SEARCH_CONFIG
-        schema_editor.execute(search.add_column_statement(config))
-        search.drop_invalid_indexes(connection)
-        for statement in search.create_index_statements(config):
-            schema_editor.execute(statement)
-
-    def database_backwards(
-        self,
-        app_label: str,
-        schema_editor: BaseDatabaseSchemaEditor,
-        from_state: ProjectState,
-        to_state: ProjectState,
-    ) -> None:
-        if schema_editor.connection.vendor != "postgresql":
-            return
-        for statement in search.drop_statements():
-            schema_editor.execute(statement)
-
-    def describe(self) -> str:
-        return "On PostgreSQL: message search column and GIN indexes"
+from cortex_sessions.migrations._operations import MessageSearchSchema
 
 
 class Migration(migrations.Migration):

@@ -7,7 +7,8 @@ columns. Every write that touches more than one row runs in one transaction on t
 router picks for the model (docs/design.md §10).
 
 Public import path: ``cortex_sessions.services``. The package keeps one concern per module
-(``sessions``, ``messages``, ``maintenance``, ``lifecycle``, ``undo``); everything public is
+(``sessions``, ``messages``, ``maintenance``, ``lifecycle``, ``undo``; ``filters`` holds
+:class:`SessionFilters`, the one value every session list and count takes); everything public is
 re-exported here, and every service that does I/O has an ``a``-prefixed async twin from ``aio``
 (docs/design.md §13.1).
 """
@@ -38,6 +39,7 @@ from .aio import (
     aunarchive_session,
     aupdate_session,
 )
+from .filters import SessionFilters
 from .idempotency import prune_idempotency_keys
 from .keyset import SessionPage, list_sessions_page
 from .lifecycle import (
@@ -83,6 +85,7 @@ __all__ = [
     "MessageInput",
     "MessagesDeleted",
     "PoppedMessage",
+    "SessionFilters",
     "SessionPage",
     "aappend_messages",
     "aarchive_session",

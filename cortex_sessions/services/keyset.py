@@ -18,7 +18,6 @@ import base64
 import binascii
 import json
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -29,7 +28,9 @@ from ..content import parse_json
 from ..exceptions import InvalidFilter
 from ..models import Session, SessionQuerySet
 from ..scope import Scope
+from ..search_limits import search_timeout
 from ._common import MAX_INT64, _check_int
+from .filters import SessionFilters, session_filters
 from .sessions import session_queryset
 
 __all__ = ["SessionPage", "list_sessions_page", "paginate_keyset"]
@@ -170,49 +171,37 @@ def paginate_keyset(queryset: SessionQuerySet, *, cursor: str | None, limit: int
 def list_sessions_page(
     *,
     scope: Scope | str,
-    agent_id: str | None = None,
-    exact: bool = False,
-    default_only: bool = False,
-    search: str | None = None,
+    filters: SessionFilters | None = None,
     ordering: str | None = None,
     limit: int = 50,
     cursor: str | None = None,
-    archived: bool | None = False,
-    metadata: Mapping[str, Any] | None = None,
-    q: str | None = None,
 ) -> SessionPage:
-    """A keyset page of the sessions at ``scope`` (filters as :func:`session_queryset`).
+    """A keyset page of the sessions at ``scope`` (``filters`` and ``ordering`` as
+    :func:`session_queryset`).
 
     Start without ``cursor``; pass ``next_cursor`` (or ``previous_cursor``) of the page you have
     to get the one after (or before) it, with the same filters and ordering. Each page is one
     query whose cost does not grow with how far the client has paged (docs/design.md §14).
-    A search (``q``, docs/design.md §11.5) pages by cursor only with an explicit ``ordering``
-    (on PostgreSQL its default order is the rank).
+    A search (``filters.q``, docs/design.md §11.5) pages by cursor only with an explicit
+    ``ordering`` (on PostgreSQL its default order is the rank).
 
     Returns:
         :class:`SessionPage`.
 
     Raises:
         NoScope, InvalidScope.
-        InvalidAgentId, NulCharacter, InvalidText: a bad ``agent_id`` or filter text (as
-            :func:`~cortex_sessions.services.session_queryset`).
-        InvalidFilter: a bad ordering, filter, ``limit`` or ``cursor`` (a cursor of another
-            ordering included); ``q`` without ``ordering``.
+        InvalidFilter: a bad ordering, ``limit`` or ``cursor`` (a cursor of another ordering
+            included); ``filters.q`` without ``ordering``, or on MySQL/MariaDB.
+        TypeError: ``filters`` is not a ``SessionFilters`` (or ``None``).
+        SearchTimeout: with ``filters.q``, the search ran past ``SEARCH_TIMEOUT``
+            (docs/design.md §11.5).
     """
-    if q is not None and ordering is None:
+    filters = session_filters(filters)
+    if filters.q is not None and ordering is None:
         raise _invalid(
             "cursor pages of a search (q) need an ordering (e.g. ordering=-updated_at); "
             "results ordered by rank page with limit and offset."
         )
-    queryset = session_queryset(
-        scope=scope,
-        agent_id=agent_id,
-        exact=exact,
-        default_only=default_only,
-        search=search,
-        ordering=ordering,
-        archived=archived,
-        metadata=metadata,
-        q=q,
-    )
-    return paginate_keyset(queryset, cursor=cursor, limit=limit)
+    queryset = session_queryset(scope=scope, filters=filters, ordering=ordering)
+    with search_timeout(queryset.db, active=filters.q is not None):
+        return paginate_keyset(queryset, cursor=cursor, limit=limit)

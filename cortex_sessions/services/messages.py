@@ -28,6 +28,7 @@ from ..exceptions import (
 from ..models import Message, Session
 from ..scope import Scope, canonical_of
 from ..search import check_query, filter_messages
+from ..search_limits import search_timeout
 from . import _pg
 from ._common import (
     _autocommit_write,
@@ -380,6 +381,7 @@ def list_messages(
         InvalidFilter: ``limit`` is not an integer ``>= 1`` or a seq bound not one ``>= 0``;
             a bad ``q``, or ``q`` on MySQL/MariaDB.
         NulCharacter, InvalidText: ``q`` holds NUL or a lone surrogate.
+        SearchTimeout: the search ran past ``SEARCH_TIMEOUT`` (docs/design.md §11.5).
     """
     _check_int(limit, field="limit", minimum=1)
     if after_seq is not None:
@@ -411,8 +413,12 @@ def list_messages(
     if before_seq is not None:
         queryset = queryset.filter(seq__lt=before_seq)
     if after_seq is not None and before_seq is None:
-        return list(queryset.order_by("seq")[:limit])
-    return list(reversed(queryset.order_by("-seq")[:limit]))
+        queryset = queryset.order_by("seq")[:limit]
+    else:
+        queryset = queryset.order_by("-seq")[:limit]
+    with search_timeout(alias, active=q is not None):
+        rows = list(queryset)
+    return rows if after_seq is not None and before_seq is None else rows[::-1]
 
 
 def delete_message(*, scope: Scope | str, session_id: uuid.UUID | str, seq: int) -> Session:

@@ -14,10 +14,11 @@ from django.utils import timezone
 from .. import signals
 from ..content import check_json_object
 from ..exceptions import DefaultConflict, InvalidFilter, SessionNotFound
-from ..metadata import check_metadata_filter, filter_by_metadata
+from ..metadata import filter_by_metadata
 from ..models import Message, Session, SessionQuerySet
 from ..scope import Scope, canonical_of, scope_q
-from ..search import check_query, filter_sessions
+from ..search import filter_sessions
+from ..search_limits import search_timeout
 from . import _pg
 from ._common import (
     _UNSET,
@@ -26,7 +27,6 @@ from ._common import (
     _check_agent_id,
     _check_agent_id_filter,
     _check_cwd,
-    _check_filter_text,
     _check_int,
     _check_live,
     _check_metadata,
@@ -39,6 +39,7 @@ from ._common import (
     _session_id,
     _write_transaction,
 )
+from .filters import SessionFilters, session_filters
 from .idempotency import fingerprint, run_once
 
 #: How many times :func:`resolve_session` reads-then-creates before giving up on a default
@@ -51,78 +52,34 @@ RESOLVE_ATTEMPTS = 10
 def session_queryset(
     *,
     scope: Scope | str,
-    agent_id: str | None = None,
-    exact: bool = False,
-    default_only: bool = False,
-    search: str | None = None,
+    filters: SessionFilters | None = None,
     ordering: str | None = None,
-    archived: bool | None = False,
-    metadata: Mapping[str, Any] | None = None,
-    q: str | None = None,
 ) -> SessionQuerySet:
     """The sessions a list at ``scope`` shows, filtered and ordered (docs/design.md §7.2, §11.2,
     §11.3, §11.5).
 
     Args:
-        scope: the caller's scope; rows at it and beneath it match, or only at it with ``exact``.
-        agent_id: only this agent's sessions; checked as :func:`check_agent_id` checks it, so
-            an agent id no session can have is refused rather than matching nothing.
-        exact: match rows stored at ``scope`` itself only.
-        default_only: only default sessions.
-        search: case-insensitive substring of the title; ``%`` and ``_`` match literally.
+        scope: the caller's scope; rows at it and beneath it match, or only at it with
+            ``filters.exact``.
+        filters: which sessions (:class:`~cortex_sessions.services.SessionFilters`); ``None``:
+            ``SessionFilters()``, every live session of the scope. With ``filters.q`` each row
+            has ``search_match`` (:class:`~cortex_sessions.matches.SearchMatch`).
         ordering: one of ``ORDERING_FIELDS``, optionally ``-``-prefixed; default
             ``-updated_at``. Ties are broken by id in the same direction so pages are stable.
-        archived: ``False`` (the default) hides archived sessions, ``True`` shows only them,
-            ``None`` shows both (docs/design.md §11.2).
-        metadata: only sessions whose metadata has every top-level key of this object with an
-            equal JSON value; at most 10 keys (docs/design.md §11.3).
-        q: message search (docs/design.md §11.5): only sessions whose conversation messages or
-            title match; 1 to 1,000 characters. PostgreSQL: full-text, ``websearch_to_tsquery``
-            syntax; SQLite: case-insensitive substring; MySQL/MariaDB: refused. Each row has
-            ``search_match`` (:class:`~cortex_sessions.search.SearchMatch`). Without
-            ``ordering`` the best matches come first (PostgreSQL's rank, then ``-updated_at``;
-            SQLite has no rank: ``-updated_at``).
+            With ``filters.q`` and no ``ordering`` the best matches come first (PostgreSQL's
+            rank, then ``-updated_at``; SQLite has no rank: ``-updated_at``).
 
     Returns:
         An unevaluated queryset (callers paginate it).
 
     Raises:
         NoScope, InvalidScope: the scope is missing or malformed.
-        InvalidAgentId: ``agent_id`` is not a string of 1 to 255 characters, not blank and
-            without control characters (docs/design.md §12.4).
-        InvalidFilter: ``ordering`` is not an accepted value, ``search`` is not a string,
-            ``archived`` is not a boolean or ``None``, ``metadata`` is not an object of at
-            most 10 keys, ``q`` is not a string of 1 to 1,000 characters with a word in it,
-            or ``q`` on a database without search (MySQL/MariaDB).
-        NulCharacter, InvalidText: ``agent_id``/``search``/``q``/``metadata`` holds NUL or
-            a lone surrogate.
+        InvalidFilter: ``ordering`` is not an accepted value, or ``filters.q`` on a database
+            without search (MySQL/MariaDB).
+        TypeError: ``filters`` is not a ``SessionFilters`` (or ``None``).
     """
-    queryset = Session.objects.within(scope, exact=exact)
-    agent_id = _check_agent_id_filter(agent_id)
-    search = _check_filter_text(search, field="search")
-    if agent_id is not None:
-        queryset = queryset.filter(agent_id=agent_id)
-    if default_only:
-        queryset = queryset.filter(is_default=True)
-    if search:
-        queryset = queryset.filter(title__icontains=search)
-    if archived is not None and not isinstance(archived, bool):
-        raise InvalidFilter(
-            f"archived must be True, False or None; got {archived!r}.", field="archived"
-        )
-    if archived is not None:
-        queryset = queryset.filter(archived_at__isnull=not archived)
-    if metadata is not None:
-        queryset = cast(
-            SessionQuerySet, filter_by_metadata(queryset, check_metadata_filter(metadata))
-        )
-    if q is not None:
-        queryset = filter_sessions(
-            queryset,
-            q=check_query(q),
-            scope_q=scope_q(scope, exact=exact),
-            connection=connections[queryset.db],
-        )
+    filters = session_filters(filters)
+    queryset = _filtered(scope, filters, annotate=True)
     explicit_ordering = ordering is not None
     ordering = ordering or DEFAULT_ORDERING
     if (
@@ -136,26 +93,51 @@ def session_queryset(
             field="ordering",
         )
     tie = "-id" if ordering.startswith("-") else "id"
-    if q is not None and not explicit_ordering:  # best first (SQLite: rank is NULL, no effect)
+    if filters.q is not None and not explicit_ordering:  # best first (SQLite: rank is NULL)
         return queryset.order_by(F("search_rank").desc(), ordering, tie)
     return queryset.order_by(ordering, tie)
+
+
+def _filtered(scope: Scope | str, filters: SessionFilters, *, annotate: bool) -> SessionQuerySet:
+    """The sessions within ``scope`` that ``filters`` keep, unordered; a search's rows get its
+    rank and snippet only with ``annotate`` (a count needs neither).
+
+    Raises:
+        NoScope, InvalidScope: the scope is missing or malformed.
+        InvalidFilter: ``filters.q`` on a database without search (MySQL/MariaDB).
+    """
+    queryset = Session.objects.within(scope, exact=filters.exact)
+    if filters.agent_id is not None:
+        queryset = queryset.filter(agent_id=filters.agent_id)
+    if filters.default_only:
+        queryset = queryset.filter(is_default=True)
+    if filters.search is not None:
+        queryset = queryset.filter(title__icontains=filters.search)
+    if filters.archived is not None:
+        queryset = queryset.filter(archived_at__isnull=not filters.archived)
+    if filters.metadata is not None:
+        queryset = cast(SessionQuerySet, filter_by_metadata(queryset, filters.metadata))
+    if filters.q is not None:
+        queryset = filter_sessions(
+            queryset,
+            q=filters.q,
+            scope_q=scope_q(scope, exact=filters.exact),
+            connection=connections[queryset.db],
+            annotate=annotate,
+        )
+    return queryset
 
 
 def list_sessions(
     *,
     scope: Scope | str,
-    agent_id: str | None = None,
-    exact: bool = False,
-    default_only: bool = False,
-    search: str | None = None,
+    filters: SessionFilters | None = None,
     ordering: str | None = None,
     limit: int | None = None,
     offset: int = 0,
-    archived: bool | None = False,
-    metadata: Mapping[str, Any] | None = None,
-    q: str | None = None,
 ) -> list[Session]:
-    """A page of the sessions at ``scope`` (docs/design.md §7.2; filters as :func:`session_queryset`).
+    """A page of the sessions at ``scope`` (docs/design.md §7.2; ``filters`` and ``ordering``
+    as :func:`session_queryset`).
 
     Args:
         limit: most rows returned (``None``: no limit); an integer ``>= 0``.
@@ -163,65 +145,37 @@ def list_sessions(
 
     Raises:
         NoScope, InvalidScope.
-        InvalidAgentId, NulCharacter, InvalidText: a bad ``agent_id`` or filter text (as
+        InvalidFilter: a bad ordering or page bound, or ``filters.q`` on MySQL/MariaDB (as
             :func:`session_queryset`).
-        InvalidFilter: a bad ordering, filter or page bound (as :func:`session_queryset`).
+        TypeError: ``filters`` is not a ``SessionFilters`` (or ``None``).
+        SearchTimeout: with ``filters.q``, the search ran past ``SEARCH_TIMEOUT``
+            (docs/design.md §11.5).
     """
     _check_int(offset, field="offset", minimum=0)
     if limit is not None:
         _check_int(limit, field="limit", minimum=0)
-    queryset = session_queryset(
-        scope=scope,
-        agent_id=agent_id,
-        exact=exact,
-        default_only=default_only,
-        search=search,
-        ordering=ordering,
-        archived=archived,
-        metadata=metadata,
-        q=q,
-    )
+    filters = session_filters(filters)
+    queryset = session_queryset(scope=scope, filters=filters, ordering=ordering)
     end = None if limit is None else offset + limit
-    return list(queryset[offset:end])
+    with search_timeout(queryset.db, active=filters.q is not None):
+        return list(queryset[offset:end])
 
 
-def count_sessions(
-    *,
-    scope: Scope | str,
-    agent_id: str | None = None,
-    exact: bool = False,
-    default_only: bool = False,
-    search: str | None = None,
-    archived: bool | None = False,
-    metadata: Mapping[str, Any] | None = None,
-    q: str | None = None,
-) -> int:
-    """How many sessions :func:`list_sessions` would list with the same filters (docs/design.md §7.2).
+def count_sessions(*, scope: Scope | str, filters: SessionFilters | None = None) -> int:
+    """How many sessions :func:`list_sessions` would list with the same ``scope`` and
+    ``filters`` (docs/design.md §7.2).
 
     Raises:
         NoScope, InvalidScope.
-        InvalidAgentId, NulCharacter, InvalidText: a bad ``agent_id`` or filter text (as
-            :func:`session_queryset`).
-        InvalidFilter: a bad filter (as :func:`session_queryset`).
+        InvalidFilter: ``filters.q`` on MySQL/MariaDB.
+        TypeError: ``filters`` is not a ``SessionFilters`` (or ``None``).
+        SearchTimeout: with ``filters.q``, the search ran past ``SEARCH_TIMEOUT``
+            (docs/design.md §11.5).
     """
-    queryset = session_queryset(
-        scope=scope,
-        agent_id=agent_id,
-        exact=exact,
-        default_only=default_only,
-        search=search,
-        archived=archived,
-        metadata=metadata,
-    )
-    if q is not None:  # the matches without their rank and snippet
-        queryset = filter_sessions(
-            queryset,
-            q=check_query(q),
-            scope_q=scope_q(scope, exact=exact),
-            connection=connections[queryset.db],
-            annotate=False,
-        )
-    return queryset.order_by().count()
+    filters = session_filters(filters)
+    queryset = _filtered(scope, filters, annotate=False)
+    with search_timeout(queryset.db, active=filters.q is not None):
+        return queryset.order_by().count()
 
 
 def get_session(

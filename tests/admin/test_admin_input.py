@@ -10,8 +10,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from cortex_sessions import admin as cortex_admin
 from cortex_sessions import services
+from cortex_sessions.admin import changelists as cortex_admin
 from cortex_sessions.models import Message
 from tests.admin.helpers import changelist_url, flash_messages
 

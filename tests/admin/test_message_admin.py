@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import pytest
 from django.urls import reverse
+from django.utils.html import escape
 
 from cortex_sessions import services
+from cortex_sessions.admin import TITLE_PREVIEW_CHARS
+from cortex_sessions.content import preview
 from cortex_sessions.models import Message, Session
 from tests.admin.helpers import (
     bulk_messages,
@@ -38,6 +41,32 @@ def test_changelist_shows_messages_with_their_session(admin_client, session_with
         assert text in content
     assert f'href="{change_url(session)}"' in content
     assert len(listed(response)) == 3
+
+
+def test_changelist_shows_the_text_over_the_session_title_each_whole_in_a_tooltip(
+    admin_client, session_with_messages
+):
+    title = "A long title about the login bug " * 15  # 495 characters
+    session = session_with_messages(title=title)
+
+    content = admin_client.get(messages_url()).content.decode()
+
+    link = f'<a href="{change_url(session)}">{escape(preview(title, TITLE_PREVIEW_CHARS))}</a>'
+    assert (
+        '<span class="cortex-line" title="first question">first question</span>'
+        f'<span class="cortex-line cortex-preview" title="{escape(title)}">{link}</span>'
+    ) in content
+
+
+def test_a_legacy_message_is_listed_with_an_empty_session(admin_client):
+    MessageFactory(content=[{"type": "text", "text": "from before sessions"}])
+
+    response = admin_client.get(messages_url())
+
+    assert response.status_code == 200
+    assert '<span class="cortex-line cortex-preview" title="-">-</span>' in (
+        response.content.decode()
+    )
 
 
 def test_changelist_filters_by_session(admin_client, session_with_messages):

@@ -10,7 +10,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils.html import escape
 
 from cortex_sessions import services
-from cortex_sessions.admin import INLINE_MESSAGES, LIST_PREVIEW_CHARS
+from cortex_sessions.admin import INLINE_MESSAGES, LIST_PREVIEW_CHARS, TITLE_PREVIEW_CHARS
+from cortex_sessions.content import preview
 from cortex_sessions.models import Message, Session
 from tests.admin.helpers import (
     add_url,
@@ -70,6 +71,26 @@ def test_changelist_cuts_long_last_message(admin_client, session_with_messages):
     stored = "x" * 280 + "…"  # LAST_MESSAGE_PREVIEW_CHARS
     shown = "x" * LIST_PREVIEW_CHARS + "…"
     assert f'title="{stored}">{shown}</span>' in content
+
+
+def test_changelist_cuts_a_long_title_and_keeps_it_whole_in_the_tooltip(admin_client):
+    title = "A long title about the login bug " * 15  # 495 characters
+    SessionFactory(title=title)
+
+    content = admin_client.get(changelist_url()).content.decode()
+
+    shown = preview(title, TITLE_PREVIEW_CHARS)
+    assert len(shown) == TITLE_PREVIEW_CHARS + 1 and shown.endswith("…")
+    assert f'<span class="cortex-line" title="{escape(title)}">{escape(shown)}</span>' in content
+
+
+def test_an_archived_session_carries_a_badge_in_its_title_line(admin_client):
+    session = SessionFactory(title="Old trip")
+    services.archive_session(scope=session.scope, session_id=session.pk)
+
+    content = admin_client.get(changelist_url()).content.decode()
+
+    assert '<span class="cortex-badge">archived</span> Old trip' in content
 
 
 def test_changelist_is_ordered_by_last_update(admin_client, session_with_messages):

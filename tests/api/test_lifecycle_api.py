@@ -412,5 +412,7 @@ def test_keyset_pages_honour_the_archived_and_metadata_filters(api, chat, alice_
     assert str(chat.pk) not in {row["id"] for row in live}
     assert [row["id"] for row in archived] == [str(chat.pk)]
     assert [row["id"] for row in tagged["results"]] == [str(chat.pk)]
-    page = services.list_sessions_page(scope=alice_scope, archived=True, metadata={"n": 1})
+    page = services.list_sessions_page(
+        scope=alice_scope, filters=services.SessionFilters(archived=True, metadata={"n": 1})
+    )
     assert [session.pk for session in page.results] == [chat.pk]

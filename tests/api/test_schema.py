@@ -21,6 +21,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+
+pytest.importorskip("schemathesis", reason="the fuzz extra is not installed")
 import schemathesis
 import yaml
 from django.core import signals

@@ -10,9 +10,11 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.db.migrations.exceptions import IrreversibleError
 from django.db.migrations.executor import MigrationExecutor
+from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.recorder import MigrationRecorder
 
 from cortex_sessions import services
+from tests.test_migrations import originals_only
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -22,8 +24,18 @@ AFTER = "0002_tenant_keyed_shared_state"
 
 
 def migrate(name):
-    MigrationExecutor(connection).migrate([(APP, name)])
-    return MigrationExecutor(connection).loader.project_state([(APP, name)]).apps
+    """Migrate the ADK app to ``name``, an original replaced by ``0001_squashed_0003_adk_state``
+    (planned with the originals alone, as ``tests.test_migrations.Migrator`` does); return the
+    historical ``apps`` of that state."""
+    target = [(APP, name)]
+    executor = MigrationExecutor(connection)
+    if target[0] not in executor.loader.graph.node_map:
+        originals_only(executor.loader)
+    executor.migrate(target)
+    loader = MigrationLoader(connection)
+    if target[0] not in loader.graph.node_map:
+        originals_only(loader)
+    return loader.project_state(target).apps
 
 
 @pytest.fixture
@@ -132,8 +144,7 @@ def test_existing_sessions_and_user_states_get_the_keys_the_service_finds_them_b
 
 
 def test_backward_is_refused_before_any_change_while_an_id_is_used_at_two_scopes(at_0002):
-    migrate(KEYED)
-    apps = MigrationExecutor(connection).loader.project_state([(APP, KEYED)]).apps
+    apps = migrate(KEYED)
     AdkSession = apps.get_model(APP, "AdkSession")
     acme = _adk_session(apps, "org=acme/user=1", "1", "s")
     AdkSession.objects.filter(pk=acme.pk).update(key="a" * 64)

@@ -8,30 +8,16 @@ session's messages, browsable in the session admin.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
-from django.urls import reverse
-from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from cortex_sessions.admin import CheckedInputAdminMixin
+from cortex_sessions.admin.base import ReadOnlyModelAdmin, session_change_link
 
 from .models import AdkAppState, AdkSession, AdkUserState
 
 
-class ReadOnlyAdmin(CheckedInputAdminMixin):
-    """Viewable, searchable (NUL-safe, bounded counts), deletable; never added or changed here."""
-
-    def has_add_permission(self, request: Any) -> bool:
-        return False
-
-    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
-        return False
-
-
 @admin.register(AdkSession)
-class AdkSessionAdmin(ReadOnlyAdmin):
+class AdkSessionAdmin(ReadOnlyModelAdmin):
     list_display = ("adk_id", "app_name", "user_id", "cortex_session")
     list_filter = ("app_name",)
     search_fields = ("adk_id", "app_name", "user_id")
@@ -41,12 +27,11 @@ class AdkSessionAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("cortex session"))
     def cortex_session(self, obj: AdkSession) -> str:
-        url = reverse("admin:cortex_sessions_session_change", args=[obj.session_id])
-        return format_html('<a href="{}">{}</a>', url, obj.session_id)
+        return session_change_link(self.admin_site, obj.session_id, obj.session_id)
 
 
 @admin.register(AdkAppState)
-class AdkAppStateAdmin(ReadOnlyAdmin):
+class AdkAppStateAdmin(ReadOnlyModelAdmin):
     list_display = ("app_name", "tenant")
     search_fields = ("app_name", "tenant")
     readonly_fields = ("tenant", "app_name", "state")
@@ -54,7 +39,7 @@ class AdkAppStateAdmin(ReadOnlyAdmin):
 
 
 @admin.register(AdkUserState)
-class AdkUserStateAdmin(ReadOnlyAdmin):
+class AdkUserStateAdmin(ReadOnlyModelAdmin):
     list_display = ("app_name", "user_id", "scope")
     list_filter = ("app_name",)
     search_fields = ("app_name", "user_id", "scope")

@@ -597,7 +597,9 @@ def _list_sync(
     if user_id is not None:
         scope = service.scope_for(app_name, user_id)
         rows = rows.filter(user_id=user_id).filter(
-            session__in=services.session_queryset(scope=scope, exact=True)
+            session__in=services.session_queryset(
+                scope=scope, filters=services.SessionFilters(exact=True)
+            )
         )
     elif service.within is not None:
         rows = rows.filter(session__in=services.session_queryset(scope=service.within))

@@ -18,6 +18,7 @@ It serves nothing, so tests can run it.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import tempfile
@@ -138,10 +139,13 @@ class Command(BaseCommand):
         """Make each member's oldest demo session the default, unless one exists."""
         for member in members:
             scope = self._scope(member)
-            filters = {"scope": scope, "agent_id": AGENT_ID, "exact": True}
-            if services.count_sessions(**filters, default_only=True):
+            filters = services.SessionFilters(agent_id=AGENT_ID, exact=True)
+            defaults = dataclasses.replace(filters, default_only=True)
+            if services.count_sessions(scope=scope, filters=defaults):
                 continue
-            oldest = services.list_sessions(**filters, ordering="created_at", limit=1)
+            oldest = services.list_sessions(
+                scope=scope, filters=filters, ordering="created_at", limit=1
+            )
             if oldest:
                 services.make_default(scope=scope, session_id=oldest[0].pk)
 
