@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from django.db import IntegrityError, router, transaction
+from django.db import IntegrityError, router
 from django.utils.dateparse import parse_datetime
 
 from . import services
@@ -47,7 +47,7 @@ from .content import normalize_content, parse_json
 from .exceptions import CortexSessionsError, InvalidConversation
 from .models import EXTERNAL_ID_MAX_BYTES, ImportedConversation, Message, Session
 from .scope import Scope, canonical_of
-from .services._common import _signals_held
+from .services._common import _signals_held, _write_transaction
 from .services.lifecycle import record_fork_provenance
 
 __all__ = [
@@ -325,7 +325,7 @@ def import_conversation(
     if external_id is not None and _already_imported(canonical, agent_id, external_id):
         return None
     try:
-        with _signals_held(), transaction.atomic(using=router.db_for_write(Session)):
+        with _signals_held(), _write_transaction(router.db_for_write(Session)):
             session = services.create_session(
                 scope=canonical,
                 agent_id=agent_id,

@@ -99,7 +99,9 @@ _ERROR_TEXT = {
     "application/merge-patch+json).",
     422: "`idempotency_key_reused`: the Idempotency-Key was used with another body.",
     503: "`database_unavailable` (with Retry-After): a transient database fault rolled the "
-    "request back; nothing was written.",
+    "request back; nothing was written. `write_outcome_unknown` (with Retry-After): the "
+    "connection failed while the write was committed, so it may be stored; retry with the same "
+    "Idempotency-Key, or read back first.",
 }
 
 #: The 503 of an endpoint that searches messages (``q``; docs/design.md §11.5).
@@ -122,12 +124,20 @@ _REFERENCE_ERROR_TEXT = {
     500: "`SESSION_REFERENCE_INVALID_CONFIG`: the server's reference settings are invalid "
     "(not caused by the request).",
     503: "`SESSION_REFERENCE_CANCELLED`: preparing the references ran past the server's deadline; "
-    "`database_unavailable` (with Retry-After): a transient database fault.",
+    "`database_unavailable` (with Retry-After): a transient database fault; "
+    "`write_outcome_unknown` (with Retry-After): the connection failed while the write was "
+    "committed, so it may be stored.",
 }
 
 
 #: The 409 of an operation that writes a session's messages or its default flag (§11.2).
 ARCHIVED_409 = "`session_archived`: the session is archived (read-only); unarchive it first."
+
+#: The 409 of every operation taking an ``Idempotency-Key`` (§12.1): those declaring its 422.
+IN_PROGRESS_409 = (
+    "`idempotency_key_in_progress`: a request with the same Idempotency-Key was still running "
+    "past the database's lock wait timeout; send it again later to get its answer."
+)
 
 
 def errors(*codes: int, text: Mapping[int, str] | None = None) -> dict[int, OpenApiResponse]:
@@ -138,11 +148,18 @@ def errors(*codes: int, text: Mapping[int, str] | None = None) -> dict[int, Open
         text: descriptions replacing the default ones, by status; a 409 has no default (each
             operation names its own conflict codes, e.g. :data:`ARCHIVED_409`).
 
+    An operation declaring 422 (``idempotency_key_reused``) takes an ``Idempotency-Key``, so
+    it also declares 409 ``idempotency_key_in_progress`` (:data:`IN_PROGRESS_409`, after the
+    operation's own 409 text, if any).
+
     Raises:
         KeyError: a status without a description (a 409 not given in ``text``).
     """
-    wanted = sorted({400, 401, 403, 406, 503, *codes})
+    keyed = 422 in codes
+    wanted = sorted({400, 401, 403, 406, 503, *codes, *((409,) if keyed else ())})
     descriptions = {**_ERROR_TEXT, **(text or {})}
+    if keyed:
+        descriptions[409] = " ".join(filter(None, [descriptions.get(409), IN_PROGRESS_409]))
     return {
         code: OpenApiResponse(ErrorSerializer, description=descriptions[code]) for code in wanted
     }

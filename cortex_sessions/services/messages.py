@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple, cast
 
-from django.db import connections, transaction
+from django.db import connections
 from django.db.models import F
 from django.utils import timezone
 
@@ -31,6 +31,7 @@ from ..search import check_query, filter_messages
 from ..search_limits import search_timeout
 from . import _pg
 from ._common import (
+    _autocommit_write,
     _check_int,
     _check_live,
     _check_metadata,
@@ -39,6 +40,7 @@ from ._common import (
     _locked_session,
     _send_on_commit,
     _session_id,
+    _write_transaction,
 )
 from .idempotency import fingerprint, run_once
 from .sessions import get_session
@@ -222,6 +224,8 @@ def append_messages(
         EmptyContent, MessageTooLarge, NulCharacter, InvalidMetadata): bad input.
         InvalidIdempotencyKey: a malformed key.
         IdempotencyKeyReused: the key was used with other messages or another session.
+        IdempotencyKeyInProgress: a call with the key still ran past the lock wait timeout.
+        WriteOutcomeUnknown: the commit failed and may have been carried out (§12.3).
     """
     if type(messages) is not list and (  # a list, the usual case, skips the ABC checks
         isinstance(messages, Mapping | MessageInput) or not isinstance(messages, Sequence)
@@ -279,7 +283,7 @@ def _append_rows(
     if _pg.serves(alias):  # one statement (docs/design.md §14)
         texts = [(message.content_json, message.metadata_json) for message in built]
         return _append_pg(alias, scope, session_id, rows, texts, now)
-    with transaction.atomic(using=alias):
+    with _write_transaction(alias):
         session = _check_live(_locked_session(scope, session_id))
         created = Message.objects.bulk_create(
             Message(
@@ -329,15 +333,16 @@ def _append_pg(
             break
     pk = _session_id(session_id)
     for attempt in range(2):
-        appended = _pg.append_rows(
-            alias,
-            canonical=canonical,
-            session_id=pk,
-            rows=rows,
-            json_texts=texts,
-            last_message=last,
-            updated_at=now if attempt == 0 else timezone.now(),
-        )
+        with _autocommit_write(alias):
+            appended = _pg.append_rows(
+                alias,
+                canonical=canonical,
+                session_id=pk,
+                rows=rows,
+                json_texts=texts,
+                last_message=last,
+                updated_at=now if attempt == 0 else timezone.now(),
+            )
         if appended is not None:
             break
         # Nothing written: the statement only appends to a live session in scope. Tell a
@@ -428,7 +433,7 @@ def delete_message(*, scope: Scope | str, session_id: uuid.UUID | str, seq: int)
         InvalidFilter: ``seq`` is not an integer ``>= 1``.
     """
     _check_int(seq, field="seq", minimum=1)
-    with transaction.atomic(using=_db_for_write()):
+    with _write_transaction(_db_for_write()):
         session = _check_live(_locked_session(scope, session_id))
         deleted, _ = Message.objects.filter(session=session, seq=seq).delete()
         if not deleted:
@@ -452,7 +457,7 @@ def clear_messages(*, scope: Scope | str, session_id: uuid.UUID | str) -> int:
         NoScope, InvalidScope, SessionNotFound.
         SessionArchived: the session is archived (docs/design.md §11.2).
     """
-    with transaction.atomic(using=_db_for_write()):
+    with _write_transaction(_db_for_write()):
         session = _check_live(_locked_session(scope, session_id))
         deleted, _ = Message.objects.filter(session=session).delete()
         Session.objects.filter(pk=session.pk).update(
