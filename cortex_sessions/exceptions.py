@@ -36,6 +36,8 @@ __all__ = [
     "SearchTimeout",
     "SessionArchived",
     "SessionNotFound",
+    "TooManyKeys",
+    "TooManyMessages",
     "ValueTooLong",
     "WriteOutcomeUnknown",
 ]
@@ -189,6 +191,23 @@ class InvalidText(InvalidInput):
 class ValueTooLong(InvalidInput):
     code = "too_long"
     default_message = "The value is too long."
+
+
+class TooManyMessages(InvalidInput):
+    """One append carries more messages than ``MAX_MESSAGES_PER_APPEND``: the append would
+    hold the session's row lock for as long as it takes to write them all (docs/design.md
+    §12.6). Nothing is written; send the messages in several appends."""
+
+    code = "too_many_messages"
+    default_message = "The append carries more messages than MAX_MESSAGES_PER_APPEND."
+
+
+class TooManyKeys(InvalidInput):
+    """A JSON object the app would store (``metadata``, a content block, an ADK state) has
+    more keys than ``MAX_JSON_KEYS`` (docs/design.md §12.6). Nothing is written."""
+
+    code = "too_many_keys"
+    default_message = "A JSON object has more keys than MAX_JSON_KEYS."
 
 
 class InvalidConversation(InvalidInput):

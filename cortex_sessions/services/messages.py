@@ -24,6 +24,7 @@ from ..exceptions import (
     MessageNotFound,
     MessageTooLarge,
     SessionNotFound,
+    TooManyMessages,
 )
 from ..models import Message, Session
 from ..scope import Scope, canonical_of
@@ -188,6 +189,47 @@ def _build_message(
 # -- messages -------------------------------------------------------------------------------------
 
 
+def check_message_count(count: int) -> None:
+    """Refuse an append of more than ``MAX_MESSAGES_PER_APPEND`` messages (docs/design.md
+    §12.6): one append is one transaction holding the session's row lock, so its size bounds
+    how long every other write to the session waits.
+
+    Args:
+        count: the number of messages the append carries.
+
+    Raises:
+        TooManyMessages: ``count`` is over the setting (code ``too_many_messages``, field
+            ``messages``).
+    """
+    limit = app_settings.MAX_MESSAGES_PER_APPEND
+    if count > limit:
+        raise TooManyMessages(
+            f"The append carries {count} messages; at most {limit} are accepted in one "
+            "(MAX_MESSAGES_PER_APPEND). Send them in several appends.",
+            field="messages",
+            size=count,
+            limit=limit,
+        )
+
+
+def check_messages(messages: Sequence[MessageInput | Mapping[str, Any]]) -> None:
+    """Validate messages by the rules of :func:`append_messages`, writing nothing and reading
+    no database, and whatever their number: for a caller that splits a long list into
+    appends of ``MAX_MESSAGES_PER_APPEND`` and wants bad input to write none of them
+    (docs/design.md §12.6, §13.2).
+
+    Args:
+        messages: :class:`MessageInput` objects or mappings with the same keys.
+
+    Raises:
+        InvalidInput and its subclasses: as :func:`append_messages` raises them for bad input
+            (``TooManyMessages`` excepted).
+    """
+    now = timezone.now()
+    for index, item in enumerate(messages):
+        _build_message(item, index, now)
+
+
 def _newest_text(session: Session) -> str:
     return newest_conversation_text(Message.objects.filter(session=session))
 
@@ -204,6 +246,8 @@ def append_messages(
     All messages are validated before anything is written; then, in one transaction holding
     the session's row lock, they get the next ``seq`` values and ``message_count``,
     ``last_message`` and ``updated_at`` move with them. Nothing is written if any input is bad.
+    One call carries at most ``MAX_MESSAGES_PER_APPEND`` messages, so no append holds the
+    session's lock for long (docs/design.md §12.6); send more in several calls.
 
     Args:
         scope: the caller's scope; the session must lie at or beneath it.
@@ -221,7 +265,8 @@ def append_messages(
         NoScope, InvalidScope, SessionNotFound.
         SessionArchived: the session is archived (docs/design.md §11.2).
         InvalidInput (and its subclasses InvalidRole, InvalidSource, InvalidContent,
-        EmptyContent, MessageTooLarge, NulCharacter, InvalidMetadata): bad input.
+        EmptyContent, MessageTooLarge, NulCharacter, InvalidMetadata, TooManyKeys): bad input.
+        TooManyMessages: more than ``MAX_MESSAGES_PER_APPEND`` messages (``too_many_messages``).
         InvalidIdempotencyKey: a malformed key.
         IdempotencyKeyReused: the key was used with other messages or another session.
         IdempotencyKeyInProgress: a call with the key still ran past the lock wait timeout.
@@ -233,6 +278,7 @@ def append_messages(
         raise InvalidInput("messages must be a list of messages.", field="messages")
     if not messages:
         raise InvalidInput("At least one message is required.", field="messages")
+    check_message_count(len(messages))
     # One clock reading: the messages' default created_at and the session's updated_at.
     now = timezone.now()
     rows = [_build_message(item, index, now) for index, item in enumerate(messages)]
