@@ -6,6 +6,12 @@ format) never change this API. Authentication and rendering are the host's.
 
 Not found, out of scope and malformed ids are one case: 404 ``session_not_found`` with the same
 body, on every endpoint and method (docs/design.md §7.3).
+
+The package is split by resource: :mod:`.sessions` (:class:`SessionViewSet`: the collection,
+one session, its lifecycle), :mod:`.messages` and :mod:`.references` (the viewset's message
+and session-reference actions, as mixins); the policies every view shares are in
+:mod:`cortex_sessions.api.mixins` and the OpenAPI side (errors, shared parameters, the schema
+class) in :mod:`cortex_sessions.api.schema`. Every public name is re-exported here.
 """
 
 from __future__ import annotations
