@@ -202,6 +202,26 @@ def test_delete_message_updates_counters_and_never_reuses_its_seq(session):
         services.delete_message(scope=SCOPE, session_id=session.pk, seq=2)
 
 
+def test_delete_message_moves_the_counters_as_every_delete_does_without_reading_them_back(
+    session,
+):
+    """delete_message moves the counters through the one helper the undo services use: the
+    session it returns holds what was stored, and no SELECT follows the counters' UPDATE."""
+    append(session, {"role": "user", "content": "one"}, {"role": "assistant", "content": "two"})
+    with CaptureQueriesContext(connection) as captured:
+        after = services.delete_message(scope=SCOPE, session_id=session.pk, seq=2)
+    sql = [query["sql"].lstrip() for query in captured.captured_queries]
+    table = Session._meta.db_table
+    update = max(i for i, text in enumerate(sql) if text.startswith("UPDATE") and table in text)
+    assert not [text for text in sql[update + 1 :] if text.startswith("SELECT")]
+    row = stored(session)
+    assert (after.message_count, after.last_message, after.updated_at) == (
+        row.message_count,
+        row.last_message,
+        row.updated_at,
+    )
+
+
 def test_clear_messages_zeroes_the_counters_and_keeps_seq_increasing(session):
     append(session, *[{"role": "user", "content": f"m{n}"} for n in range(4)])
     assert services.clear_messages(scope=SCOPE, session_id=session.pk) == 4

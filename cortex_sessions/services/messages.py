@@ -234,6 +234,20 @@ def _newest_text(session: Session) -> str:
     return newest_conversation_text(Message.objects.filter(session=session))
 
 
+def _after_delete(session: Session, deleted: int) -> Session:
+    """Move the counters of the locked ``session`` after ``deleted`` of its rows went, in the
+    database and on ``session`` itself (docs/design.md §5)."""
+    session.message_count -= deleted
+    session.last_message = _newest_text(session)
+    session.updated_at = timezone.now()
+    Session.objects.filter(pk=session.pk).update(
+        message_count=F("message_count") - deleted,
+        last_message=session.last_message,
+        updated_at=session.updated_at,
+    )
+    return session
+
+
 def append_messages(
     *,
     scope: Scope | str,
@@ -484,12 +498,7 @@ def delete_message(*, scope: Scope | str, session_id: uuid.UUID | str, seq: int)
         deleted, _ = Message.objects.filter(session=session, seq=seq).delete()
         if not deleted:
             raise MessageNotFound()
-        Session.objects.filter(pk=session.pk).update(
-            message_count=F("message_count") - deleted,
-            last_message=_newest_text(session),
-            updated_at=timezone.now(),
-        )
-        session.refresh_from_db()
+        _after_delete(session, deleted)
     return session
 
 
