@@ -15,24 +15,14 @@ from typing import Any, cast
 from google.adk.events.event import Event
 from google.genai import types
 
-from cortex_sessions.content import MAX_JSON_DEPTH, check_json_value, content_text
-from cortex_sessions.exceptions import InvalidInput
+from cortex_sessions.content import content_text
+from cortex_sessions.integrations.blocks import find_block, text_blocks, verbatim_block
 from cortex_sessions.models import Message
 
 __all__ = ["EVENT_BLOCK_TYPE", "event_to_message", "message_to_event"]
 
 #: The ``type`` of the content block that keeps an ADK event verbatim.
 EVENT_BLOCK_TYPE = "adk_event"
-
-
-def _storable(value: Any, *, depth: int = 0) -> bool:
-    """Whether ``value``, stored ``depth`` levels deep inside a message's content, passes the
-    content rule (no NUL, no lone surrogate, not nested too deep; docs/design.md §12.4)."""
-    try:
-        check_json_value(value, field="content", max_depth=MAX_JSON_DEPTH - depth)
-    except InvalidInput:
-        return False
-    return True
 
 
 def _timestamp(value: dt.datetime) -> float:
@@ -67,18 +57,10 @@ def event_to_message(event: Event) -> dict[str, Any]:
     Returns:
         A mapping for :func:`cortex_sessions.services.append_messages`.
     """
-    content: list[dict[str, Any]] = []
-    text = _event_text(event)
-    if text.strip():
-        if not _storable(text):
-            text = text.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
-        content.append({"type": "text", "text": text})
+    content = text_blocks(_event_text(event))
     # The JSON ADK's own database store keeps (its schema v1 ``event_data``).
     data = event.model_dump(mode="json", exclude_none=True)
-    if _storable(data, depth=2):  # content list > event block > event
-        content.append({"type": EVENT_BLOCK_TYPE, "event": data})
-    else:
-        content.append({"type": EVENT_BLOCK_TYPE, "event_json": json.dumps(data)})
+    content.append(verbatim_block(EVENT_BLOCK_TYPE, "event", data, as_json=json.dumps))
     return {"role": _event_role(event), "content": content, "created_at": _when(event.timestamp)}
 
 
@@ -101,11 +83,11 @@ def message_to_event(message: Message, app_name: str) -> Event | None:
 def _event_of(
     role: str, content: Any, seq: int, created_at: dt.datetime, session_pk: Any, app_name: str
 ) -> Event | None:
-    for block in content or ():
-        if isinstance(block, dict) and block.get("type") == EVENT_BLOCK_TYPE:
-            if "event" in block:
-                return Event.model_validate(block["event"])
-            return Event.model_validate_json(block["event_json"])
+    block = find_block(content, EVENT_BLOCK_TYPE)
+    if block is not None:
+        if "event" in block:
+            return Event.model_validate(block["event"])
+        return Event.model_validate_json(block["event_json"])
     if role not in ("user", "assistant"):
         return None
     text = content_text(content)
