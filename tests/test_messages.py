@@ -140,6 +140,29 @@ def test_bad_message_raises_a_coded_error_and_writes_nothing(session, message, e
     assert (stored(session).message_count, stored(session).last_seq) == (0, 0)
 
 
+@pytest.mark.parametrize(
+    ("message", "field", "detail"),
+    [
+        (
+            {"role": "robot", "content": "x"},
+            "role",
+            "role must be one of user, assistant, system, tool; got 'robot'.",
+        ),
+        (
+            {"role": "user", "content": "x", "source": "web"},
+            "source",
+            "source must be one of user, checkpoint, session-reference, host; got 'web'.",
+        ),
+    ],
+)
+def test_a_choice_outside_its_values_is_refused_naming_the_field_and_the_values(
+    session, message, field, detail
+):
+    with pytest.raises(InvalidInput) as info:
+        append(session, message)
+    assert (info.value.field, str(info.value)) == (field, detail)
+
+
 @override_settings(CORTEX_SESSIONS={"MAX_MESSAGE_BYTES": 100})
 def test_message_over_max_message_bytes_is_refused(session):
     append(session, {"role": "user", "content": "x" * 60})
