@@ -17,9 +17,6 @@ OVERSIZED_MODULES_ALLOWLIST = {
     "api/views.py": "to be split by resource (sessions, messages, references)",
     "api/serializers.py": "to be split by resource, as api/views.py",
     "services/_pg.py": "the PostgreSQL hot paths (docs/design.md §14), to be split by path",
-    "integrations/adk/service.py": (
-        "one adapter class implementing ADK's BaseSessionService; not split yet"
-    ),
 }
 
 
