@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # A streaming standby of the local PostgreSQL, for the replica tests (docs/design.md §17.3,
-# docs/scaling.md). Usage: .ci/standby.sh start|stop|status
+# docs/scaling.md). Usage: .ci/standby.sh start|halt|stop|status
 #
 #   start   pg_basebackup -R of the primary into $STANDBY_DIR (default .ci-standby/ under the
 #           checkout), then starts it on $STANDBY_PORT (default 5433) with Debian's pg_ctl as the
 #           postgres OS user, and waits until it streams. Prints the URL to export as
 #           CORTEX_REPLICA_URL. Idempotent: a standby already running is left as it is.
+#   halt    stops it, keeping its data directory (start starts it again).
 #   stop    stops it and deletes its data directory.
 #
 # The primary needs wal_level=replica (PostgreSQL's default) and a pg_hba.conf line letting
@@ -50,6 +51,8 @@ allow_replication() {
 start() {
     if running; then
         echo "standby already running on port $STANDBY_PORT ($STANDBY_DIR)"
+    elif [ -f "$STANDBY_DIR/data/standby.signal" ]; then
+        as_postgres "$PG_BIN/pg_ctl" -D "$STANDBY_DIR/data" -l "$STANDBY_DIR/log" -w start >/dev/null
     else
         allow_replication
         rm -rf "$STANDBY_DIR"
@@ -102,9 +105,10 @@ stop() {
 case "${1:-}" in
 start) start ;;
 stop) stop ;;
+halt) if running; then as_postgres "$PG_BIN/pg_ctl" -D "$STANDBY_DIR/data" -m fast -w stop >/dev/null; fi ;;
 status) if running; then echo running; else echo stopped; exit 3; fi ;;
 *)
-    echo "usage: $0 start|stop|status" >&2
+    echo "usage: $0 start|halt|stop|status" >&2
     exit 2
     ;;
 esac

@@ -41,6 +41,7 @@ from cortex_sessions.references import service as references
 from cortex_sessions.scope import Scope
 from cortex_sessions.search_limits import search_timeout
 
+from .consistency import ConsistencySchemaMixin, ConsistencyTokenMixin
 from .exceptions import InvalidQuery, ReferencesNotAllowed, exception_handler
 from .filters import (
     SEARCH_QUERY_HELP,
@@ -264,7 +265,7 @@ def _takes_empty_string(schema: Mapping[str, Any]) -> bool:
         return False
 
 
-class CortexAutoSchema(AutoSchema):
+class CortexAutoSchema(ConsistencySchemaMixin, AutoSchema):
     """drf-spectacular's schema with the app's strictness stated (docs/design.md §12.4): a
     request body of a :class:`StrictSerializerMixin` serializer has
     ``additionalProperties: false``, since the server refuses undefined fields; a body of
@@ -357,7 +358,7 @@ else:  # a mixin; the view set it is mixed into brings DRF's behaviour
     _ViewBase = object
 
 
-class CortexAPIMixin(_ViewBase):
+class CortexAPIMixin(ConsistencyTokenMixin, _ViewBase):
     """Policies every cortex_sessions view sets for itself, independent of the host's defaults:
     the scope permission, the strict JSON parser, the app's exception handler, and strict query
     parameters (docs/design.md §12.4).
