@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from contextlib import ContextDecorator, contextmanager
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
 
 from django.db import DatabaseError, connections, transaction
 
@@ -189,16 +188,15 @@ def current_position() -> Position:
     return _position.get()
 
 
-class primary_reads(ContextDecorator):
+@contextmanager
+def primary_reads() -> Iterator[None]:
     """Context manager and decorator: every read the router routes inside it goes to the
     primary (the admin, the management commands, a retry after a replica failed)."""
-
-    def __enter__(self) -> primary_reads:
-        self._tokens = [*getattr(self, "_tokens", []), _pinned.set(True)]
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        _pinned.reset(self._tokens.pop())
+    pinned = _pinned.set(True)
+    try:
+        yield
+    finally:
+        _pinned.reset(pinned)
 
 
 def reads_pinned_to_primary() -> bool:
