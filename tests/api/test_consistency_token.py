@@ -15,6 +15,13 @@ from .test_schema import schema_document  # noqa: F401 - fixture
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.fixture(autouse=True)
+def replica_router(settings):
+    """Writes are remembered by ``ReplicaRouter`` (here with no replica: every read on the
+    primary, the tokens named all the same)."""
+    settings.DATABASE_ROUTERS = ["cortex_sessions.routers.ReplicaRouter"]
+
+
 def test_a_write_answers_with_the_position_it_ends_at(api):
     created = api.post(BASE, {"agent_id": "coder"}, format="json")
     assert created.status_code == 201
