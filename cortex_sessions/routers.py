@@ -33,7 +33,15 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from . import consistency
 from .conf import app_settings
 
-__all__ = ["RETRY_DOWN_SECONDS", "STATUS_TTL_SECONDS", "ReplicaRouter", "ReplicaStatus"]
+__all__ = [
+    "RETRY_DOWN_SECONDS",
+    "STATUS_TTL_SECONDS",
+    "ReplicaRouter",
+    "ReplicaStatus",
+    "forget_statuses",
+    "mark_down",
+    "replica_status",
+]
 
 #: Seconds a replica that could not be reached is left out before it is tried again.
 RETRY_DOWN_SECONDS = 5.0

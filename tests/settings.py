@@ -75,7 +75,7 @@ REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
 
 CORTEX_SESSIONS: dict[str, object] = {}
 
-if os.environ.get("CORTEX_REPLICA_URL"):
+if os.environ.get("CORTEX_REPLICA_URL") and DATABASES["default"]["ENGINE"].endswith("postgresql"):
     # tests/replicas/: a streaming standby of the default PostgreSQL database's server
     # (.ci/standby.sh). It replicates the whole cluster, so the test database pytest-django
     # creates on the primary appears on it by itself: a test mirror, never created or flushed.

@@ -1,8 +1,8 @@
 """Fixtures of the tests against a real PostgreSQL streaming standby (docs/design.md §17.3).
 
 They run when ``CORTEX_REPLICA_URL`` names a standby of the server ``DATABASE_URL`` names
-(``.ci/standby.sh start`` prints it; tests/settings.py then adds the ``replica`` alias, a test
-mirror of ``default``) and skip otherwise. ``CORTEX_STANDBY_DIR`` (the script's
+(``.ci/standby.sh start`` prints it; with ``DATABASE_URL`` on PostgreSQL, tests/settings.py then
+adds the ``replica`` alias, a test mirror of ``default``) and skip otherwise. ``CORTEX_STANDBY_DIR`` (the script's
 ``STANDBY_DIR``) lets one test stop the standby and start it again.
 """
 
@@ -19,8 +19,6 @@ from django.db import connections
 
 from cortex_sessions import routers
 from cortex_sessions.consistency import parse_lsn
-
-pytestmark = pytest.mark.postgres_only
 
 #: Seconds the standby may take to replay what the primary wrote before a test fails.
 CATCH_UP_SECONDS = 60
