@@ -25,9 +25,13 @@ CATCH_UP_SECONDS = 60
 
 
 def pytest_collection_modifyitems(config, items):
-    """Skip every test here unless a standby is configured."""
+    """Skip every test here unless a standby is configured (fail instead, on PostgreSQL, with
+    ``CI_REQUIRE_REPLICA=1``, as CI runs them)."""
     if "replica" in settings.DATABASES:
         return
+    postgres = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
+    if postgres and os.environ.get("CI_REQUIRE_REPLICA") == "1":
+        raise pytest.UsageError("CI_REQUIRE_REPLICA=1 but CORTEX_REPLICA_URL is not set")
     skip = pytest.mark.skip(reason="needs a streaming standby: set CORTEX_REPLICA_URL")
     for item in items:
         if "tests/replicas/" in str(item.fspath).replace(os.sep, "/"):
