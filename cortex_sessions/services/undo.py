@@ -10,14 +10,19 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from ..exceptions import MessageNotFound
 from ..models import Message, Session
 from ..scope import Scope
-from ._common import _check_int, _check_live, _db_for_write, _locked_session
+from ._common import (
+    _check_int,
+    _check_live,
+    _db_for_write,
+    _locked_session,
+    _write_transaction,
+)
 from .messages import _newest_text
 
 __all__ = ["MessagesDeleted", "PoppedMessage", "delete_messages_after", "pop_message"]
@@ -76,7 +81,7 @@ def delete_messages_after(
         InvalidFilter: ``after_seq`` is not an integer ``>= 0``.
     """
     _check_int(after_seq, field="after_seq", minimum=0)
-    with transaction.atomic(using=_db_for_write()):
+    with _write_transaction(_db_for_write()):
         session = _check_live(_locked_session(scope, session_id))
         deleted, _ = Message.objects.filter(session=session, seq__gt=after_seq).delete()
         if deleted:
@@ -98,7 +103,7 @@ def pop_message(*, scope: Scope | str, session_id: uuid.UUID | str) -> PoppedMes
         SessionArchived: the session is archived.
         MessageNotFound: the session has no messages.
     """
-    with transaction.atomic(using=_db_for_write()):
+    with _write_transaction(_db_for_write()):
         session = _check_live(_locked_session(scope, session_id))
         message = Message.objects.filter(session=session).order_by("-seq").first()
         if message is None:
