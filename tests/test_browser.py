@@ -113,6 +113,11 @@ def screenshot_dir(tmp_path_factory) -> Path:
     return path
 
 
+#: The change page's ``<h2>`` (the object's title): ``#content > h2`` on Django 5.2 and 6.0,
+#: inside ``#content > .titles-and-tools > .titles`` on 6.1.
+CHANGE_PAGE_HEADING = "#content > h2, #content > .titles-and-tools > .titles > h2"
+
+
 def wait_for(driver, css: str, timeout: float = 30) -> list:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions
@@ -312,7 +317,7 @@ def test_a_long_titled_session_page_keeps_its_heading_on_one_line(
     admin_driver.get(
         f"{demo_server.base}/admin/cortex_sessions/session/{long_content['session']}/change/"
     )
-    heading = wait_for(admin_driver, "#content > h2")[0]
+    heading = wait_for(admin_driver, CHANGE_PAGE_HEADING)[0]
     full_page_screenshot(admin_driver, screenshot_dir(tmp_path_factory) / "session.png")
 
     assert heading.size["height"] <= 40
@@ -362,7 +367,7 @@ def test_long_titles_show_at_least_40_characters_at_1366_pixels(
     admin_driver.get(
         f"{demo_server.base}/admin/cortex_sessions/session/{long_content['session']}/change/"
     )
-    heading = wait_for(admin_driver, "#content > h2")[0]
+    heading = wait_for(admin_driver, CHANGE_PAGE_HEADING)[0]
     in_heading = admin_driver.execute_script(VISIBLE_CHARACTERS, heading)
 
     assert in_session_list >= 40
