@@ -324,7 +324,7 @@ class CortexAutoSchema(AutoSchema):
         has no search (MySQL/MariaDB answer it 400 ``invalid_filter``, so a client generated
         from the schema never sends it; docs/design.md §11.5, §15)."""
         parameters: list[dict[str, Any]] = super()._get_parameters()
-        if search.search_available(connections[router.db_for_read(Session)]):
+        if search.search_available(connections[router.db_for_read(Session, scope=None)]):
             return parameters
         return [
             parameter

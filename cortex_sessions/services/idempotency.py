@@ -96,13 +96,15 @@ class IdempotentOutcome:
     replayed: bool
 
 
-def _live(scope: str, endpoint: str, key: str) -> IdempotencyKey | None:
-    """The key's row if it has not expired; an expired row is deleted (it no longer counts)."""
-    row = IdempotencyKey.objects.filter(scope=scope, endpoint=endpoint, key=key).first()
+def _live(scope: str, endpoint: str, key: str, using: str) -> IdempotencyKey | None:
+    """The key's row on the write database ``using`` if it has not expired (a replica may not
+    have it yet, docs/design.md §17.1); an expired row is deleted (it no longer counts)."""
+    keys = IdempotencyKey.objects.using(using)
+    row = keys.filter(scope=scope, endpoint=endpoint, key=key).first()
     if row is None:
         return None
     if row.created_at < timezone.now() - timedelta(seconds=app_settings.IDEMPOTENCY_TTL):
-        IdempotencyKey.objects.filter(pk=row.pk, created_at=row.created_at).delete()
+        keys.filter(pk=row.pk, created_at=row.created_at).delete()
         return None
     return row
 
@@ -143,7 +145,7 @@ def run_once(
     check_idempotency_key(key)
     canonical = canonical_of(scope)
     using = router.db_for_write(IdempotencyKey)
-    row = _live(canonical, endpoint, key)
+    row = _live(canonical, endpoint, key, using)
     if row is not None:
         return _replay(row, digest)
     try:
@@ -162,7 +164,11 @@ def run_once(
     except IntegrityError:
         # A concurrent duplicate committed first (this transaction, write included, is rolled
         # back); anything else is not ours to hide.
-        row = IdempotencyKey.objects.filter(scope=canonical, endpoint=endpoint, key=key).first()
+        row = (
+            IdempotencyKey.objects.using(using)
+            .filter(scope=canonical, endpoint=endpoint, key=key)
+            .first()
+        )
         if row is None:
             raise
         return _replay(row, digest)

@@ -41,7 +41,7 @@ from ._common import (
     _session_id,
 )
 from .idempotency import fingerprint, run_once
-from .sessions import get_session
+from .sessions import _get
 
 
 @dataclass(frozen=True)
@@ -186,8 +186,10 @@ def _build_message(
 # -- messages -------------------------------------------------------------------------------------
 
 
-def _newest_text(session: Session) -> str:
-    return newest_conversation_text(Message.objects.filter(session=session))
+def _newest_text(session: Session, using: str) -> str:
+    """``last_message`` of ``session`` from its rows on database ``using``: the write database
+    whose transaction holds the session's row lock (docs/design.md §5, §17.1)."""
+    return newest_conversation_text(Message.objects.using(using).filter(session=session))
 
 
 def append_messages(
@@ -264,8 +266,11 @@ def _append_once(
     )
     if not outcome.replayed:
         return cast(AppendResult, outcome.result)
-    written = Message.objects.filter(pk__in=json.loads(outcome.response)).order_by("seq")
-    return AppendResult(session=get_session(scope=scope, session_id=pk), messages=list(written))
+    # A replay reads where the first call wrote: a replica may not have its rows yet (§17.1).
+    using = _db_for_write()
+    written = Message.objects.using(using).filter(pk__in=json.loads(outcome.response))
+    session = _get(scope, pk, None, using=using)
+    return AppendResult(session=session, messages=list(written.order_by("seq")))
 
 
 def _append_rows(
@@ -281,7 +286,7 @@ def _append_rows(
         return _append_pg(alias, scope, session_id, rows, texts, now)
     with transaction.atomic(using=alias):
         session = _check_live(_locked_session(scope, session_id))
-        created = Message.objects.bulk_create(
+        created = Message.objects.using(alias).bulk_create(
             Message(
                 session=session,
                 agent_id=session.agent_id,
@@ -301,7 +306,7 @@ def _append_rows(
             if last := last_message_of(message.role, message.source, message.content):
                 changes["last_message"] = last
                 break
-        Session.objects.filter(pk=session.pk).update(
+        Session.objects.using(alias).filter(pk=session.pk).update(
             message_count=F("message_count") + len(created), **changes
         )
         # The row is locked, so the new values are known without reading the row back.
@@ -343,7 +348,7 @@ def _append_pg(
         # Nothing written: the statement only appends to a live session in scope. Tell a
         # missing (or foreign) session from an archived one (docs/design.md §11.2); a session
         # unarchived in between is tried once more.
-        _check_live(get_session(scope=canonical, session_id=pk))
+        _check_live(_get(canonical, pk, None, using=alias))
     else:
         raise SessionNotFound()
     session, created = appended
@@ -385,7 +390,7 @@ def list_messages(
         _check_int(before_seq, field="before_seq", minimum=0)
     if q is not None:
         check_query(q)
-    alias = _db_for_read()
+    alias = _db_for_read(scope)
     if _pg.serves(alias) and q is None:
         canonical = canonical_of(scope)
         page = _pg.newest_messages(
@@ -399,8 +404,8 @@ def list_messages(
         if page is None:
             raise SessionNotFound()
         return page
-    session = get_session(scope=scope, session_id=session_id)
-    queryset = Message.objects.filter(session=session)
+    session = _get(scope, session_id, None, using=alias)
+    queryset = Message.objects.using(alias).filter(session=session)
     if q is not None:
         queryset = filter_messages(queryset, q=q, connection=connections[alias])
     if after_seq is not None:
@@ -428,17 +433,18 @@ def delete_message(*, scope: Scope | str, session_id: uuid.UUID | str, seq: int)
         InvalidFilter: ``seq`` is not an integer ``>= 1``.
     """
     _check_int(seq, field="seq", minimum=1)
-    with transaction.atomic(using=_db_for_write()):
+    using = _db_for_write()
+    with transaction.atomic(using=using):
         session = _check_live(_locked_session(scope, session_id))
-        deleted, _ = Message.objects.filter(session=session, seq=seq).delete()
+        deleted, _ = Message.objects.using(using).filter(session=session, seq=seq).delete()
         if not deleted:
             raise MessageNotFound()
-        Session.objects.filter(pk=session.pk).update(
+        Session.objects.using(using).filter(pk=session.pk).update(
             message_count=F("message_count") - deleted,
-            last_message=_newest_text(session),
+            last_message=_newest_text(session, using),
             updated_at=timezone.now(),
         )
-        session.refresh_from_db()
+        session.refresh_from_db(using=using)
     return session
 
 
@@ -452,10 +458,11 @@ def clear_messages(*, scope: Scope | str, session_id: uuid.UUID | str) -> int:
         NoScope, InvalidScope, SessionNotFound.
         SessionArchived: the session is archived (docs/design.md §11.2).
     """
-    with transaction.atomic(using=_db_for_write()):
+    using = _db_for_write()
+    with transaction.atomic(using=using):
         session = _check_live(_locked_session(scope, session_id))
-        deleted, _ = Message.objects.filter(session=session).delete()
-        Session.objects.filter(pk=session.pk).update(
+        deleted, _ = Message.objects.using(using).filter(session=session).delete()
+        Session.objects.using(using).filter(pk=session.pk).update(
             message_count=0, last_message="", updated_at=timezone.now()
         )
     return deleted
