@@ -13,6 +13,8 @@ IDs:
 - ``cortex_sessions.E012``: ``IDEMPOTENCY_TTL`` is not a positive integer (seconds).
 - ``cortex_sessions.E013``: ``SEARCH_CONFIG`` is not a text search configuration name.
 - ``cortex_sessions.E017``: ``SEARCH_TIMEOUT`` is not a positive, finite number of seconds.
+- ``cortex_sessions.E018``: ``MAX_MESSAGES_PER_APPEND`` is not an integer of at least 2.
+- ``cortex_sessions.E019``: ``MAX_JSON_KEYS`` is not an integer of at least 100.
 - ``cortex_sessions.E014`` (database check): PostgreSQL has no text search configuration
   ``SEARCH_CONFIG`` (``pg_ts_config``), so message search cannot parse a query.
 - ``cortex_sessions.W002`` (database check): the message search column was built with another
@@ -38,7 +40,14 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, connections
 
 from . import search
-from .conf import DEFAULTS, HARD_MAX_REFERENCES, HARD_MAX_SCOPE_DEPTH, app_settings
+from .conf import (
+    DEFAULTS,
+    HARD_MAX_REFERENCES,
+    HARD_MAX_SCOPE_DEPTH,
+    MIN_JSON_KEYS,
+    MIN_MESSAGES_PER_APPEND,
+    app_settings,
+)
 
 __all__ = ["check_database_collation", "check_search_config", "check_settings"]
 
@@ -180,6 +189,33 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 "seconds a search statement may run before it is cancelled.",
                 hint="Use a positive number of seconds, e.g. 10 (the default) or 2.5.",
                 id="cortex_sessions.E017",
+            )
+        )
+    errors.extend(_check_request_bounds())
+    return errors
+
+
+def _check_request_bounds() -> list[CheckMessage]:
+    """``cortex_sessions.E018`` and ``E019``: the bounds of one request's work
+    (docs/design.md §12.6)."""
+    errors: list[CheckMessage] = []
+    batch = app_settings.MAX_MESSAGES_PER_APPEND
+    if not _is_int(batch) or batch < MIN_MESSAGES_PER_APPEND:
+        errors.append(
+            Error(
+                f"CORTEX_SESSIONS['MAX_MESSAGES_PER_APPEND'] is {batch!r}.",
+                hint=f"Use an integer of at least {MIN_MESSAGES_PER_APPEND} (a message with "
+                "its session-reference context is one append of two), e.g. 1000 (the default).",
+                id="cortex_sessions.E018",
+            )
+        )
+    keys = app_settings.MAX_JSON_KEYS
+    if not _is_int(keys) or keys < MIN_JSON_KEYS:
+        errors.append(
+            Error(
+                f"CORTEX_SESSIONS['MAX_JSON_KEYS'] is {keys!r}.",
+                hint=f"Use an integer of at least {MIN_JSON_KEYS}, e.g. 1000 (the default).",
+                id="cortex_sessions.E019",
             )
         )
     return errors

@@ -17,7 +17,15 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
-__all__ = ["DEFAULTS", "HARD_MAX_REFERENCES", "HARD_MAX_SCOPE_DEPTH", "AppSettings", "app_settings"]
+__all__ = [
+    "DEFAULTS",
+    "HARD_MAX_REFERENCES",
+    "HARD_MAX_SCOPE_DEPTH",
+    "MIN_JSON_KEYS",
+    "MIN_MESSAGES_PER_APPEND",
+    "AppSettings",
+    "app_settings",
+]
 
 #: Upper bound of ``MAX_SCOPE_DEPTH`` (docs/design.md §2.1).
 HARD_MAX_SCOPE_DEPTH = 8
@@ -39,7 +47,15 @@ DEFAULTS: dict[str, Any] = {
     "SEARCH_CONFIG": "simple",
     "SEARCH_CANDIDATES": 1000,
     "SEARCH_TIMEOUT": 10,
+    "MAX_MESSAGES_PER_APPEND": 1000,
+    "MAX_JSON_KEYS": 1000,
 }
+
+#: Least ``MAX_MESSAGES_PER_APPEND``: a message with its session-reference context is one
+#: append of two messages (docs/design.md §8.8, §12.6).
+MIN_MESSAGES_PER_APPEND = 2
+#: Least ``MAX_JSON_KEYS`` (docs/design.md §12.6).
+MIN_JSON_KEYS = 100
 
 
 #: Read ``settings.CORTEX_SESSIONS`` again (a value that is never the setting).
@@ -153,6 +169,19 @@ class AppSettings:
         ``SearchTimeout``, the API's 503 ``search_timeout`` (docs/design.md §11.5,
         docs/search.md)."""
         return cast(float, self._get("SEARCH_TIMEOUT"))  # validated by the system checks
+
+    @property
+    def MAX_MESSAGES_PER_APPEND(self) -> int:
+        """Most messages one append may carry (default 1,000, at least 2): an API request, a
+        service call; larger imports and SDK ``add_items`` calls are split into appends of at
+        most this many (docs/design.md §12.6)."""
+        return cast(int, self._get("MAX_MESSAGES_PER_APPEND"))  # validated by the system checks
+
+    @property
+    def MAX_JSON_KEYS(self) -> int:
+        """Most keys one JSON object the app stores may have, at any depth (default 1,000, at
+        least 100; docs/design.md §12.6)."""
+        return cast(int, self._get("MAX_JSON_KEYS"))  # validated by the system checks
 
 
 app_settings = AppSettings()

@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 import regex
 
+from .conf import app_settings
 from .exceptions import (
     EmptyContent,
     InvalidContent,
@@ -20,12 +22,14 @@ from .exceptions import (
     InvalidMetadata,
     InvalidText,
     NulCharacter,
+    TooManyKeys,
 )
 
 __all__ = [
     "CONVERSATION_USER_SOURCES",
     "ELLIPSIS",
     "MAX_JSON_DEPTH",
+    "NO_KEY_LIMIT",
     "check_json_object",
     "check_json_value",
     "check_object_keys",
@@ -93,14 +97,25 @@ _JSON_FIELD_ERRORS: dict[str, type[InvalidInput]] = {
 }
 
 
+#: ``max_keys`` of :func:`check_json_value` that sets no bound (the API's body parser, whose
+#: fields are checked again by the rules of what they hold).
+NO_KEY_LIMIT = sys.maxsize
+
+
 def check_json_value(
-    value: Any, *, field: str, max_depth: int = MAX_JSON_DEPTH, allow_nul: bool = False
+    value: Any,
+    *,
+    field: str,
+    max_depth: int = MAX_JSON_DEPTH,
+    allow_nul: bool = False,
+    max_keys: int | None = None,
 ) -> None:
     """Check a JSON value once, iteratively, before anything stores, encodes or compares it.
 
     The one rule for every JSON value the app takes in (the services, the admin forms, the
-    API's parser and the ``metadata`` list filter all call it, docs/design.md §12.4–12.5):
-    nested at most ``max_depth`` arrays/objects deep, every object key a string (JSON has no
+    API's parser and the ``metadata`` list filter all call it, docs/design.md §12.4–12.6):
+    nested at most ``max_depth`` arrays/objects deep, no object with more than ``max_keys``
+    keys, every object key a string (JSON has no
     other: ``json.dumps`` would turn ``1``, ``True`` and ``None`` into ``"1"``, ``"true"`` and
     ``"null"``, and two keys into one), and every string — object keys included — storable
     text. A value this accepts never makes the walk, ``json.dumps`` or a database's
@@ -113,6 +128,8 @@ def check_json_value(
         max_depth: the deepest nesting accepted (a top-level object or array is level 1).
         allow_nul: accept NUL characters (the API's parser, which leaves them to the field
             rules so they answer ``nul_character``).
+        max_keys: the most keys one object (at any depth) may have; ``None``, the default,
+            reads the ``MAX_JSON_KEYS`` setting, :data:`NO_KEY_LIMIT` sets no bound.
 
     Raises:
         NulCharacter: a string holds ``\\x00`` (unless ``allow_nul``).
@@ -121,12 +138,15 @@ def check_json_value(
         InvalidMetadata / InvalidContent / InvalidInput: nested deeper than ``max_depth``, an
             object key that is not a ``str``, or two keys of one object with the same text
             (``str`` subclasses that compare unequal; the class follows ``field``).
+        TooManyKeys: an object with more than ``max_keys`` keys (``too_many_keys``): MariaDB
+            took 16 s to store an object of 60,000 (docs/design.md §12.6).
     """
     search = (_SURROGATE if allow_nul else _UNSTORABLE).search
     if isinstance(value, str):
         if (found := _unstorable(value, search, allow_nul)) is not None:
             _refuse_text(found, field)
         return
+    most_keys = app_settings.MAX_JSON_KEYS if max_keys is None else max_keys
     # Only containers go on the stack; strings are checked as they are met (the append path
     # runs this on every message).
     stack: list[tuple[Any, int]] = [(value, 1)]
@@ -135,6 +155,14 @@ def check_json_value(
         if isinstance(item, list | tuple):
             children: Any = item
         elif isinstance(item, Mapping):
+            if len(item) > most_keys:
+                raise TooManyKeys(
+                    f"{field} has an object of {len(item)} keys; at most {most_keys} are "
+                    "accepted (MAX_JSON_KEYS).",
+                    field=field,
+                    size=len(item),
+                    limit=most_keys,
+                )
             keys_checked = False
             for key in item:
                 if type(key) is not str and not keys_checked:  # exact str: the usual case

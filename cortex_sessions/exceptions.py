@@ -13,6 +13,7 @@ __all__ = [
     "CortexSessionsError",
     "DefaultConflict",
     "EmptyContent",
+    "IdempotencyKeyInProgress",
     "IdempotencyKeyReused",
     "InvalidAgentId",
     "InvalidContent",
@@ -35,7 +36,10 @@ __all__ = [
     "SearchTimeout",
     "SessionArchived",
     "SessionNotFound",
+    "TooManyKeys",
+    "TooManyMessages",
     "ValueTooLong",
+    "WriteOutcomeUnknown",
 ]
 
 
@@ -189,6 +193,23 @@ class ValueTooLong(InvalidInput):
     default_message = "The value is too long."
 
 
+class TooManyMessages(InvalidInput):
+    """One append carries more messages than ``MAX_MESSAGES_PER_APPEND``: the append would
+    hold the session's row lock for as long as it takes to write them all (docs/design.md
+    §12.6). Nothing is written; send the messages in several appends."""
+
+    code = "too_many_messages"
+    default_message = "The append carries more messages than MAX_MESSAGES_PER_APPEND."
+
+
+class TooManyKeys(InvalidInput):
+    """A JSON object the app would store (``metadata``, a content block, an ADK state) has
+    more keys than ``MAX_JSON_KEYS`` (docs/design.md §12.6). Nothing is written."""
+
+    code = "too_many_keys"
+    default_message = "A JSON object has more keys than MAX_JSON_KEYS."
+
+
 class InvalidConversation(InvalidInput):
     """A line of a conversation file (JSON Lines) is not a conversation (``transfer``)."""
 
@@ -233,6 +254,42 @@ class IdempotencyKeyReused(CortexSessionsError):
 
     code = "idempotency_key_reused"
     default_message = "This Idempotency-Key was already used with a different request."
+
+
+class IdempotencyKeyInProgress(CortexSessionsError):
+    """A call with the same key is still running and did not end within the database's lock
+    wait timeout (PostgreSQL ``lock_timeout``, InnoDB ``innodb_lock_wait_timeout``).
+
+    The API answers 409; nothing is written. Send the same request again later: it replays the
+    first call's answer once that call has committed.
+    """
+
+    code = "idempotency_key_in_progress"
+    default_message = (
+        "A request with this Idempotency-Key is still being processed; send it again later to "
+        "receive its answer."
+    )
+
+
+# -- database faults (docs/design.md §12.3) ---------------------------------------------------------
+
+
+class WriteOutcomeUnknown(CortexSessionsError):
+    """The connection failed while the write's transaction was being committed (the COMMIT, or
+    Django restoring autocommit right after it), so the write may or may not be stored.
+
+    Raised instead of the database error by every service write whose transaction the service
+    commits itself (not inside a caller's transaction). The API answers 503 with
+    ``Retry-After``. A retry with the same ``Idempotency-Key`` is safe: it replays the write if
+    it was stored and runs it if not; without a key, read back before writing again.
+    """
+
+    code = "write_outcome_unknown"
+    default_message = (
+        "The database connection failed while the write was being committed; it may or may not "
+        "have been stored. Retry with the same Idempotency-Key (it answers the stored outcome "
+        "if there is one), or read back before writing again."
+    )
 
 
 # -- search (docs/design.md §11.5) ----------------------------------------------------------------

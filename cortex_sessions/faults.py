@@ -11,9 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import DatabaseError, InterfaceError, OperationalError
+from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError
 
-__all__ = ["RETRY_AFTER_SECONDS", "is_deadlock", "is_transient_database_error"]
+__all__ = [
+    "RETRY_AFTER_SECONDS",
+    "commit_was_refused",
+    "is_answer_lost",
+    "is_deadlock",
+    "is_lock_wait_timeout",
+    "is_transient_database_error",
+]
 
 #: Seconds a client is asked to wait (``Retry-After``) after a transient database fault.
 RETRY_AFTER_SECONDS = 1
@@ -64,6 +71,34 @@ def is_deadlock(exc: BaseException) -> bool:
     return bool(args) and args[0] in _DEADLOCK_ERRNOS
 
 
+#: Waits that gave up: PostgreSQL ``lock_not_available`` (``lock_timeout``) and
+#: ``query_canceled`` (``statement_timeout``); MySQL/MariaDB lock wait timeout (1205) and the
+#: statement time limits (1969 MariaDB ``max_statement_time``, 3024 MySQL
+#: ``max_execution_time``).
+_WAIT_SQLSTATES = frozenset({"55P03", "57014"})
+_WAIT_ERRNOS = frozenset({1205, 1969, 3024})
+
+
+def is_lock_wait_timeout(exc: BaseException) -> bool:
+    """Whether ``exc`` is a statement that gave up waiting: a lock wait or statement timeout.
+
+    Args:
+        exc: any exception; a Django ``DatabaseError`` is inspected with its ``__cause__``.
+
+    Returns:
+        ``True`` for PostgreSQL ``lock_timeout``/``statement_timeout`` cancellations and the
+        MySQL/MariaDB lock wait and statement time limits; else ``False``.
+    """
+    if not isinstance(exc, DatabaseError):
+        return False
+    cause = exc.__cause__ or exc
+    sqlstate = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+    if isinstance(sqlstate, str) and sqlstate:
+        return sqlstate in _WAIT_SQLSTATES
+    args: tuple[Any, ...] = getattr(cause, "args", ())
+    return bool(args) and args[0] in _WAIT_ERRNOS
+
+
 def is_transient_database_error(exc: BaseException) -> bool:
     """Whether ``exc`` is a database fault that a retry may not meet again.
 
@@ -96,3 +131,49 @@ def is_transient_database_error(exc: BaseException) -> bool:
     # connection (killed backend, restart, network loss).
     module = type(cause).__module__ or ""
     return isinstance(exc, OperationalError) and module.startswith("psycopg") and sqlstate is None
+
+
+def commit_was_refused(exc: BaseException) -> bool:
+    """Whether an error raised while committing a transaction means the database refused the
+    commit, so that nothing of the transaction is stored (docs/design.md §12.3).
+
+    The database answers a COMMIT it refuses with an error: a deferred constraint violated, a
+    serialization failure or deadlock, SQLite's write lock held by another connection. Any other
+    error while committing — above all a lost or killed connection, or a fault while Django
+    restores autocommit after the COMMIT — leaves the outcome unknown: the COMMIT may have
+    reached the server and been carried out.
+
+    Args:
+        exc: an exception raised by ``connection.commit()`` or ``set_autocommit(True)``.
+
+    Returns:
+        ``True`` for an integrity error, a deadlock or serialization failure
+        (:func:`is_deadlock`) or SQLite's "database is locked"; ``False`` otherwise.
+    """
+    if isinstance(exc, IntegrityError) or is_deadlock(exc):
+        return True
+    text = str(exc.__cause__ or exc).lower()
+    module = type(exc.__cause__ or exc).__module__ or ""
+    return module.startswith("sqlite3") and any(f in text for f in _SQLITE_TRANSIENT_TEXT)
+
+
+def is_answer_lost(exc: BaseException) -> bool:
+    """Whether the connection failed without the server's answer to the statement in flight:
+    psycopg's bare ``OperationalError`` (no SQLSTATE: the server closed the connection, the
+    network failed). A statement sent in autocommit mode may then have been carried out and
+    committed, or not (docs/design.md §12.3).
+
+    Args:
+        exc: any exception; a Django ``DatabaseError`` is inspected with its ``__cause__``.
+
+    Returns:
+        ``True`` for such a psycopg error; ``False`` otherwise (an error the server answered
+        with means the statement, and its autocommit transaction, failed).
+    """
+    if not isinstance(exc, OperationalError):
+        return False
+    cause = exc.__cause__ or exc
+    module = type(cause).__module__ or ""
+    return module.startswith("psycopg") and not (
+        getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+    )

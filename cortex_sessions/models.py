@@ -311,10 +311,11 @@ class ImportedConversation(models.Model):
 class IdempotencyKey(models.Model):
     """The first outcome of a creating call made with an ``Idempotency-Key`` (docs/design.md §12.1).
 
-    Written in the same transaction as the write it records, only when a key is given. A replay
-    with the same ``(scope, endpoint, key)`` within ``IDEMPOTENCY_TTL`` returns the recorded
-    outcome instead of writing again; the unique constraint makes concurrent duplicates wait for
-    the first and then replay it. ``manage.py cortex_sessions_prune`` deletes expired rows.
+    Claimed (inserted) first in the transaction of the write it records, and completed at its
+    end, only when a key is given. A replay with the same ``(scope, endpoint, key)`` within
+    ``IDEMPOTENCY_TTL`` returns the recorded outcome instead of writing again; the unique
+    constraint makes concurrent duplicates wait for the first, running nothing of their own,
+    and then replay it. ``manage.py cortex_sessions_prune`` deletes expired rows.
 
     Attributes:
         scope: the caller's canonical scope.

@@ -39,15 +39,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from django.db import IntegrityError, router, transaction
+from django.db import IntegrityError, router
 from django.utils.dateparse import parse_datetime
 
 from . import routing, services
+from .conf import app_settings
 from .content import normalize_content, parse_json
 from .exceptions import CortexSessionsError, InvalidConversation
 from .models import EXTERNAL_ID_MAX_BYTES, ImportedConversation, Message, Session
 from .scope import Scope, canonical_of
-from .services._common import _signals_held
+from .services._common import _signals_held, _write_transaction
 from .services.lifecycle import record_fork_provenance
 
 __all__ = [
@@ -69,7 +70,8 @@ CONVERSATION_KEYS = frozenset(
 )
 #: Keys a message object may have.
 MESSAGE_KEYS = frozenset({"role", "content", "source", "metadata", "created_at"})
-#: Messages handed to one ``append_messages`` call during an import.
+#: Messages handed to one ``append_messages`` call during an import (fewer when
+#: ``MAX_MESSAGES_PER_APPEND`` is lower).
 APPEND_BATCH = 500
 #: Sessions read per query during an export.
 EXPORT_SESSION_CHUNK = 100
@@ -311,8 +313,10 @@ def import_conversation(
     """Import one conversation as a new session of ``agent_id`` at exactly ``scope``.
 
     The session, its messages and its import record are written in one transaction through
-    :func:`services.create_session` and :func:`services.append_messages`, so counters are exact
-    and a failure leaves nothing behind; fork provenance and the archive time, when the line has
+    :func:`services.create_session` and :func:`services.append_messages` (appends of at most
+    ``MAX_MESSAGES_PER_APPEND`` messages, :data:`APPEND_BATCH` at most; the session is new,
+    so until the commit no other writer waits on its lock; docs/design.md §12.6), so counters
+    are exact and a failure leaves nothing behind; fork provenance and the archive time, when the line has
     them, are recorded in the same transaction (the session is archived last, after its messages).
 
     Args:
@@ -334,7 +338,7 @@ def import_conversation(
     if external_id is not None and _already_imported(canonical, agent_id, external_id):
         return None
     try:
-        with _signals_held(), transaction.atomic(using=router.db_for_write(Session)):
+        with _signals_held(), _write_transaction(router.db_for_write(Session)):
             session = services.create_session(
                 scope=canonical,
                 agent_id=agent_id,
@@ -343,11 +347,12 @@ def import_conversation(
                 cwd=conversation.cwd,
             )
             messages = conversation.messages
-            for start in range(0, len(messages), APPEND_BATCH):
+            batch = min(APPEND_BATCH, app_settings.MAX_MESSAGES_PER_APPEND)
+            for start in range(0, len(messages), batch):
                 session = services.append_messages(
                     scope=canonical,
                     session_id=session.pk,
-                    messages=messages[start : start + APPEND_BATCH],
+                    messages=messages[start : start + batch],
                 ).session
             if external_id is not None:
                 ImportedConversation.objects.create(

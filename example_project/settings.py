@@ -30,6 +30,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Drops a session cookie or Authorization header holding a NUL byte, which Django's session
+    # and auth backends would send to the database (PostgreSQL: a 500 on every page).
+    "cortex_sessions.middleware.NulCredentialsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

@@ -2,7 +2,10 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from example_project.demo.views import front_page
+
 urlpatterns = [
+    path("", front_page, name="front-page"),  # links to all below, with the demo log-ins
     path("admin/", admin.site.urls),
     path("api/cortex/", include("cortex_sessions.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

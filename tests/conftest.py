@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import os
+import secrets
+
 import pytest
 from django.conf import settings
 from django.db import connection, connections
@@ -18,7 +21,22 @@ VENDOR_MARKERS = {
 }
 
 
+#: The environment variable ``--fuzz-seed`` defaults to.
+FUZZ_SEED_VARIABLE = "CORTEX_FUZZ_SEED"
+
+
 def pytest_addoption(parser):
+    parser.addoption(
+        "--fuzz-seed",
+        default=os.environ.get(FUZZ_SEED_VARIABLE) or None,
+        metavar="random|N",
+        help=(
+            "Seed of the schemathesis runs (tests/api/test_schema.py) and of every other "
+            "hypothesis test: an integer, or 'random' for a new one; the seed is printed at "
+            f"the start and the end of the run. Default: ${FUZZ_SEED_VARIABLE}; without it "
+            "the schemathesis runs are derandomized (the same examples every run)."
+        ),
+    )
     parser.addoption(
         "--strict-replica-router",
         action="store_true",
@@ -30,11 +48,37 @@ def pytest_addoption(parser):
     )
 
 
+def parse_fuzz_seed(value: str | None) -> int | None:
+    """The seed ``--fuzz-seed`` names: ``None`` for none, a fresh one for ``random``.
+
+    Raises:
+        pytest.UsageError: neither an integer nor ``random``.
+    """
+    if value is None or value == "":
+        return None
+    if value.strip().lower() == "random":
+        return secrets.randbelow(2**32)
+    try:
+        return int(value)
+    except ValueError:
+        raise pytest.UsageError(
+            f"--fuzz-seed (or ${FUZZ_SEED_VARIABLE}) must be an integer or 'random', not {value!r}."
+        ) from None
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
+    """Choose the run's fuzz seed once; hand it to hypothesis's own seed option too (unless
+    ``--hypothesis-seed`` was given), so the property tests replay with it as well. Under the
+    strict replica router (docs/design.md §17.1) every test may use the alias ``replica``."""
+    seed = parse_fuzz_seed(config.getoption("--fuzz-seed"))
+    config.cortex_fuzz_seed = seed
+    if seed is not None and getattr(config.option, "hypothesis_seed", None) is None:
+        config.option.hypothesis_seed = str(seed)
     config.addinivalue_line(
         "markers",
         "strict_router_exempt(reason): skipped under --strict-replica-router, for the reason "
-        "given (a test that installs its own router, or reads the admin's unscoped lists)",
+        "given (a test that installs its own router)",
     )
     if config.getoption("--strict-replica-router") and not settings.STRICT_REPLICA_ROUTER:
         raise pytest.UsageError(
@@ -46,6 +90,28 @@ def pytest_configure(config):
 
         # Every test may read through the router, so every test may use the mirror alias.
         TransactionTestCase.databases = {"default", "replica"}
+
+
+def _fuzz_seed_line(config) -> str:
+    seed = config.cortex_fuzz_seed
+    if seed is None:
+        return "fuzz seed: none (derandomized; --fuzz-seed=random|N explores)"
+    return f"fuzz seed: {seed} (replay: --fuzz-seed={seed} or {FUZZ_SEED_VARIABLE}={seed})"
+
+
+def pytest_report_header(config):
+    return _fuzz_seed_line(config)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Print the seed again at the end, next to the failures it replays."""
+    terminalreporter.write_line(_fuzz_seed_line(config))
+
+
+@pytest.fixture(scope="session")
+def fuzz_seed(pytestconfig) -> int | None:
+    """The run's fuzz seed (``--fuzz-seed``), or ``None``: derandomized."""
+    return pytestconfig.cortex_fuzz_seed
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -3,7 +3,8 @@
 :func:`build_host_project` makes a fresh ``django-admin startproject`` host from README.md's
 "Install into a host" snippets; :class:`Server` runs ``manage.py runserver`` of a project on a
 free port. Both run in a clean environment (no ``DJANGO_SETTINGS_MODULE`` or ``DATABASE_URL``
-of the test run), with this interpreter, so they use what ``pip install`` put in the venv.
+of the test run), with this interpreter (so they use what ``pip install`` put in the venv) or
+the one given, e.g. a fresh virtual environment's with the built wheel (:func:`wheel_python`).
 """
 
 from __future__ import annotations
@@ -68,20 +69,32 @@ def run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) -
     return result.stdout
 
 
-def build_host_project(directory: Path) -> Path:
+def wheel_python(wheel: Path, directory: Path) -> str:
+    """The interpreter of a fresh virtual environment at ``directory`` into which the wheel
+    ``wheel`` (a ``cortex_sessions-….whl`` that ``python -m build`` made) was installed with
+    its dependencies, as a user would: ``pip install <wheel>``. Nothing of this checkout or
+    of the test run's environment is importable there.
+
+    Raises AssertionError when the wheel is missing or the install fails.
+    """
+    assert wheel.is_file(), f"CORTEX_WHEEL={wheel} is not a file"
+    run([sys.executable, "-m", "venv", str(directory)], ROOT, clean_env())
+    python = str(directory / "bin" / "python")
+    run([python, "-m", "pip", "install", "--quiet", str(wheel)], directory, clean_env())
+    return python
+
+
+def build_host_project(directory: Path, python: str = sys.executable) -> Path:
     """A ``startproject`` host at ``directory`` with README.md's settings and urls applied.
 
     The settings snippet is appended to the generated ``settings.py``; the urls snippet
-    replaces ``urls.py``. Returns the project directory (the one with ``manage.py``).
+    replaces ``urls.py``. ``python`` is the interpreter that runs ``startproject`` (default:
+    this one). Returns the project directory (the one with ``manage.py``).
     """
     snippets = readme_snippets()
     assert set(snippets) == {"settings.py", "urls.py"}, snippets.keys()
     directory.mkdir(parents=True, exist_ok=True)
-    run(
-        [sys.executable, "-m", "django", "startproject", "hostsite", str(directory)],
-        ROOT,
-        clean_env(),
-    )
+    run([python, "-m", "django", "startproject", "hostsite", str(directory)], ROOT, clean_env())
     package = directory / "hostsite"
     settings = package / "settings.py"
     settings.write_text(
@@ -98,13 +111,21 @@ def free_port() -> int:
 
 
 class Server:
-    """``manage.py runserver`` of the project in ``directory``, on a free local port.
+    """``manage.py runserver`` of the project in ``directory``, on a free local port, run by
+    ``python`` (default: this interpreter).
 
     Its output goes to ``runserver-<port>.log`` in ``log_dir`` (default: ``directory``).
     """
 
-    def __init__(self, directory: Path, env: dict[str, str], log_dir: Path | None = None):
+    def __init__(
+        self,
+        directory: Path,
+        env: dict[str, str],
+        log_dir: Path | None = None,
+        python: str = sys.executable,
+    ):
         self.directory = directory
+        self.python = python
         self.env = env
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
@@ -114,7 +135,7 @@ class Server:
     def __enter__(self) -> Server:
         handle = self.log.open("w")
         self.process = subprocess.Popen(
-            [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{self.port}"],
+            [self.python, "manage.py", "runserver", "--noreload", f"127.0.0.1:{self.port}"],
             cwd=self.directory,
             env=self.env,
             stdout=handle,

@@ -47,7 +47,7 @@ def _require_browser() -> None:
         return
     reason = (
         f"needs {' and '.join(missing)} (Debian packages chromium and chromium-driver, and "
-        'selenium from the test extra: pip install -e ".[dev]"; .ci/run installs them)'
+        'selenium from the browser extra: pip install -e ".[browser]"; .ci/run installs them)'
     )
     if os.environ.get("CI_REQUIRE_BROWSER") == "1":
         pytest.fail(f"CI_REQUIRE_BROWSER=1 but this run {reason}", pytrace=False)

@@ -46,10 +46,41 @@ def test_default_settings_pass_every_check():
         ({"PREPARED_STATEMENTS": "yes"}, "cortex_sessions.E010"),
         ({"PREPARED_STATEMENTS": 1}, "cortex_sessions.E010"),
         ({"UNKNOWN_KEY": 1}, "cortex_sessions.W001"),
+        ({"MAX_MESSAGES_PER_APPEND": 1}, "cortex_sessions.E018"),
+        ({"MAX_MESSAGES_PER_APPEND": 0}, "cortex_sessions.E018"),
+        ({"MAX_MESSAGES_PER_APPEND": "1000"}, "cortex_sessions.E018"),
+        ({"MAX_MESSAGES_PER_APPEND": True}, "cortex_sessions.E018"),
+        ({"MAX_MESSAGES_PER_APPEND": 2.5}, "cortex_sessions.E018"),
+        ({"MAX_JSON_KEYS": 99}, "cortex_sessions.E019"),
+        ({"MAX_JSON_KEYS": None}, "cortex_sessions.E019"),
+        ({"MAX_JSON_KEYS": 1000.0}, "cortex_sessions.E019"),
     ],
 )
 def test_each_bad_setting_is_reported_with_its_id(settings, expected):
     assert ids(**settings) == [expected]
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"MAX_MESSAGES_PER_APPEND": 2}, {"MAX_JSON_KEYS": 100}, {"MAX_MESSAGES_PER_APPEND": 10**6}],
+)
+def test_the_smallest_request_bounds_pass(settings):
+    assert ids(**settings) == []
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({"MAX_MESSAGES_PER_APPEND": 1}, r"cortex_sessions\.E018"),
+        ({"MAX_JSON_KEYS": 10}, r"cortex_sessions\.E019"),
+    ],
+)
+def test_check_command_fails_on_a_bad_request_bound(settings, expected):
+    with (
+        override_settings(CORTEX_SESSIONS=settings),
+        pytest.raises(SystemCheckError, match=expected),
+    ):
+        call_command("check", stdout=StringIO(), stderr=StringIO())
 
 
 def test_settings_that_are_not_a_dict_are_e001():

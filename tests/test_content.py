@@ -58,63 +58,62 @@ def test_a_decomposed_korean_preview_keeps_whole_syllables():
     assert preview(text, 4) == unicodedata.normalize("NFD", "한") + "…"
 
 
-def _runs_another_thread(call, times: int) -> bool:
-    """Whether ``call()``, made ``times`` times, lets another Python thread run: a thread
-    spinning on a counter gets the interpreter lock only when ``call`` releases it for long
-    enough to be scheduled, since the switch interval (0.2 s) is far longer than the calls
-    (some milliseconds each)."""
+def _lets_another_thread_run(call) -> bool:
+    """Whether another Python thread runs while ``call(helper_ran)`` is under way — which it can
+    only if ``call`` releases the interpreter lock, however loaded the machine is.
+
+    A helper thread, blocked until just before ``call`` starts, records the first time it runs
+    whether ``call`` is still under way (then sets ``helper_ran``, a ``threading.Event``). The
+    switch interval is set far beyond any call before the helper exists, so the interpreter
+    never forces a switch to it: it runs during ``call`` only if ``call`` lets go of the lock,
+    and the verdict does not depend on when the OS schedules either thread.
+    """
     import sys
     import threading
 
-    started, stop = threading.Event(), threading.Event()
-    counter = [0]
+    woken, helper_ran = threading.Event(), threading.Event()
+    state = {"in_call": False, "saw_call": None}
 
-    def spin() -> None:
-        started.set()
-        while not stop.is_set():
-            counter[0] += 1
+    def helper() -> None:
+        woken.wait()
+        state["saw_call"] = state["in_call"]
+        helper_ran.set()
 
     interval = sys.getswitchinterval()
-    sys.setswitchinterval(0.2)
-    spinner = threading.Thread(target=spin)
+    sys.setswitchinterval(10_000.0)  # seconds: no forced switch while call() runs
+    thread = threading.Thread(target=helper)
     try:
-        spinner.start()
-        started.wait()
-        before = counter[0]
-        for _ in range(times):
-            call()
-        ran = counter[0] != before
+        thread.start()  # returns once the helper runs; it then blocks in woken.wait()
+        state["in_call"] = True
+        woken.set()  # the helper now waits for the interpreter lock
+        try:
+            call(helper_ran)
+        finally:
+            state["in_call"] = False
     finally:
-        stop.set()
-        spinner.join()
         sys.setswitchinterval(interval)
-    return ran
+        thread.join()  # this thread blocks: the helper runs and records
+    assert helper_ran.is_set()
+    return bool(state["saw_call"])
 
 
 def test_checking_text_keeps_the_interpreter_lock():
     # Each message an append takes is checked for NUL and lone surrogates. Releasing the
     # interpreter lock for the match (what the ``regex`` library does by default on a ``str``)
     # makes every writer thread wait to get it back after each message (docs/performance.md);
-    # the check must not. A long text makes a release long enough for the probe to see. The
-    # probe depends on the OS scheduler, so each verdict gets three tries: a check that keeps
-    # the lock lets no other thread run in at least one of them (a try fails only if this
-    # thread is descheduled for the whole switch interval), and a match that releases it lets
-    # one run in at least one of them.
+    # the check must not: no other thread may run while it checks.
     from cortex_sessions.content import check_json_value
 
     # Not ASCII: ASCII text skips the regular expression (no surrogate can be in it, and a NUL
     # is found with memchr), so the match this probes runs only on text like this.
     text = "An ordinary message, señor. " * 150_000  # 4 MB
 
-    def keeps_the_lock(call) -> bool:
-        return not all(_runs_another_thread(call, 2) for _ in range(3))
-
-    assert keeps_the_lock(lambda: check_json_value(text, field="content"))
-    assert keeps_the_lock(lambda: check_json_value([{"a": text}], field="content"))
-    # The probe does see a match that releases the lock (over a longer text, so that the
-    # release lasts long enough for the spinning thread to be scheduled on a busy machine).
-    releasing, longer = regex.compile(r"\x00"), text * 10
-    assert any(_runs_another_thread(lambda: releasing.search(longer), 1) for _ in range(3))
+    assert not _lets_another_thread_run(lambda _: check_json_value(text, field="content"))
+    assert not _lets_another_thread_run(lambda _: check_json_value([{"a": text}], field="content"))
+    # Controls: the probe sees a call that lets go of the lock (by waiting for the helper), and
+    # does not see pure Python work that keeps it.
+    assert _lets_another_thread_run(lambda helper_ran: helper_ran.wait(60))
+    assert not _lets_another_thread_run(lambda _: sum(range(200_000)))
 
 
 @given(

@@ -27,8 +27,8 @@ ALICE = "org=acme/user=alice"
 BOB = "org=acme/user=bob"
 AGENT = "agent-1"
 
-#: Public service functions without I/O, so without a twin: a lazy queryset and a validator.
-NO_IO = {"session_queryset", "check_agent_id"}
+#: Public service functions without I/O, so without a twin: a lazy queryset and validators.
+NO_IO = {"session_queryset", "check_agent_id", "check_message_count", "check_messages"}
 
 
 def _sync_services() -> dict[str, object]:

@@ -37,6 +37,7 @@ __all__ = [
     "SAME_AS_APP_CODE",
     "DatabaseUnavailable",
     "InvalidQuery",
+    "OutcomeUnknown",
     "ReferencesNotAllowed",
     "RequestTooLarge",
     "error_body",
@@ -54,6 +55,8 @@ ERROR_STATUS: dict[type[BaseException], int] = {
     core.MessageNotFound: status.HTTP_404_NOT_FOUND,
     core.DefaultConflict: status.HTTP_409_CONFLICT,
     core.SessionArchived: status.HTTP_409_CONFLICT,
+    core.IdempotencyKeyInProgress: status.HTTP_409_CONFLICT,
+    core.WriteOutcomeUnknown: status.HTTP_503_SERVICE_UNAVAILABLE,
     core.IdempotencyKeyReused: status.HTTP_422_UNPROCESSABLE_ENTITY,
     core.MessageTooLarge: status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
     core.SearchTimeout: status.HTTP_503_SERVICE_UNAVAILABLE,
@@ -112,6 +115,21 @@ class DatabaseUnavailable(drf_exceptions.APIException):
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     default_code = "database_unavailable"
     default_detail = "The database is busy or unreachable; nothing was written. Retry shortly."
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wait = RETRY_AFTER_SECONDS
+
+
+class OutcomeUnknown(drf_exceptions.APIException):
+    """The connection failed while the request's write was being committed
+    (:class:`cortex_sessions.exceptions.WriteOutcomeUnknown`): 503 ``write_outcome_unknown``
+    with ``Retry-After`` (docs/design.md §12.3). The write may or may not be stored: retry with
+    the same ``Idempotency-Key``, which replays it if it was, or read back first."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = core.WriteOutcomeUnknown.code
+    default_detail = core.WriteOutcomeUnknown.default_message
 
     def __init__(self) -> None:
         super().__init__()
@@ -265,7 +283,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     Returns:
         The response (503 ``database_unavailable`` with ``Retry-After`` for a transient database
         fault, see :func:`cortex_sessions.faults.is_transient_database_error`; 503
-        ``search_timeout`` with ``Retry-After`` for a search past ``SEARCH_TIMEOUT``), or ``None`` for
+        ``search_timeout`` with ``Retry-After`` for a search past ``SEARCH_TIMEOUT``; 503
+        ``write_outcome_unknown`` with ``Retry-After`` for a commit whose outcome is unknown,
+        see :class:`OutcomeUnknown`), or ``None`` for
         an unexpected exception (DRF then re-raises it: a bug
         on our side is a 500 and is logged, never hidden).
     """
@@ -278,6 +298,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     elif is_transient_database_error(exc):
         logger.warning("Transient database fault answered 503: %s", exc, exc_info=exc)
         exc = DatabaseUnavailable()
+    elif isinstance(exc, core.WriteOutcomeUnknown):
+        exc = OutcomeUnknown()
     if isinstance(exc, drf_exceptions.APIException):
         return _api_response(exc)
     http_status = status_for(exc)

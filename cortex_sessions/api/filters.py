@@ -271,6 +271,16 @@ class MetadataFilterField(forms.CharField):
             raise ValidationError(exc.message, code=exc.code) from None
 
 
+#: The ``metadata`` filter's value: a JSON object of at most ``MAX_METADATA_FILTER_KEYS`` keys,
+#: each any JSON value. Sent as JSON text: the schema describes the parameter with
+#: ``content: application/json`` (``api.openapi.json_query_parameters``).
+METADATA_FILTER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "maxProperties": MAX_METADATA_FILTER_KEYS,
+    "additionalProperties": True,
+}
+
+
 class MetadataFilter(django_filters.Filter):
     """A filter parsed by :class:`MetadataFilterField`."""
 
@@ -345,7 +355,7 @@ class SessionFilter(django_filters.FilterSet):
         help_text="false (default): live sessions only; true: archived only; any: both.",
     )
     metadata = with_schema(
-        {"type": "string", "format": "json"},
+        METADATA_FILTER_SCHEMA,
         MetadataFilter(
             method=_noop,
             help_text=(

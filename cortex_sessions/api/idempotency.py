@@ -9,8 +9,11 @@ most once per caller scope and endpoint (method + path) within ``IDEMPOTENCY_TTL
 - a replay with the same body returns the recorded status and the same body, byte for byte,
   with ``Idempotent-Replayed: true``, and writes nothing;
 - the same key with another body (or query) is 422 ``idempotency_key_reused``;
-- a replay sent while the first is still running waits for it (the key's unique index) and then
-  replays it;
+- a replay sent while the first is still running waits for it (the key's row, claimed first in
+  the first request's transaction) and then replays it; past the database's lock wait timeout it
+  is 409 ``idempotency_key_in_progress``;
+- the endpoint names a session by its canonical id, so one session spelt several ways in the URL
+  (upper case, no dashes, braces, ``urn:uuid:``) is one endpoint;
 - a malformed key (not 1–255 visible ASCII, or holding a comma: two headers joined) is 400
   ``invalid_idempotency_key``.
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import json
+import uuid
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -44,7 +48,13 @@ from cortex_sessions.services.idempotency import (
     run_once,
 )
 
-__all__ = ["IDEMPOTENCY_HEADER", "IDEMPOTENCY_PARAMETER", "REPLAYED_HEADER", "idempotent"]
+__all__ = [
+    "IDEMPOTENCY_HEADER",
+    "IDEMPOTENCY_PARAMETER",
+    "REPLAYED_HEADER",
+    "endpoint_of",
+    "idempotent",
+]
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -57,10 +67,36 @@ IDEMPOTENCY_PARAMETER = OpenApiParameter(
         "Makes the request safe to retry: within IDEMPOTENCY_TTL (default 24 h) a replay with "
         "the same body returns the first response and writes nothing (header "
         "`Idempotent-Replayed: true`); another body under the same key is 422 "
-        "`idempotency_key_reused`. 1-255 visible ASCII characters without a comma (two "
-        "headers arrive joined by one): else 400 `invalid_idempotency_key`."
+        "`idempotency_key_reused`; a duplicate sent while the first runs waits for it and replays "
+        "it (409 `idempotency_key_in_progress` past the database's lock wait timeout). 1-255 "
+        "visible ASCII characters without a comma (two headers arrive joined by one): else 400 "
+        "`invalid_idempotency_key`."
     ),
 )
+
+
+def endpoint_of(request: Request, kwargs: dict[str, Any]) -> str:
+    """The endpoint a key is recorded under: ``api:<METHOD> <path>``, the path's ``pk`` segment
+    written as the canonical (lower-case, dashed) UUID when it is one, so every spelling of a
+    session's id that the views accept names one endpoint (docs/design.md §12.1).
+
+    Args:
+        request: the request.
+        kwargs: the view's URL keyword arguments (``self.kwargs``).
+
+    Returns:
+        The endpoint text; the path as requested when ``pk`` is absent or not a UUID.
+    """
+    path = request.path
+    raw = kwargs.get("pk")
+    if isinstance(raw, str):
+        try:
+            canonical = str(uuid.UUID(raw))
+        except ValueError:
+            pass
+        else:
+            path = "/".join(canonical if part == raw else part for part in path.split("/"))
+    return f"api:{request.method} {path}"
 
 
 class _Rendered(Exception):
@@ -79,7 +115,8 @@ def idempotent(action: Callable[..., Response]) -> Callable[..., Response]:
 
     Returns:
         The wrapped action. Errors it raises propagate unchanged (and roll its writes back);
-        besides them: 400 ``invalid_idempotency_key``, 422 ``idempotency_key_reused``.
+        besides them: 400 ``invalid_idempotency_key``, 409 ``idempotency_key_in_progress``,
+        422 ``idempotency_key_reused``, 503 ``write_outcome_unknown``.
     """
 
     @functools.wraps(action)
@@ -104,7 +141,7 @@ def idempotent(action: Callable[..., Response]) -> Callable[..., Response]:
         try:
             outcome = run_once(
                 scope=self.scope,
-                endpoint=f"api:{request.method} {request.path}",
+                endpoint=endpoint_of(request, getattr(self, "kwargs", None) or kwargs),
                 key=key,
                 digest=digest,
                 write=write,

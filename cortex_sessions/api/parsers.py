@@ -15,7 +15,7 @@ from typing import Any
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser, get_encoding  # type: ignore[attr-defined]  # not in the stubs
 
-from cortex_sessions.content import check_json_value, parse_json
+from cortex_sessions.content import NO_KEY_LIMIT, check_json_value, parse_json
 from cortex_sessions.exceptions import InvalidInput, InvalidText
 
 __all__ = ["MAX_JSON_DEPTH", "MERGE_PATCH_MEDIA_TYPE", "JSONObjectParser", "MergePatchParser"]
@@ -31,14 +31,17 @@ MAX_JSON_DEPTH = 64
 def check_json_tree(data: Any, *, max_depth: int = MAX_JSON_DEPTH) -> None:
     """Refuse deep nesting and unencodable strings in a parsed body, with the app's one JSON
     walk (:func:`cortex_sessions.content.check_json_value`); NUL is left to the field rules,
-    which answer ``nul_character``.
+    which answer ``nul_character``, and objects with many keys to the rules of the fields
+    that hold them (``too_many_keys``, naming the field; docs/design.md §12.6).
 
     Raises:
         ParseError: nesting deeper than ``max_depth``, or a string (or key) that is not valid
             Unicode (a lone surrogate such as ``"\\ud800"``).
     """
     try:
-        check_json_value(data, field="body", max_depth=max_depth, allow_nul=True)
+        check_json_value(
+            data, field="body", max_depth=max_depth, allow_nul=True, max_keys=NO_KEY_LIMIT
+        )
     except InvalidText:
         raise ParseError("JSON parse error - a string contains a lone surrogate.") from None
     except InvalidInput:

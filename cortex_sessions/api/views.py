@@ -27,7 +27,7 @@ from drf_spectacular.utils import (
 )
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ErrorDetail, UnsupportedMediaType
+from rest_framework.exceptions import ErrorDetail, MethodNotAllowed, UnsupportedMediaType
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
@@ -41,6 +41,7 @@ from cortex_sessions.references import service as references
 from cortex_sessions.scope import Scope
 from cortex_sessions.search_limits import search_timeout
 
+from .authentication import authenticate
 from .exceptions import InvalidQuery, ReferencesNotAllowed, exception_handler
 from .filters import (
     SEARCH_QUERY_HELP,
@@ -51,6 +52,12 @@ from .filters import (
     text_param,
 )
 from .idempotency import IDEMPOTENCY_PARAMETER, idempotent
+from .openapi import (
+    SCOPE_DISAGREEMENT,
+    bound_message_list,
+    bound_request_field,
+    json_query_parameters,
+)
 from .pagination import SessionPagination, parse_int_param
 from .parsers import MERGE_PATCH_MEDIA_TYPE, JSONObjectParser, MergePatchParser
 from .permissions import HasCortexScope
@@ -67,6 +74,8 @@ from .serializers import (
     MessagePageSerializer,
     MessagesDeletedSerializer,
     MessageWithReferencesInputSerializer,
+    MetadataField,
+    MetadataPatchField,
     PoppedMessageSerializer,
     PreparedReferencesSerializer,
     ReferenceCandidateListSerializer,
@@ -98,7 +107,9 @@ _ERROR_TEXT = {
     "application/merge-patch+json).",
     422: "`idempotency_key_reused`: the Idempotency-Key was used with another body.",
     503: "`database_unavailable` (with Retry-After): a transient database fault rolled the "
-    "request back; nothing was written.",
+    "request back; nothing was written. `write_outcome_unknown` (with Retry-After): the "
+    "connection failed while the write was committed, so it may be stored; retry with the same "
+    "Idempotency-Key, or read back first.",
 }
 
 #: The 503 of an endpoint that searches messages (``q``; docs/design.md §11.5).
@@ -121,27 +132,44 @@ _REFERENCE_ERROR_TEXT = {
     500: "`SESSION_REFERENCE_INVALID_CONFIG`: the server's reference settings are invalid "
     "(not caused by the request).",
     503: "`SESSION_REFERENCE_CANCELLED`: preparing the references ran past the server's deadline; "
-    "`database_unavailable` (with Retry-After): a transient database fault.",
+    "`database_unavailable` (with Retry-After): a transient database fault; "
+    "`write_outcome_unknown` (with Retry-After): the connection failed while the write was "
+    "committed, so it may be stored.",
 }
 
 
 #: The 409 of an operation that writes a session's messages or its default flag (§11.2).
 ARCHIVED_409 = "`session_archived`: the session is archived (read-only); unarchive it first."
 
+#: The 409 of every operation taking an ``Idempotency-Key`` (§12.1): those declaring its 422.
+IN_PROGRESS_409 = (
+    "`idempotency_key_in_progress`: a request with the same Idempotency-Key was still running "
+    "past the database's lock wait timeout; send it again later to get its answer."
+)
+
 
 def errors(*codes: int, text: Mapping[int, str] | None = None) -> dict[int, OpenApiResponse]:
-    """OpenAPI error responses for ``codes`` plus those every endpoint may give.
+    """OpenAPI error responses for ``codes`` plus those every endpoint may give; the 400
+    states that a scope header and parameter that differ are ``invalid_scope``.
 
     Args:
         codes: statuses the endpoint may answer besides 400, 401, 403, 406 and 503.
         text: descriptions replacing the default ones, by status; a 409 has no default (each
             operation names its own conflict codes, e.g. :data:`ARCHIVED_409`).
 
+    An operation declaring 422 (``idempotency_key_reused``) takes an ``Idempotency-Key``, so
+    it also declares 409 ``idempotency_key_in_progress`` (:data:`IN_PROGRESS_409`, after the
+    operation's own 409 text, if any).
+
     Raises:
         KeyError: a status without a description (a 409 not given in ``text``).
     """
-    wanted = sorted({400, 401, 403, 406, 503, *codes})
+    keyed = 422 in codes
+    wanted = sorted({400, 401, 403, 406, 503, *codes, *((409,) if keyed else ())})
     descriptions = {**_ERROR_TEXT, **(text or {})}
+    if keyed:
+        descriptions[409] = " ".join(filter(None, [descriptions.get(409), IN_PROGRESS_409]))
+    descriptions[400] += SCOPE_DISAGREEMENT  # every endpoint takes both (SCOPE_PARAMETERS)
     return {
         code: OpenApiResponse(ErrorSerializer, description=descriptions[code]) for code in wanted
     }
@@ -174,7 +202,7 @@ SCOPE_PARAMETERS = [
         OpenApiParameter.HEADER,
         description=(
             f"Same as the `{SCOPE_QUERY_PARAM}` parameter (empty: 400 `invalid_scope`); if "
-            "both are sent they must agree."
+            "both are sent they must be the same text, else 400 `invalid_scope`."
         ),
     ),
 ]
@@ -274,7 +302,10 @@ class CortexAutoSchema(AutoSchema):
     serializer lists in ``optional_fields`` (``match``, only in search results) is not
     required; the message search ``q`` is offered only where the database searches; and a
     blank-allowing string whose schema already takes ``""`` is one schema, not a ``oneOf`` of
-    two branches that both match ``""`` (which would make ``""`` invalid)."""
+    two branches that both match ``""`` (which would make ``""`` invalid); a query parameter
+    holding a JSON object is ``content: application/json``; and the bounds of one request's
+    work are stated (``maxItems`` of a list of messages, ``maxProperties`` of a metadata
+    object; :mod:`cortex_sessions.api.openapi`)."""
 
     def _unwrap_list_serializer(
         self, serializer: Any, direction: Direction
@@ -285,7 +316,21 @@ class CortexAutoSchema(AutoSchema):
         schema: dict[str, Any] | None = super()._unwrap_list_serializer(serializer, direction)
         if schema is not None and getattr(serializer, "allow_empty", True) is False:
             schema["minItems"] = 1
+        child = getattr(serializer, "child", None)
+        if schema is not None and isinstance(child, MessageInputSerializer):
+            bound_message_list(schema)
         return schema
+
+    def _map_serializer_field(
+        self, field: Any, direction: Any, bypass_extensions: bool = False
+    ) -> dict[str, Any]:
+        """drf-spectacular's field schema; a metadata object in a request with
+        ``maxProperties: MAX_JSON_KEYS``."""
+        schema: dict[str, Any] = super()._map_serializer_field(  # type: ignore[no-untyped-call]
+            field, direction, bypass_extensions
+        )
+        stored_object = isinstance(field, MetadataField | MetadataPatchField)
+        return bound_request_field(schema, json_object=direction == "request" and stored_object)
 
     def _insert_field_validators(self, field: Any, schema: dict[str, Any]) -> None:
         """drf-spectacular's validators, without an empty-string alternative that overlaps.
@@ -320,10 +365,12 @@ class CortexAutoSchema(AutoSchema):
         return schema
 
     def _get_parameters(self) -> list[dict[str, Any]]:
-        """The operation's parameters, without the message search ``q`` where the database
-        has no search (MySQL/MariaDB answer it 400 ``invalid_filter``, so a client generated
-        from the schema never sends it; docs/design.md §11.5, §15)."""
-        parameters: list[dict[str, Any]] = super()._get_parameters()
+        """The operation's parameters, a JSON object one as ``content: application/json``
+        (:func:`~cortex_sessions.api.openapi.json_query_parameters`), without the message
+        search ``q`` where the database has no search (MySQL/MariaDB answer it 400
+        ``invalid_filter``, so a client generated from the schema never sends it;
+        docs/design.md §11.5, §15)."""
+        parameters: list[dict[str, Any]] = json_query_parameters(super()._get_parameters())
         if search.search_available(connections[router.db_for_read(Session, scope=None)]):
             return parameters
         return [
@@ -402,8 +449,25 @@ class CortexAPIMixin(_ViewBase):
         if repeated:
             raise InvalidQuery.repeated(repeated)
 
+    def perform_authentication(self, request: Request) -> None:
+        """DRF's authentication, refusing credentials no database can be asked about (a NUL
+        byte) as 401/403 ``authentication_failed``: see
+        :func:`cortex_sessions.api.authentication.authenticate`."""
+        authenticate(request)
+
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        """DRF's checks (authentication, permissions, throttles), then the query parameters."""
+        """The method first, then DRF's checks (authentication, permissions, throttles), then
+        the query parameters.
+
+        Raises:
+            MethodNotAllowed: the endpoint does not declare the request's method: 405
+                ``method_not_allowed`` with ``Allow``, whatever else is wrong with the request
+                (a bad scope, no credentials), so a client learns what it can fix first
+                (docs/design.md §7.3).
+        """
+        method = (request.method or "").lower()
+        if method not in self.http_method_names or not hasattr(self, method):
+            raise MethodNotAllowed(request.method or "")
         super().initial(request, *args, **kwargs)
         self.check_query_parameters(request)
 
@@ -800,7 +864,10 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
                     409: ARCHIVED_409,
                     400: _REFERENCE_ERROR_TEXT[400]
                     + " `references_not_allowed`: resolve_references or references on a list,"
-                    " on a role other than user, or references without resolve_references.",
+                    " on a role other than user, or references without resolve_references."
+                    " `too_many_messages`: a list of more than MAX_MESSAGES_PER_APPEND"
+                    " messages. `too_many_keys`: an object in `metadata` or `content` with more"
+                    " than MAX_JSON_KEYS keys.",
                 },
             ),
         },
@@ -967,6 +1034,9 @@ class SessionViewSet(CortexAPIMixin, viewsets.GenericViewSet[Session]):
     @idempotent
     def _append_messages(self, request: Request, pk: str) -> Response:
         if isinstance(request.data, list):
+            # Before any per-message work: 20,000 messages held the session's lock for a
+            # minute (docs/design.md §12.6).
+            services.check_message_count(len(request.data))
             for index, item in enumerate(request.data):
                 for key in ("resolve_references", "references"):
                     if isinstance(item, Mapping) and key in item:

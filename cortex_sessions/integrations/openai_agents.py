@@ -44,6 +44,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from .. import routing, services
+from ..conf import app_settings
 from ..content import MAX_JSON_DEPTH, check_json_value, check_object_keys, content_text
 from ..exceptions import (
     InvalidContent,
@@ -329,9 +330,15 @@ class CortexSession:
         return await self._run(lambda pk: _read_items(pk, scope, effective))
 
     async def add_items(self, items: list[Any]) -> None:
-        """Append items, in order, in one transaction (the SDK's ``Session.add_items``).
+        """Append items, in order (the SDK's ``Session.add_items``).
 
         Each item becomes one message (see the module docs); an empty list writes nothing.
+        Up to ``MAX_MESSAGES_PER_APPEND`` items are one append, in one transaction. More are
+        written as consecutive appends of at most that many, each its own transaction, so
+        the call never holds the session's lock longer than one bounded append
+        (docs/design.md §12.6, §13.2): every item is validated before the first append, so
+        bad input still writes nothing, while a database fault in a later append leaves the
+        earlier ones written (the SDK then sees the error and may add the rest again).
 
         Raises:
             InvalidInput (InvalidContent, MessageTooLarge, …): an item is not a JSON object or
@@ -343,9 +350,15 @@ class CortexSession:
             return
         messages = [item_to_message(item) for item in items]
         scope = self.scope
+        batch = app_settings.MAX_MESSAGES_PER_APPEND
+        if len(messages) > batch:
+            services.check_messages(messages)
 
         def append(pk: uuid.UUID) -> None:
-            services.append_messages(scope=scope, session_id=pk, messages=messages)
+            for start in range(0, len(messages), batch):
+                services.append_messages(
+                    scope=scope, session_id=pk, messages=messages[start : start + batch]
+                )
 
         await _settled(self._run(append))
 

@@ -24,8 +24,9 @@ from ..exceptions import (
     SessionArchived,
     SessionNotFound,
     ValueTooLong,
+    WriteOutcomeUnknown,
 )
-from ..faults import is_deadlock
+from ..faults import commit_was_refused, is_answer_lost, is_deadlock
 from ..models import Session
 from ..scope import Scope
 
@@ -233,6 +234,73 @@ def _in_callers_transaction(using: str) -> bool:
     ``atomic()``."""
     connection = transaction.get_connection(using)
     return connection.in_atomic_block or not connection.get_autocommit()
+
+
+@contextmanager
+def _write_transaction(using: str) -> Iterator[None]:
+    """``transaction.atomic(using=using)`` for a service's write, whose commit is told apart
+    from the write (docs/design.md §12.3).
+
+    A fault before the COMMIT is sent propagates as it is: the transaction is rolled back and
+    nothing was written (the API answers 503 ``database_unavailable``). A fault while the
+    outermost block commits — in the COMMIT, or in Django's ``set_autocommit(True)`` right
+    after it — that is not the database refusing the commit
+    (:func:`~cortex_sessions.faults.commit_was_refused`) leaves the outcome unknown: the write
+    may be stored. It is raised as :class:`~cortex_sessions.exceptions.WriteOutcomeUnknown`,
+    never as a fault that says nothing was written. Inside a caller's transaction
+    (:func:`_in_callers_transaction`) the block is a savepoint and the commit is the caller's,
+    so nothing is converted.
+
+    Args:
+        using: the database alias the write goes to.
+
+    Raises:
+        WriteOutcomeUnknown: the commit failed and may have been carried out (chained to the
+            database error).
+        Whatever the block raises, unchanged, and the database's refusal of the commit.
+    """
+    if _in_callers_transaction(using):
+        with transaction.atomic(using=using):
+            yield
+        return
+    connection = transaction.get_connection(using)
+    committing = False
+    try:
+        with transaction.atomic(using=using):
+            yield
+            # Reached only when the block ended without an exception: the COMMIT is next,
+            # unless an inner error marked the block for rollback.
+            committing = not connection.needs_rollback
+    except DatabaseError as exc:
+        if committing and not commit_was_refused(exc):
+            logger.warning("The commit of a write failed; its outcome is unknown: %s", exc)
+            raise WriteOutcomeUnknown() from exc
+        raise
+
+
+@contextmanager
+def _autocommit_write(using: str) -> Iterator[None]:
+    """Around one write statement that commits itself (autocommit mode; the one-statement
+    append of docs/design.md §14): a connection that fails without the server's answer
+    (:func:`~cortex_sessions.faults.is_answer_lost`) may have committed it, so the fault is
+    raised as :class:`~cortex_sessions.exceptions.WriteOutcomeUnknown`, as a fault in a
+    COMMIT is by :func:`_write_transaction`. Inside a caller's transaction the statement
+    commits nothing (a lost connection rolls that transaction back): nothing is converted.
+
+    Raises:
+        WriteOutcomeUnknown: the answer was lost (chained to the database error).
+        Whatever the block raises, otherwise unchanged.
+    """
+    if _in_callers_transaction(using):
+        yield
+        return
+    try:
+        yield
+    except DatabaseError as exc:
+        if not is_answer_lost(exc):
+            raise
+        logger.warning("A self-committing write lost its answer; its outcome is unknown: %s", exc)
+        raise WriteOutcomeUnknown() from exc
 
 
 def _manages_transactions_by_hand(using: str) -> bool:

@@ -23,10 +23,12 @@ as unnamed statements, which any pooler passes through; with
 ``CORTEX_SESSIONS["PREPARED_STATEMENTS"]`` (default off) they are prepared once per connection
 instead (``prepare=True``); see :func:`_cursor` and docs/performance.md for the PgBouncer
 caveat. The append of one message is a call of the PL/pgSQL function :data:`APPEND_ONE`
-(migration ``0016_append_one_returns_an_array``; ``0013`` to ``0015`` made earlier
-versions), whose statement the
+(created by ``0012_squashed_0018_search_and_functions`` on a new database, by
+``0016_append_one_returns_an_array`` on one migrated before the squash; ``0018`` drops the
+pre-release versions), whose statement the
 server plans once per session and keeps: see :func:`_sql_call`. Get and resolve are calls of
-the functions :data:`GET` and :data:`RESOLVE` (migration ``0017_get_and_resolve_functions``).
+the functions :data:`GET` and :data:`RESOLVE` (the same squash, or
+``0017_get_and_resolve_functions``).
 
 The scope predicate is the one :func:`cortex_sessions.scope.scope_q` builds: an index range on
 the canonical string (the column has ``COLLATE "C"``) plus a filter that keeps exactly the
@@ -477,8 +479,9 @@ def function_sql(function: str) -> tuple[str, str]:
     Each function runs one statement and returns one ``text[]`` value: the append the narrow
     row of :func:`_narrow_fields` (the session's fields, then the new message's ``id`` and
     ``seq``), the reads every column of the session; ``NULL`` when nothing was written or
-    found. The migrations that create them hold a copy of this SQL (``0016`` the append's,
-    ``0017`` the reads'; ``0013`` to ``0015`` the append's earlier versions), frozen as
+    found. The migrations that create them hold a copy of this SQL (the squash
+    ``0012_squashed_0018_search_and_functions`` all three; before it ``0016`` the append's and
+    ``0017`` the reads'), frozen as
     migrations are; ``tests/test_hot_paths.py`` checks that they agree, so a change to the
     session's columns or to a statement comes with a migration that adds the function under a
     new name. When the app's migrations are disabled, :func:`create_functions` runs this SQL
@@ -509,8 +512,8 @@ def create_functions(*, app_config: Any, using: str, **kwargs: Any) -> None:
     """``post_migrate`` receiver: create :data:`APPEND_ONE`, :data:`GET` and :data:`RESOLVE`
     on a PostgreSQL database whose tables were made from the models because this app's
     migrations are disabled (a test database under pytest-django's ``--nomigrations`` or
-    ``TEST["MIGRATE"] = False``), where migrations ``0016_append_one_returns_an_array`` and
-    ``0017_get_and_resolve_functions`` never ran. With migrations enabled it does nothing:
+    ``TEST["MIGRATE"] = False``), where neither the squash
+    ``0012_squashed_0018_search_and_functions`` nor ``0016``/``0017`` ran. With migrations enabled it does nothing:
     the migrations own the functions.
     """
     from django.db import router

@@ -3,11 +3,13 @@
 One mechanism serves the service API and the REST API:
 
 - :func:`run_once` runs a write at most once per ``(scope, endpoint, key)``. The key's row is
-  inserted *after* the write, in the same transaction, and only when a key is given — so a call
-  without a key runs exactly the statements it always did. A concurrent duplicate blocks on
-  the key's unique index until the first transaction ends; if the first committed, the
-  duplicate's own write rolls back and it replays the first outcome; if the first rolled back,
-  the duplicate goes ahead. A replay with another input is :class:`IdempotencyKeyReused`.
+  claimed — inserted — *first* in the write's transaction, and only when a key is given — so a
+  call without a key runs exactly the statements it always did. A concurrent duplicate blocks
+  on the key's unique index before running anything until the first transaction ends; if the
+  first committed, the duplicate replays the first outcome; if the first rolled back, the
+  duplicate goes ahead as the first. Past the database's lock wait timeout the duplicate is
+  :class:`IdempotencyKeyInProgress`. A replay with another input is
+  :class:`IdempotencyKeyReused`.
 - Services take ``idempotency_key=`` (:func:`~cortex_sessions.services.create_session`,
   :func:`~cortex_sessions.services.append_messages`) and record the ids they wrote.
 - Views use :func:`cortex_sessions.api.idempotency.idempotent` (one decorator line per
@@ -22,20 +24,28 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from django.db import IntegrityError, router, transaction
+from django.db import IntegrityError, OperationalError, router
 from django.utils import timezone
 
 from ..conf import app_settings
-from ..exceptions import IdempotencyKeyReused, InvalidIdempotencyKey
+from ..exceptions import IdempotencyKeyInProgress, IdempotencyKeyReused, InvalidIdempotencyKey
+from ..faults import is_deadlock, is_lock_wait_timeout
 from ..models import IdempotencyKey
 from ..scope import Scope, canonical_of
-from ._common import _signals_held
+from ._common import (
+    DEADLOCK_BACKOFF_SECONDS,
+    _in_callers_transaction,
+    _signals_held,
+    _write_transaction,
+)
 
 __all__ = [
     "IDEMPOTENCY_KEY_PATTERN",
@@ -96,15 +106,30 @@ class IdempotentOutcome:
     replayed: bool
 
 
-def _live(scope: str, endpoint: str, key: str, using: str) -> IdempotencyKey | None:
-    """The key's row on the write database ``using`` if it has not expired (a replica may not
-    have it yet, docs/design.md §17.1); an expired row is deleted (it no longer counts)."""
-    keys = IdempotencyKey.objects.using(using)
-    row = keys.filter(scope=scope, endpoint=endpoint, key=key).first()
+#: How many times :func:`run_once` claims a key: again after a duplicate that held it committed
+#: (to read and replay its row) or after InnoDB broke a deadlock between duplicates that waited
+#: for a holder that rolled back (docs/design.md §15).
+CLAIM_ATTEMPTS = 5
+
+
+class _Taken(Exception):
+    """The key's row exists: a call with the key committed first (or an expired row is left)."""
+
+
+def _live(
+    using: str, scope: str, endpoint: str, key: str, *, locking: bool
+) -> IdempotencyKey | None:
+    """The key's row if it has not expired; an expired row is deleted (it no longer counts).
+
+    ``locking`` reads with ``FOR UPDATE``, which sees the latest committed row even inside a
+    caller's ``REPEATABLE READ`` transaction on MySQL/MariaDB (a plain read would see its
+    snapshot, taken before the duplicate committed)."""
+    rows = IdempotencyKey.objects.using(using).filter(scope=scope, endpoint=endpoint, key=key)
+    row = (rows.select_for_update() if locking else rows).first()
     if row is None:
         return None
     if row.created_at < timezone.now() - timedelta(seconds=app_settings.IDEMPOTENCY_TTL):
-        keys.filter(pk=row.pk, created_at=row.created_at).delete()
+        IdempotencyKey.objects.using(using).filter(pk=row.pk, created_at=row.created_at).delete()
         return None
     return row
 
@@ -113,6 +138,22 @@ def _replay(row: IdempotencyKey, digest: str) -> IdempotentOutcome:
     if row.fingerprint != digest:
         raise IdempotencyKeyReused()
     return IdempotentOutcome(None, row.status_code, row.response, replayed=True)
+
+
+def _claim(using: str, scope: str, endpoint: str, key: str, digest: str) -> IdempotencyKey:
+    """Insert the key's row, the first statement of the write's transaction: a concurrent
+    duplicate's insert waits on the unique index until this transaction ends.
+
+    Raises:
+        _Taken: the row exists (a duplicate committed first).
+        OperationalError: the wait ended in a lock wait timeout or a deadlock.
+    """
+    try:
+        return IdempotencyKey.objects.using(using).create(
+            scope=scope, endpoint=endpoint, key=key, fingerprint=digest, response=""
+        )
+    except IntegrityError:
+        raise _Taken() from None
 
 
 def run_once(
@@ -126,9 +167,18 @@ def run_once(
 ) -> IdempotentOutcome:
     """Run ``write`` at most once per ``(scope, endpoint, key)`` (docs/design.md §12.1).
 
+    The key is claimed first, in the transaction that then runs ``write`` and records its
+    outcome: a duplicate sent while this call runs waits for it on the key's row and, once it
+    commits, replays it without running anything; if it rolls back, the duplicate runs as the
+    first. The transaction is the services' (:func:`~cortex_sessions.services._common._write_transaction`),
+    so a commit whose outcome is unknown is :class:`~cortex_sessions.exceptions.WriteOutcomeUnknown`
+    — a retry with the key then replays the write if it was stored.
+
     Args:
         scope: the caller's scope (keys of different scopes never meet).
-        endpoint: what is called, e.g. ``"service:append_messages"`` or ``"api:POST /path/"``.
+        endpoint: what is called, e.g. ``"service:append_messages:<session uuid>"`` or
+            ``"api:POST /path/"`` (with a session's id in canonical form, so one session has one
+            endpoint however its id was spelt).
         key: the client's idempotency key (checked by :func:`check_idempotency_key`).
         digest: :func:`fingerprint` of the call's input.
         write: performs the write; runs inside this function's transaction.
@@ -140,39 +190,45 @@ def run_once(
     Raises:
         InvalidIdempotencyKey: a malformed key.
         IdempotencyKeyReused: the key was used (and is not expired) with another ``digest``.
+        IdempotencyKeyInProgress: a call with the key was still running when the database's
+            lock wait timeout (or statement timeout) ended the wait for it.
+        WriteOutcomeUnknown: the commit failed and may have been carried out.
+        OperationalError: InnoDB broke a deadlock on the key inside a caller's transaction (it
+            rolled that transaction back) or on every attempt.
         Whatever ``write`` raises; then nothing is recorded and the key stays free.
     """
     check_idempotency_key(key)
     canonical = canonical_of(scope)
     using = router.db_for_write(IdempotencyKey)
-    row = _live(canonical, endpoint, key, using)
-    if row is not None:
-        return _replay(row, digest)
-    try:
-        # The write's signals wait for the key (manual transaction management: _signals_held).
-        with _signals_held(), transaction.atomic(using=using):
-            result = write()
-            status_code, response = record(result)
-            IdempotencyKey.objects.using(using).create(
-                scope=canonical,
-                endpoint=endpoint,
-                key=key,
-                fingerprint=digest,
-                status_code=status_code,
-                response=response,
-            )
-    except IntegrityError:
-        # A concurrent duplicate committed first (this transaction, write included, is rolled
-        # back); anything else is not ours to hide.
-        row = (
-            IdempotencyKey.objects.using(using)
-            .filter(scope=canonical, endpoint=endpoint, key=key)
-            .first()
-        )
-        if row is None:
-            raise
-        return _replay(row, digest)
-    return IdempotentOutcome(result, status_code, response, replayed=False)
+    outermost = not _in_callers_transaction(using)
+    for attempt in range(CLAIM_ATTEMPTS):
+        row = _live(using, canonical, endpoint, key, locking=not outermost)
+        if row is not None:
+            return _replay(row, digest)
+        claimed = False
+        try:
+            # The write's signals wait for the key (manual transaction management: _signals_held).
+            with _signals_held(), _write_transaction(using):
+                claim = _claim(using, canonical, endpoint, key, digest)
+                claimed = True
+                result = write()
+                status_code, response = record(result)
+                IdempotencyKey.objects.using(using).filter(pk=claim.pk).update(
+                    status_code=status_code, response=response, created_at=timezone.now()
+                )
+        except _Taken:
+            continue  # a duplicate committed first: its row is read and replayed
+        except OperationalError as exc:
+            if claimed:
+                raise
+            if is_lock_wait_timeout(exc):
+                raise IdempotencyKeyInProgress() from None
+            if not outermost or not is_deadlock(exc) or attempt == CLAIM_ATTEMPTS - 1:
+                raise
+            time.sleep(random.uniform(0, DEADLOCK_BACKOFF_SECONDS * (attempt + 1)))
+            continue
+        return IdempotentOutcome(result, status_code, response, replayed=False)
+    raise IdempotencyKeyInProgress()
 
 
 def prune_idempotency_keys(*, older_than: timedelta | None = None) -> int:

@@ -19,13 +19,13 @@ import binascii
 import json
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db.models import Q
 
-from ..content import parse_json
-from ..exceptions import InvalidFilter
+from ..content import check_json_value, parse_json
+from ..exceptions import CortexSessionsError, InvalidFilter
 from ..models import Session, SessionQuerySet
 from ..scope import Scope
 from ..search_limits import search_timeout
@@ -67,8 +67,35 @@ def _encode(ordering: str, row: Session, *, previous: bool) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+#: The members of a cursor object, each a string: ordering, sort key (a string, or the count
+#: for ``message_count``), id, direction.
+_CURSOR_KEYS = frozenset({"o", "k", "i", "d"})
+
+
+#: A datetime key lies between these (UTC): SQLite and MySQL/MariaDB compare a naive
+#: value in the connection's time zone, which may be up to a day away from UTC, and a year
+#: outside 1–9999 does not exist in Python.
+_FIRST_DAY = datetime.min.replace(tzinfo=UTC) + timedelta(days=1)
+_LAST_DAY = datetime.max.replace(tzinfo=UTC) - timedelta(days=1)
+
+
 def _decode(cursor: Any, ordering: str) -> tuple[Any, uuid.UUID, bool]:
-    """``(sort key, id, previous)`` of a cursor of ``ordering``.
+    """``(sort key, id, previous)`` of a cursor of ``ordering``, every part checked before any
+    database sees it (docs/design.md §14.3).
+
+    A cursor comes from the client, so anything is refused that :func:`_encode` would not have
+    written or that some database cannot compare: text that is not URL-safe base64 of UTF-8
+    JSON, JSON that is not an object of exactly the four members with their types, an id that
+    is not a UUID in its canonical form, a text key with NUL or a lone surrogate (no UTF-8
+    encoding), a datetime without an offset, or one that is not at least a day inside the
+    calendar (years 1 to 9999) in UTC: SQLite and MySQL/MariaDB compare it as a naive value in
+    the connection's time zone, which ``0001-01-01T00:00:00+14:00`` (year 0 in UTC) does not
+    have; no row is stored that close to the calendar's ends.
+
+    Returns:
+        The key (an aware UTC ``datetime`` for ``created_at``/``updated_at``, an ``int`` for
+        ``message_count``, a ``str`` for ``title``), the id, and whether the cursor points
+        backwards (a previous page).
 
     Raises:
         InvalidFilter: not a cursor, or a cursor of another ordering.
@@ -77,26 +104,45 @@ def _decode(cursor: Any, ordering: str) -> tuple[Any, uuid.UUID, bool]:
         raise _invalid()
     try:
         data = parse_json(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode())
-        key, pk, direction = data["k"], uuid.UUID(data["i"]), data["d"]
-        if data["o"] != ordering:
-            raise _invalid("cursor belongs to another ordering; start again without it.")
-    except (ValueError, TypeError, KeyError, binascii.Error, UnicodeDecodeError):
+    except (ValueError, binascii.Error):  # UnicodeDecodeError is a ValueError
         raise _invalid() from None
-    name = ordering.lstrip("-")
-    try:
-        if name in ("created_at", "updated_at"):
-            key = datetime.fromisoformat(key)
-            if key.tzinfo is None:
-                raise ValueError(key)
-        elif name == "message_count":
-            key = _check_int(key, field="cursor", minimum=0)
-        elif not isinstance(key, str) or "\x00" in key:
-            raise ValueError(key)
-    except (ValueError, TypeError, InvalidFilter):
-        raise _invalid() from None
-    if direction not in ("n", "p"):
+    if not isinstance(data, dict) or data.keys() != _CURSOR_KEYS:
         raise _invalid()
-    return key, pk, direction == "p"
+    key, pk, direction = data["k"], data["i"], data["d"]
+    if not isinstance(data["o"], str) or not isinstance(pk, str) or direction not in ("n", "p"):
+        raise _invalid()
+    if data["o"] != ordering:
+        raise _invalid("cursor belongs to another ordering; start again without it.")
+    try:
+        parsed_pk = uuid.UUID(pk)
+        if str(parsed_pk) != pk:
+            raise ValueError(pk)
+        key = _decode_key(key, ordering.lstrip("-"))
+    except (ValueError, TypeError, OverflowError, CortexSessionsError):
+        raise _invalid() from None
+    return key, parsed_pk, direction == "p"
+
+
+def _decode_key(key: Any, name: str) -> Any:
+    """The sort key of a cursor, checked for ``name`` (see :func:`_decode`).
+
+    Raises:
+        ValueError, TypeError, OverflowError, CortexSessionsError: not a key of ``name``.
+    """
+    if name == "message_count":
+        return _check_int(key, field="cursor", minimum=0)
+    if not isinstance(key, str):
+        raise TypeError(key)
+    check_json_value(key, field="cursor")  # NulCharacter, InvalidText: NUL, lone surrogate
+    if name not in ("created_at", "updated_at"):
+        return key
+    moment = datetime.fromisoformat(key)
+    if moment.tzinfo is None:
+        raise ValueError(key)
+    moment = moment.astimezone(UTC)  # OverflowError: year 0 or 10000 in UTC
+    if not _FIRST_DAY <= moment <= _LAST_DAY:
+        raise ValueError(key)
+    return moment
 
 
 def _ordering_of(queryset: SessionQuerySet) -> str:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, cast
 
-from django.db import connections, transaction
+from django.db import connections
 from django.utils import timezone
 
 from .. import signals
@@ -32,6 +32,7 @@ from ._common import (
     _locked_session,
     _retry_default_race,
     _send_on_commit,
+    _write_transaction,
 )
 from .sessions import MAKE_DEFAULT_ATTEMPTS
 
@@ -135,7 +136,7 @@ def fork_session(
     if metadata is not None:
         metadata = check_json_object(dict(metadata) if isinstance(metadata, Mapping) else metadata)
     using = _db_for_write()
-    with transaction.atomic(using=using):
+    with _write_transaction(using):
         source = _locked_session(scope, session_id)
         if up_to_seq is not None and up_to_seq > source.last_seq:
             raise InvalidUpToSeq(
@@ -223,7 +224,7 @@ def archive_session(
     using = _db_for_write()
 
     def attempt() -> Session:
-        with transaction.atomic(using=using):
+        with _write_transaction(using):
             session = _locked_session(scope, session_id)
             if session.archived_at is not None:
                 return session
@@ -250,7 +251,7 @@ def unarchive_session(*, scope: Scope | str, session_id: uuid.UUID | str) -> Ses
         NoScope, InvalidScope, SessionNotFound.
     """
     using = _db_for_write()
-    with transaction.atomic(using=using):
+    with _write_transaction(using):
         session = _locked_session(scope, session_id)
         if session.archived_at is None:
             return session
@@ -319,7 +320,7 @@ def patch_session(
         # nesting over MAX_JSON_DEPTH (docs/design.md §12.4).
         check_json_value(metadata_patch, field="metadata")
     using = _db_for_write()
-    with transaction.atomic(using=using):
+    with _write_transaction(using):
         session = _locked_session(scope, session_id)
         if "metadata" in patch:
             merged = {} if metadata_patch is None else merge_patch(session.metadata, metadata_patch)

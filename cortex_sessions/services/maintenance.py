@@ -6,13 +6,12 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db import transaction
 from django.db.models import Count
 
 from ..exceptions import InvalidInput
 from ..models import Message, Session
 from ..scope import Scope
-from ._common import _db_for_read, _db_for_write, _session_id
+from ._common import _db_for_read, _db_for_write, _session_id, _write_transaction
 from .messages import _newest_text
 
 
@@ -68,7 +67,7 @@ def recount_sessions(
     drifts: list[CounterDrift] = []
     for session_pk in sessions.order_by("pk").values_list("pk", flat=True).iterator():
         using = _db_for_write()
-        with transaction.atomic(using=using):
+        with _write_transaction(using):
             session = Session.objects.using(using).select_for_update().filter(pk=session_pk).first()
             if session is None:
                 continue

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple, cast
 
-from django.db import connections, transaction
+from django.db import connections
 from django.db.models import F
 from django.utils import timezone
 
@@ -24,6 +24,7 @@ from ..exceptions import (
     MessageNotFound,
     MessageTooLarge,
     SessionNotFound,
+    TooManyMessages,
 )
 from ..models import Message, Session
 from ..scope import Scope, canonical_of
@@ -31,6 +32,7 @@ from ..search import check_query, filter_messages
 from ..search_limits import search_timeout
 from . import _pg
 from ._common import (
+    _autocommit_write,
     _check_int,
     _check_live,
     _check_metadata,
@@ -39,6 +41,7 @@ from ._common import (
     _locked_session,
     _send_on_commit,
     _session_id,
+    _write_transaction,
 )
 from .idempotency import fingerprint, run_once
 from .sessions import _get
@@ -186,6 +189,47 @@ def _build_message(
 # -- messages -------------------------------------------------------------------------------------
 
 
+def check_message_count(count: int) -> None:
+    """Refuse an append of more than ``MAX_MESSAGES_PER_APPEND`` messages (docs/design.md
+    §12.6): one append is one transaction holding the session's row lock, so its size bounds
+    how long every other write to the session waits.
+
+    Args:
+        count: the number of messages the append carries.
+
+    Raises:
+        TooManyMessages: ``count`` is over the setting (code ``too_many_messages``, field
+            ``messages``).
+    """
+    limit = app_settings.MAX_MESSAGES_PER_APPEND
+    if count > limit:
+        raise TooManyMessages(
+            f"The append carries {count} messages; at most {limit} are accepted in one "
+            "(MAX_MESSAGES_PER_APPEND). Send them in several appends.",
+            field="messages",
+            size=count,
+            limit=limit,
+        )
+
+
+def check_messages(messages: Sequence[MessageInput | Mapping[str, Any]]) -> None:
+    """Validate messages by the rules of :func:`append_messages`, writing nothing and reading
+    no database, and whatever their number: for a caller that splits a long list into
+    appends of ``MAX_MESSAGES_PER_APPEND`` and wants bad input to write none of them
+    (docs/design.md §12.6, §13.2).
+
+    Args:
+        messages: :class:`MessageInput` objects or mappings with the same keys.
+
+    Raises:
+        InvalidInput and its subclasses: as :func:`append_messages` raises them for bad input
+            (``TooManyMessages`` excepted).
+    """
+    now = timezone.now()
+    for index, item in enumerate(messages):
+        _build_message(item, index, now)
+
+
 def _newest_text(session: Session, using: str) -> str:
     """``last_message`` of ``session`` from its rows on database ``using``: the write database
     whose transaction holds the session's row lock (docs/design.md §5, §17.1)."""
@@ -204,6 +248,8 @@ def append_messages(
     All messages are validated before anything is written; then, in one transaction holding
     the session's row lock, they get the next ``seq`` values and ``message_count``,
     ``last_message`` and ``updated_at`` move with them. Nothing is written if any input is bad.
+    One call carries at most ``MAX_MESSAGES_PER_APPEND`` messages, so no append holds the
+    session's lock for long (docs/design.md §12.6); send more in several calls.
 
     Args:
         scope: the caller's scope; the session must lie at or beneath it.
@@ -221,9 +267,12 @@ def append_messages(
         NoScope, InvalidScope, SessionNotFound.
         SessionArchived: the session is archived (docs/design.md §11.2).
         InvalidInput (and its subclasses InvalidRole, InvalidSource, InvalidContent,
-        EmptyContent, MessageTooLarge, NulCharacter, InvalidMetadata): bad input.
+        EmptyContent, MessageTooLarge, NulCharacter, InvalidMetadata, TooManyKeys): bad input.
+        TooManyMessages: more than ``MAX_MESSAGES_PER_APPEND`` messages (``too_many_messages``).
         InvalidIdempotencyKey: a malformed key.
         IdempotencyKeyReused: the key was used with other messages or another session.
+        IdempotencyKeyInProgress: a call with the key still ran past the lock wait timeout.
+        WriteOutcomeUnknown: the commit failed and may have been carried out (§12.3).
     """
     if type(messages) is not list and (  # a list, the usual case, skips the ABC checks
         isinstance(messages, Mapping | MessageInput) or not isinstance(messages, Sequence)
@@ -231,6 +280,7 @@ def append_messages(
         raise InvalidInput("messages must be a list of messages.", field="messages")
     if not messages:
         raise InvalidInput("At least one message is required.", field="messages")
+    check_message_count(len(messages))
     # One clock reading: the messages' default created_at and the session's updated_at.
     now = timezone.now()
     rows = [_build_message(item, index, now) for index, item in enumerate(messages)]
@@ -284,7 +334,7 @@ def _append_rows(
     if _pg.serves(alias):  # one statement (docs/design.md §14)
         texts = [(message.content_json, message.metadata_json) for message in built]
         return _append_pg(alias, scope, session_id, rows, texts, now)
-    with transaction.atomic(using=alias):
+    with _write_transaction(alias):
         session = _check_live(_locked_session(scope, session_id))
         created = Message.objects.using(alias).bulk_create(
             Message(
@@ -334,15 +384,16 @@ def _append_pg(
             break
     pk = _session_id(session_id)
     for attempt in range(2):
-        appended = _pg.append_rows(
-            alias,
-            canonical=canonical,
-            session_id=pk,
-            rows=rows,
-            json_texts=texts,
-            last_message=last,
-            updated_at=now if attempt == 0 else timezone.now(),
-        )
+        with _autocommit_write(alias):
+            appended = _pg.append_rows(
+                alias,
+                canonical=canonical,
+                session_id=pk,
+                rows=rows,
+                json_texts=texts,
+                last_message=last,
+                updated_at=now if attempt == 0 else timezone.now(),
+            )
         if appended is not None:
             break
         # Nothing written: the statement only appends to a live session in scope. Tell a
@@ -434,7 +485,7 @@ def delete_message(*, scope: Scope | str, session_id: uuid.UUID | str, seq: int)
     """
     _check_int(seq, field="seq", minimum=1)
     using = _db_for_write()
-    with transaction.atomic(using=using):
+    with _write_transaction(using):
         session = _check_live(_locked_session(scope, session_id))
         deleted, _ = Message.objects.using(using).filter(session=session, seq=seq).delete()
         if not deleted:
@@ -459,7 +510,7 @@ def clear_messages(*, scope: Scope | str, session_id: uuid.UUID | str) -> int:
         SessionArchived: the session is archived (docs/design.md §11.2).
     """
     using = _db_for_write()
-    with transaction.atomic(using=using):
+    with _write_transaction(using):
         session = _check_live(_locked_session(scope, session_id))
         deleted, _ = Message.objects.using(using).filter(session=session).delete()
         Session.objects.using(using).filter(pk=session.pk).update(

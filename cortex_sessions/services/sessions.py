@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, cast
 
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, connections
 from django.db.models import F, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
@@ -37,6 +37,7 @@ from ._common import (
     _retry_default_race,
     _send_on_commit,
     _session_id,
+    _write_transaction,
 )
 from .filters import SessionFilters, session_filters
 from .idempotency import fingerprint, run_once
@@ -250,7 +251,9 @@ def create_session(
         DefaultConflict: ``is_default`` and the agent already has a default at ``scope``.
         InvalidIdempotencyKey: a malformed key.
         IdempotencyKeyReused: the key was used with other fields.
+        IdempotencyKeyInProgress: a call with the key still ran past the lock wait timeout.
         SessionNotFound: a replay whose session has been deleted since.
+        WriteOutcomeUnknown: the commit failed and may have been carried out (§12.3).
     """
     canonical = canonical_of(scope)
     values = {
@@ -283,7 +286,7 @@ def _create(canonical: str, values: dict[str, Any]) -> Session:
     agent_id, is_default = values["agent_id"], values["is_default"]
     using = _db_for_write()
     try:
-        with transaction.atomic(using=using):
+        with _write_transaction(using):
             session = Session.objects.create(scope=canonical, **values)
     except IntegrityError:
         if (
@@ -351,7 +354,7 @@ def delete_session(*, scope: Scope | str, session_id: uuid.UUID | str) -> None:
     using = _db_for_write()
 
     def attempt() -> dict[str, Any]:
-        with transaction.atomic(using=using):
+        with _write_transaction(using):
             session = _locked_session(scope, session_id)
             details = {
                 "session_id": session.pk,
@@ -413,7 +416,7 @@ def resolve_session(
             return session, False
         # A collision with a concurrent resolve's default (which may be deleted again before
         # the re-read) reads, or creates, once more (docs/design.md §12.3).
-        with transaction.atomic(using=alias):
+        with _write_transaction(alias):
             return Session.objects.create(agent_id=agent_id, scope=canonical, is_default=True), True
 
     session, created = _retry_default_race(alias, attempt, attempts=RESOLVE_ATTEMPTS)
@@ -476,7 +479,7 @@ def make_default(*, scope: Scope | str, session_id: uuid.UUID | str) -> Session:
     using = _db_for_write()
 
     def attempt() -> Session:
-        with transaction.atomic(using=using):
+        with _write_transaction(using):
             session = _check_live(_locked_session(scope, session_id))
             if session.is_default:
                 return session

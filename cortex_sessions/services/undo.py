@@ -10,14 +10,19 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from ..exceptions import MessageNotFound
 from ..models import Message, Session
 from ..scope import Scope
-from ._common import _check_int, _check_live, _db_for_write, _locked_session
+from ._common import (
+    _check_int,
+    _check_live,
+    _db_for_write,
+    _locked_session,
+    _write_transaction,
+)
 from .messages import _newest_text
 
 __all__ = ["MessagesDeleted", "PoppedMessage", "delete_messages_after", "pop_message"]
@@ -78,7 +83,7 @@ def delete_messages_after(
     """
     _check_int(after_seq, field="after_seq", minimum=0)
     using = _db_for_write()
-    with transaction.atomic(using=using):
+    with _write_transaction(using):
         session = _check_live(_locked_session(scope, session_id))
         deleted, _ = (
             Message.objects.using(using).filter(session=session, seq__gt=after_seq).delete()
@@ -103,7 +108,7 @@ def pop_message(*, scope: Scope | str, session_id: uuid.UUID | str) -> PoppedMes
         MessageNotFound: the session has no messages.
     """
     using = _db_for_write()
-    with transaction.atomic(using=using):
+    with _write_transaction(using):
         session = _check_live(_locked_session(scope, session_id))
         # Read in the transaction holding the row lock: a replica's newest message may be
         # one a concurrent pop has already removed (docs/design.md §17.1).

@@ -4,16 +4,18 @@ The schemathesis run generates requests from the schema and sends them to the ex
 project's WSGI application in-process (authenticated with HTTP Basic as an org member),
 checking that no response is a 5xx and that every response matches the schema.
 
-The runs are derandomized (the same examples every time). To explore further, set
-``CORTEX_FUZZ_SEED`` (a hypothesis seed: random examples from that seed) and/or
-``CORTEX_FUZZ_EXAMPLES`` (examples per operation and mode), e.g.
-``CORTEX_FUZZ_SEED=7 CORTEX_FUZZ_EXAMPLES=200 pytest tests/api/test_schema.py``.
+The runs are derandomized (the same examples every time) unless a seed is given:
+``pytest --fuzz-seed=random`` (a new seed each run, printed at the start and the end, as CI
+runs it) or ``--fuzz-seed=N`` to replay one (default: ``$CORTEX_FUZZ_SEED``; tests/conftest.py).
+``CORTEX_FUZZ_EXAMPLES`` sets the examples per operation and mode, e.g.
+``CORTEX_FUZZ_EXAMPLES=200 pytest --fuzz-seed=7 tests/api/test_schema.py``.
 """
 
 from __future__ import annotations
 
 import base64
 import functools
+import json
 import os
 import re
 import uuid
@@ -21,6 +23,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+
+pytest.importorskip("schemathesis", reason="the fuzz extra is not installed")
 import schemathesis
 import yaml
 from django.core import signals
@@ -45,6 +49,8 @@ from cortex_sessions import services
 from cortex_sessions.conf import app_settings
 from cortex_sessions.content import check_json_value
 from cortex_sessions.exceptions import InvalidInput
+from cortex_sessions.metadata import check_metadata_filter, filter_by_metadata
+from cortex_sessions.models import Session
 from example_project.tenancy.models import Membership
 
 pytestmark = pytest.mark.django_db
@@ -162,6 +168,51 @@ def test_schema_states_what_the_server_refuses_in_parameters(schema_document):
     agent = _parameter(schema_document, "/api/cortex/sessions/", "get", "agent_id")["schema"]
     body = schema_document["components"]["schemas"]["SessionCreate"]["properties"]["agent_id"]
     assert (agent["pattern"], agent["maxLength"]) == (body["pattern"], body["maxLength"])
+
+
+def test_schema_states_the_metadata_filter_the_scope_pair_and_the_request_bounds(
+    schema_document, settings
+):
+    """The contract gaps of docs/design.md §12.4 and §12.6: ``metadata`` was ``{type: string, format: json}``, so ``h`` was
+    schema-valid and answered 400; the scope header and parameter that differ were an unstated
+    400; the bounds of a request are stated as the server reads them."""
+    for path in ("/api/cortex/sessions/", "/api/cortex/sessions/count/"):
+        metadata = _parameter(schema_document, path, "get", "metadata")
+        assert "schema" not in metadata
+        (media,) = metadata["content"]
+        assert media == "application/json"
+        object_schema = metadata["content"][media]["schema"]
+        validator = jsonschema.Draft7Validator(object_schema)
+        assert validator.is_valid({"k": "v"}) and validator.is_valid({"n": {"deep": [1]}})
+        for refused in ("h", 1, [], None, {f"k{n}": n for n in range(11)}):
+            assert not validator.is_valid(refused), refused
+    for path, method in OPERATIONS:
+        description = schema_document["paths"][path][method]["responses"]["400"]["description"]
+        assert "X-Cortex-Scope" in description and "invalid_scope" in description, (path, method)
+    schemas = schema_document["components"]["schemas"]
+    (_, listed) = schemas["MessageInputOrList"]["oneOf"]
+    assert listed["maxItems"] == 1000
+    for name in ("SessionCreate", "PatchedSessionUpdate", "PatchedSessionMergePatch", "Fork"):
+        assert schemas[name]["properties"]["metadata"]["maxProperties"] == 1000, name
+    assert "maxProperties" not in schemas["Session"]["properties"]["metadata"]  # as stored
+    assert (
+        "too_many_messages"
+        in (
+            schema_document["paths"]["/api/cortex/sessions/{id}/messages/"]["post"]["responses"][
+                "400"
+            ]["description"]
+        )
+    )
+
+
+def test_schema_states_the_bounds_the_server_reads_now(tmp_path, settings):
+    settings.ROOT_URLCONF = "example_project.urls"
+    settings.CORTEX_SESSIONS = {"MAX_MESSAGES_PER_APPEND": 7, "MAX_JSON_KEYS": 150}
+    path = tmp_path / "schema.yaml"
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(path))
+    schemas = yaml.safe_load(path.read_text())["components"]["schemas"]
+    assert schemas["MessageInputOrList"]["oneOf"][1]["maxItems"] == 7
+    assert schemas["SessionCreate"]["properties"]["metadata"]["maxProperties"] == 150
 
 
 def _one_of_lists(node):
@@ -303,25 +354,23 @@ def test_example_project_serves_the_schema_and_swagger_ui(client, settings):
 USERNAME, PASSWORD = "fuzzer", "fuzz-password"
 AUTH = "Basic " + base64.b64encode(f"{USERNAME}:{PASSWORD}".encode()).decode()
 
-#: A hypothesis seed to draw the examples from instead of the derandomized default.
-FUZZ_SEED = os.environ.get("CORTEX_FUZZ_SEED")
 
-
-def fuzzing(max_examples: int):
+def fuzzing(max_examples: int, fuzz_seed: int | None):
     """Hypothesis settings of a schemathesis run: ``max_examples`` (or
-    ``CORTEX_FUZZ_EXAMPLES``) examples, derandomized unless ``CORTEX_FUZZ_SEED`` is set."""
+    ``CORTEX_FUZZ_EXAMPLES``) examples, drawn from ``fuzz_seed`` (the ``fuzz_seed`` fixture:
+    ``--fuzz-seed``), derandomized when it is ``None``."""
     examples = int(os.environ.get("CORTEX_FUZZ_EXAMPLES") or max_examples)
     configured = settings(
         max_examples=examples,
         deadline=None,
         suppress_health_check=list(HealthCheck),
-        derandomize=FUZZ_SEED is None,
+        derandomize=fuzz_seed is None,
         database=None,
     )
 
     def apply(test):
         test = configured(test)
-        return test if FUZZ_SEED is None else seed(int(FUZZ_SEED))(test)
+        return test if fuzz_seed is None else seed(fuzz_seed)(test)
 
     return apply
 
@@ -395,11 +444,11 @@ def assert_codes_documented(response) -> None:
 
 
 @pytest.mark.parametrize(("path", "method"), sorted(OPERATIONS))
-def test_api_conforms_to_its_schema(wsgi_app, path, method):
+def test_api_conforms_to_its_schema(wsgi_app, fuzz_seed, path, method):
     operation = schemathesis.openapi.from_wsgi("/api/schema/", wsgi_app)[path][method.upper()]
 
     @given(case=operation.as_strategy())
-    @fuzzing(max_examples=30)
+    @fuzzing(max_examples=30, fuzz_seed=fuzz_seed)
     def check(case):
         if "{id}" in path:  # aim at a real session; random ids are 404s tested elsewhere
             case.path_parameters = {
@@ -492,10 +541,11 @@ ALL_CHECKS = [
 #: Body fields of arbitrary nested JSON: session ``metadata`` (in every body that has it, the
 #: merge patch's included) and message ``content`` blocks. The server refuses a NUL anywhere
 #: in them — in a nested string or an object key (`nul_character`; PostgreSQL cannot store it)
-#: — and nesting deeper than ``content.MAX_JSON_DEPTH`` (`invalid_metadata`,
-#: `invalid_content`; MariaDB cannot store it). OpenAPI 3.0 has no ``propertyNames`` and these
-#: schemas no recursion, so the schema cannot state either rule: a stated gap of
-#: docs/design.md §12.4.
+#: — nesting deeper than ``content.MAX_JSON_DEPTH`` (`invalid_metadata`,
+#: `invalid_content`; MariaDB cannot store it), and an object inside them with more keys than
+#: ``MAX_JSON_KEYS`` (`too_many_keys`; the top-level metadata object's bound is stated,
+#: ``maxProperties``). OpenAPI 3.0 has no ``propertyNames`` and these schemas no recursion, so
+#: the schema cannot state these rules: a stated gap of docs/design.md §12.4.
 FREE_JSON_FIELDS = ("metadata", "content")
 
 #: The last seq of a :func:`live_session`.
@@ -508,6 +558,8 @@ def stated_refusal(path: str, case) -> set[str]:
 
     - NUL or too deep inside :data:`FREE_JSON_FIELDS` (checked with the server's own rule,
       ``content.check_json_value``);
+    - the parameter rules of :func:`_parameter_refusals` (the scope header against the scope
+      parameter, the ``metadata`` filter's free JSON);
     - a fork point past the session's last seq (`invalid_up_to_seq`): the schema gives the
       bounds of every session, not of this one (docs/design.md §11.1);
     - references on a message without ``resolve_references: true``, or on one that is not
@@ -518,7 +570,7 @@ def stated_refusal(path: str, case) -> set[str]:
     Such a case is still sent and every other check applied; it must be a 400 with one of
     these codes, so the gap is tested case by case instead of excusing whole operations.
     """
-    codes: set[str] = set()
+    codes = _parameter_refusals(case)
     body = case.body if isinstance(case.body, dict | list) else None
     for item in body if isinstance(body, list) else [body]:
         if not isinstance(item, dict):
@@ -533,6 +585,27 @@ def stated_refusal(path: str, case) -> set[str]:
         if isinstance(up_to_seq, int) and up_to_seq > LIVE_LAST_SEQ:
             codes.add("invalid_up_to_seq")
         codes |= _reference_refusals(path, item)
+    return codes
+
+
+def _parameter_refusals(case) -> set[str]:
+    """The rules of :func:`stated_refusal` for the parameters: an ``X-Cortex-Scope`` header and
+    a ``scope`` parameter that differ (`invalid_scope`, stated in each 400's description), and
+    a ``metadata`` filter object the server's own rules refuse (``check_metadata_filter``:
+    a NUL or nesting inside it; ``filter_by_metadata``: a key this database's JSON paths cannot
+    name), which its schema — any object of at most 10 keys — cannot state."""
+    codes: set[str] = set()
+    header = (case.headers or {}).get("X-Cortex-Scope")
+    query = case.query or {}
+    if header is not None and "scope" in query and header != query["scope"]:
+        codes.add("invalid_scope")
+    if "metadata" in query:
+        value = query["metadata"]
+        try:
+            checked = check_metadata_filter(json.loads(value) if isinstance(value, str) else value)
+            filter_by_metadata(Session.objects.all(), checked)
+        except InvalidInput as exc:
+            codes.add(exc.code)
     return codes
 
 
@@ -567,31 +640,23 @@ def _reference_refusals(path: str, item: dict) -> set[str]:
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
     ],
 )
-def test_schema_and_server_agree_under_every_check(wsgi_app, path, method, mode):
+def test_schema_and_server_agree_under_every_check(wsgi_app, fuzz_seed, path, method, mode):
     """Schema-valid requests are accepted (2xx, or 403/404 for a scope or id the caller may
     not use) and schema-invalid ones refused with a 4xx, every answer as documented."""
     operation = schemathesis.openapi.from_wsgi("/api/schema/", wsgi_app)[path][method.upper()]
 
     @given(case=operation.as_strategy(generation_mode=mode))
-    @fuzzing(max_examples=25)
+    @fuzzing(max_examples=25, fuzz_seed=fuzz_seed)
     def check(case):
         if "{id}" in path and mode is GenerationMode.POSITIVE:
             case.path_parameters = {
                 **(case.path_parameters or {}),
                 "id": str(live_session(wsgi_app.scope).pk),
             }
-        if case.headers and "X-Cortex-Scope" in case.headers and "scope" in (case.query or {}):
-            # Both may be sent only when they agree, which a schema cannot state.
-            del case.headers["X-Cortex-Scope"]
         if case.query and "cursor" in case.query and mode is GenerationMode.POSITIVE:
             # A cursor is an opaque token taken from a page's `next` link, never made up, and
             # it excludes `offset`: neither can a schema state.
             del case.query["cursor"]
-        if case.query and "metadata" in case.query and mode is GenerationMode.POSITIVE:
-            # `metadata` is a JSON object inside a query string: an OpenAPI 3.0 parameter
-            # schema can say "string" but not "a JSON object's text" (its rules are tested in
-            # tests/api/test_lifecycle_api.py). A valid one is sent instead of the drawn text.
-            case.query["metadata"] = '{"k": "v"}'
         if case.headers and "Idempotency-Key" in case.headers and mode is GenerationMode.POSITIVE:
             # A key reused with another body is 422 by design; each example is a new request.
             case.headers["Idempotency-Key"] = uuid.uuid4().hex

@@ -235,15 +235,22 @@ def test_under_manual_transaction_management_a_receivers_database_error_spares_t
 def test_under_manual_transaction_management_a_keyed_write_that_loses_its_race_sends_nothing(
     monkeypatch, raising_receivers
 ):
-    # The key's first write committed after this call looked for the key (staged: the look
-    # finds nothing), so this call's write is rolled back at the key's unique index and the
-    # first one replayed: no receiver may hear of a session that never stood.
+    # The key's first write committed after this call looked for the key (staged: the first
+    # look finds nothing), so this call's claim of the key fails at its unique index and the
+    # first one is replayed: no receiver may hear of a session that never stood.
     from cortex_sessions.services import idempotency
 
     scope = "org=acme/user=1"
     first = services.create_session(scope=scope, agent_id="a", idempotency_key="k1")
     raising_receivers.clear()
-    monkeypatch.setattr(idempotency, "_live", lambda *args: None)
+    real_live = idempotency._live
+    looks: list[object] = []
+
+    def first_look_finds_nothing(*args, **kwargs):
+        looks.append(args)
+        return None if len(looks) == 1 else real_live(*args, **kwargs)
+
+    monkeypatch.setattr(idempotency, "_live", first_look_finds_nothing)
     transaction.set_autocommit(False)
     try:
         replayed = services.create_session(scope=scope, agent_id="a", idempotency_key="k1")

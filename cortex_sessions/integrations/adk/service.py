@@ -34,7 +34,7 @@ import json
 from typing import Any, cast
 
 from asgiref.sync import sync_to_async
-from django.db import IntegrityError, router, transaction
+from django.db import IntegrityError, router
 from django.db.models import Value
 from google.adk.events.event import Event
 from google.adk.sessions import _session_util
@@ -58,7 +58,7 @@ from cortex_sessions.exceptions import InvalidInput, ScopeForbidden, SessionNotF
 from cortex_sessions.models import Message
 from cortex_sessions.models import Session as CortexSession
 from cortex_sessions.scope import Scope, as_scope
-from cortex_sessions.services._common import _signals_held
+from cortex_sessions.services._common import _signals_held, _write_transaction
 
 from .conf import default_scope, scope_mapper
 from .models import AdkAppState, AdkSession, AdkUserState, session_key, user_state_key
@@ -539,7 +539,7 @@ def _create_sync(
     tenant = service.tenant
     _create_shared_state_rows(tenant, scope.canonical, app_name, user_id, deltas)
     try:
-        with _signals_held(), transaction.atomic(using=_db()):
+        with _signals_held(), _write_transaction(_db()):
             cortex = services.create_session(scope=scope, agent_id=app_name, title=session_id or "")
             adk_id = session_id or str(cortex.pk)
             row = AdkSession.objects.create(
@@ -674,7 +674,7 @@ def _append_sync(service: CortexSessionService, session: AdkSessionModel, event:
     marker = getattr(session, "_storage_update_marker", None)
     tenant = service.tenant
     _create_shared_state_rows(tenant, scope.canonical, app_name, user_id, deltas)
-    with _signals_held(), transaction.atomic(using=_db()):
+    with _signals_held(), _write_transaction(_db()):
         # Lock the cortex session first, as every append does, then the ADK row.
         last_seq = (
             CortexSession.objects.using(_db())
