@@ -11,22 +11,22 @@ twice. On SQLite (no second snapshot) the router records where each read went in
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 from django.db import connections, transaction
 from django.test import override_settings
 
+import cortex_sessions
 from cortex_sessions import routing, services
 from cortex_sessions.models import Message, Session
 from cortex_sessions.references.service import prepare_references, reference_candidates
-from tests.routers import SCOPED_MODELS, RecordingRouter
+from tests.routers import SCOPED_MODELS, RecordingRouter, RoutingViolation, StrictReplicaRouter
 
 SCOPE = "org=acme/user=1"
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.strict_router_exempt(reason="installs its own router"),
-]
+# Each test installs its own router, over the strict one when that is on.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _chat(*texts: str) -> Session:
@@ -250,3 +250,31 @@ def test_a_read_inside_a_hosts_transaction_runs_on_its_database(recorded):
         assert services.get_session(scope=SCOPE, session_id=session.pk) == session
         assert routing.db_for_read(Session, scope=SCOPE) == "default"
     assert recorded.reads == []
+
+
+# -- the strict router itself (what --strict-replica-router runs the suite with) -------------------
+
+
+def _routed_by_the_app(model, **hints):
+    """``StrictReplicaRouter().db_for_read(model, **hints)`` called from a frame whose code is
+    the app's, as a service's unqualified queryset would call it."""
+    probe = Path(cortex_sessions.__file__).parent / "services" / "_probe.py"
+    names = {"router": StrictReplicaRouter(), "model": model, "hints": hints}
+    exec(compile("result = router.db_for_read(model, **hints)", str(probe), "exec"), names)
+    return names["result"]
+
+
+def test_the_strict_router_sends_a_scoped_read_outside_a_transaction_to_the_replica():
+    assert _routed_by_the_app(Session, scope=SCOPE) == "replica"
+    session = services.create_session(scope=SCOPE, agent_id="a")
+    assert _routed_by_the_app(Message, instance=session) == "replica"
+
+
+def test_the_strict_router_refuses_a_read_routed_inside_a_transaction():
+    with transaction.atomic(), pytest.raises(RoutingViolation, match="transaction is open"):
+        _routed_by_the_app(Session, scope=SCOPE)
+
+
+def test_the_strict_router_refuses_a_read_without_its_scope():
+    with pytest.raises(RoutingViolation, match="without the scope hint"):
+        _routed_by_the_app(Message)
