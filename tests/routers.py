@@ -22,7 +22,7 @@ from cortex_sessions.models import IdempotencyKey, ImportedConversation, Message
 
 _APP = str(Path(cortex_sessions.__file__).parent) + "/"
 _ADMIN = _APP + "admin/"
-_NEUTRAL = {_APP + "models.py", _APP + "counters.py"}
+_NEUTRAL = {_APP + "models.py", _APP + "counters.py", _APP + "metadata.py"}
 _ADK_ADMIN = "/integrations/adk/admin.py"
 _TESTS = str(Path(__file__).parent) + "/"
 _HERE = str(Path(__file__))
