@@ -70,6 +70,24 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _int_setting(
+    name: str,
+    *,
+    minimum: int = 1,
+    maximum: int | None = None,
+    consequence: str = "",
+    hint: str,
+    id: str,
+) -> list[CheckMessage]:
+    """The check of one integer setting: ``[]`` when ``CORTEX_SESSIONS[name]`` is an integer
+    (not a bool) from ``minimum`` to ``maximum`` (no upper bound when ``None``), else one
+    ``Error`` with ``id`` and ``hint`` whose message names the value, then ``consequence``."""
+    value = getattr(app_settings, name)
+    if _is_int(value) and value >= minimum and (maximum is None or value <= maximum):
+        return []
+    return [Error(f"CORTEX_SESSIONS[{name!r}] is {value!r}{consequence}.", hint=hint, id=id)]
+
+
 @register(Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Validate every ``CORTEX_SESSIONS`` key; returns the problems found (empty when valid)."""
@@ -106,26 +124,14 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         )
 
-    depth = app_settings.MAX_SCOPE_DEPTH
-    if not _is_int(depth) or not 1 <= depth <= HARD_MAX_SCOPE_DEPTH:
-        errors.append(
-            Error(
-                f"CORTEX_SESSIONS['MAX_SCOPE_DEPTH'] is {depth!r}.",
-                hint=f"Use an integer from 1 to {HARD_MAX_SCOPE_DEPTH}.",
-                id="cortex_sessions.E003",
-            )
-        )
-
+    errors += _int_setting(
+        "MAX_SCOPE_DEPTH",
+        maximum=HARD_MAX_SCOPE_DEPTH,
+        hint=f"Use an integer from 1 to {HARD_MAX_SCOPE_DEPTH}.",
+        id="cortex_sessions.E003",
+    )
     for name in _POSITIVE_INTS:
-        value = getattr(app_settings, name)
-        if not _is_int(value) or value < 1:
-            errors.append(
-                Error(
-                    f"CORTEX_SESSIONS[{name!r}] is {value!r}.",
-                    hint="Use a positive integer.",
-                    id="cortex_sessions.E004",
-                )
-            )
+        errors += _int_setting(name, hint="Use a positive integer.", id="cortex_sessions.E004")
 
     page, max_page = app_settings.PAGE_SIZE, app_settings.MAX_PAGE_SIZE
     if _is_int(page) and _is_int(max_page) and page > max_page:
@@ -137,16 +143,13 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         )
 
-    refs = app_settings.MAX_REFERENCES
-    if not _is_int(refs) or not 1 <= refs <= HARD_MAX_REFERENCES:
-        errors.append(
-            Error(
-                f"CORTEX_SESSIONS['MAX_REFERENCES'] is {refs!r}; session references would "
-                "fail with SESSION_REFERENCE_INVALID_CONFIG.",
-                hint=f"Use an integer from 1 to {HARD_MAX_REFERENCES}.",
-                id="cortex_sessions.E006",
-            )
-        )
+    errors += _int_setting(
+        "MAX_REFERENCES",
+        maximum=HARD_MAX_REFERENCES,
+        consequence="; session references would fail with SESSION_REFERENCE_INVALID_CONFIG",
+        hint=f"Use an integer from 1 to {HARD_MAX_REFERENCES}.",
+        id="cortex_sessions.E006",
+    )
 
     prepared = app_settings.PREPARED_STATEMENTS
     if not isinstance(prepared, bool):
@@ -158,16 +161,13 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         )
 
-    ttl = app_settings.IDEMPOTENCY_TTL
-    if not _is_int(ttl) or ttl < 1:
-        errors.append(
-            Error(
-                f"CORTEX_SESSIONS['IDEMPOTENCY_TTL'] is {ttl!r}; Idempotency-Key replays and "
-                "cortex_sessions_prune need a lifetime in seconds.",
-                hint="Use a positive integer number of seconds, e.g. 86400 (24 hours).",
-                id="cortex_sessions.E012",
-            )
-        )
+    errors += _int_setting(
+        "IDEMPOTENCY_TTL",
+        consequence="; Idempotency-Key replays and cortex_sessions_prune need a lifetime in "
+        "seconds",
+        hint="Use a positive integer number of seconds, e.g. 86400 (24 hours).",
+        id="cortex_sessions.E012",
+    )
 
     config = app_settings.SEARCH_CONFIG
     if not isinstance(config, str) or not search.CONFIG_PATTERN.fullmatch(config):
@@ -198,27 +198,18 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 def _check_request_bounds() -> list[CheckMessage]:
     """``cortex_sessions.E018`` and ``E019``: the bounds of one request's work
     (docs/design.md §12.6)."""
-    errors: list[CheckMessage] = []
-    batch = app_settings.MAX_MESSAGES_PER_APPEND
-    if not _is_int(batch) or batch < MIN_MESSAGES_PER_APPEND:
-        errors.append(
-            Error(
-                f"CORTEX_SESSIONS['MAX_MESSAGES_PER_APPEND'] is {batch!r}.",
-                hint=f"Use an integer of at least {MIN_MESSAGES_PER_APPEND} (a message with "
-                "its session-reference context is one append of two), e.g. 1000 (the default).",
-                id="cortex_sessions.E018",
-            )
-        )
-    keys = app_settings.MAX_JSON_KEYS
-    if not _is_int(keys) or keys < MIN_JSON_KEYS:
-        errors.append(
-            Error(
-                f"CORTEX_SESSIONS['MAX_JSON_KEYS'] is {keys!r}.",
-                hint=f"Use an integer of at least {MIN_JSON_KEYS}, e.g. 1000 (the default).",
-                id="cortex_sessions.E019",
-            )
-        )
-    return errors
+    return _int_setting(
+        "MAX_MESSAGES_PER_APPEND",
+        minimum=MIN_MESSAGES_PER_APPEND,
+        hint=f"Use an integer of at least {MIN_MESSAGES_PER_APPEND} (a message with "
+        "its session-reference context is one append of two), e.g. 1000 (the default).",
+        id="cortex_sessions.E018",
+    ) + _int_setting(
+        "MAX_JSON_KEYS",
+        minimum=MIN_JSON_KEYS,
+        hint=f"Use an integer of at least {MIN_JSON_KEYS}, e.g. 1000 (the default).",
+        id="cortex_sessions.E019",
+    )
 
 
 _COLLATION_HINT = (

@@ -62,6 +62,44 @@ def test_each_bad_setting_is_reported_with_its_id(settings, expected):
 
 @pytest.mark.parametrize(
     "settings",
+    [
+        {"MAX_SCOPE_DEPTH": 1},
+        {"MAX_SCOPE_DEPTH": 8},
+        {"MAX_REFERENCES": 1},
+        {"MAX_REFERENCES": 3},
+        {"IDEMPOTENCY_TTL": 1},
+        {"PAGE_SIZE": 1},
+    ],
+)
+def test_integer_settings_at_their_bounds_pass(settings):
+    assert ids(**settings) == []
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"MAX_SCOPE_DEPTH": 9}, "CORTEX_SESSIONS['MAX_SCOPE_DEPTH'] is 9."),
+        ({"SEARCH_CANDIDATES": True}, "CORTEX_SESSIONS['SEARCH_CANDIDATES'] is True."),
+        (
+            {"MAX_REFERENCES": 0},
+            "CORTEX_SESSIONS['MAX_REFERENCES'] is 0; session references would fail with "
+            "SESSION_REFERENCE_INVALID_CONFIG.",
+        ),
+        (
+            {"IDEMPOTENCY_TTL": "1"},
+            "CORTEX_SESSIONS['IDEMPOTENCY_TTL'] is '1'; Idempotency-Key replays and "
+            "cortex_sessions_prune need a lifetime in seconds.",
+        ),
+        ({"MAX_JSON_KEYS": 99}, "CORTEX_SESSIONS['MAX_JSON_KEYS'] is 99."),
+    ],
+)
+def test_an_integer_setting_error_names_the_value_and_what_it_breaks(settings, message):
+    with override_settings(CORTEX_SESSIONS=settings):
+        assert [error.msg for error in check_settings()] == [message]
+
+
+@pytest.mark.parametrize(
+    "settings",
     [{"MAX_MESSAGES_PER_APPEND": 2}, {"MAX_JSON_KEYS": 100}, {"MAX_MESSAGES_PER_APPEND": 10**6}],
 )
 def test_the_smallest_request_bounds_pass(settings):

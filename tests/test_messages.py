@@ -140,6 +140,29 @@ def test_bad_message_raises_a_coded_error_and_writes_nothing(session, message, e
     assert (stored(session).message_count, stored(session).last_seq) == (0, 0)
 
 
+@pytest.mark.parametrize(
+    ("message", "field", "detail"),
+    [
+        (
+            {"role": "robot", "content": "x"},
+            "role",
+            "role must be one of user, assistant, system, tool; got 'robot'.",
+        ),
+        (
+            {"role": "user", "content": "x", "source": "web"},
+            "source",
+            "source must be one of user, checkpoint, session-reference, host; got 'web'.",
+        ),
+    ],
+)
+def test_a_choice_outside_its_values_is_refused_naming_the_field_and_the_values(
+    session, message, field, detail
+):
+    with pytest.raises(InvalidInput) as info:
+        append(session, message)
+    assert (info.value.field, str(info.value)) == (field, detail)
+
+
 @override_settings(CORTEX_SESSIONS={"MAX_MESSAGE_BYTES": 100})
 def test_message_over_max_message_bytes_is_refused(session):
     append(session, {"role": "user", "content": "x" * 60})
@@ -200,6 +223,26 @@ def test_delete_message_updates_counters_and_never_reuses_its_seq(session):
     assert result.messages[0].seq == 3
     with pytest.raises(MessageNotFound):
         services.delete_message(scope=SCOPE, session_id=session.pk, seq=2)
+
+
+def test_delete_message_moves_the_counters_as_every_delete_does_without_reading_them_back(
+    session,
+):
+    """delete_message moves the counters through the one helper the undo services use: the
+    session it returns holds what was stored, and no SELECT follows the counters' UPDATE."""
+    append(session, {"role": "user", "content": "one"}, {"role": "assistant", "content": "two"})
+    with CaptureQueriesContext(connection) as captured:
+        after = services.delete_message(scope=SCOPE, session_id=session.pk, seq=2)
+    sql = [query["sql"].lstrip() for query in captured.captured_queries]
+    table = Session._meta.db_table
+    update = max(i for i, text in enumerate(sql) if text.startswith("UPDATE") and table in text)
+    assert not [text for text in sql[update + 1 :] if text.startswith("SELECT")]
+    row = stored(session)
+    assert (after.message_count, after.last_message, after.updated_at) == (
+        row.message_count,
+        row.last_message,
+        row.updated_at,
+    )
 
 
 def test_clear_messages_zeroes_the_counters_and_keeps_seq_increasing(session):

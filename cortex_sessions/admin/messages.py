@@ -12,7 +12,7 @@ import contextlib
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.actions import delete_selected
+from django.contrib.admin.actions import delete_selected as site_delete_selected
 from django.contrib.admin.utils import quote, unquote
 from django.db import router, transaction
 from django.db.models import QuerySet
@@ -48,6 +48,7 @@ class MessageAdmin(ReadOnlyModelAdmin):
     """
 
     list_display = ("id", "text_and_session", "seq", "role", "source", "created")
+    actions = ["delete_selected"]  # this class's, in place of the site's
     list_filter = (MessageSessionListFilter, "role", "source")
     list_select_related = ("session",)
     ordering = ("-id",)
@@ -135,21 +136,14 @@ class MessageAdmin(ReadOnlyModelAdmin):
                 with contextlib.suppress(SessionNotFound, MessageNotFound):  # deleted meanwhile
                     services.delete_message(scope=scope, session_id=session_id, seq=seq)
 
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        """The site's actions, with "Delete selected" refusing archived sessions' messages."""
-        actions: dict[str, Any] = dict(super().get_actions(request))
-        site_action = actions.get("delete_selected")
-        if site_action is not None:
-            _func, name, description = site_action
-            actions["delete_selected"] = (type(self)._delete_selected_live, name, description)
-        return actions
-
-    def _delete_selected_live(
+    @admin.action(description=_("Delete selected %(verbose_name_plural)s"), permissions=["delete"])
+    def delete_selected(
         self, request: HttpRequest, queryset: QuerySet[Message]
     ) -> HttpResponse | None:
-        """Django's "Delete selected", all or nothing: when any selected message belongs to an
-        archived session, nothing is deleted and the changelist shows an error naming how many
-        (on the confirmation step and on the confirmed post alike)."""
+        """Django's "Delete selected" (this class's action of the same name replaces the
+        site's), all or nothing: when any selected message belongs to an archived session,
+        nothing is deleted and the changelist shows an error naming how many (on the
+        confirmation step and on the confirmed post alike)."""
         archived = queryset.filter(session__archived_at__isnull=False).order_by().count()
         if archived:
             self.message_user(
@@ -168,7 +162,7 @@ class MessageAdmin(ReadOnlyModelAdmin):
         try:
             # The history entries are written before the deletes: one transaction for both.
             with transaction.atomic(using=router.db_for_write(Message)):
-                return delete_selected(self, request, queryset)
+                return site_delete_selected(self, request, queryset)
         except SessionArchived as exc:  # archived after the check: everything rolled back
             self.message_user(request, f"{exc.message} Nothing was deleted.", messages.ERROR)
             return None

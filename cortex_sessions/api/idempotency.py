@@ -111,7 +111,7 @@ def idempotent(action: Callable[..., Response]) -> Callable[..., Response]:
 
     Args:
         action: a viewset method ``(self, request, *args, **kwargs) -> Response`` of a view
-            using :class:`cortex_sessions.api.views.CortexAPIMixin` (``self.scope``).
+            using :class:`cortex_sessions.api.mixins.CortexAPIMixin` (``self.scope``).
 
     Returns:
         The wrapped action. Errors it raises propagate unchanged (and roll its writes back);

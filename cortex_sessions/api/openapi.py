@@ -1,7 +1,7 @@
 """What the OpenAPI schema states beyond drf-spectacular's defaults (docs/design.md §12.4, §12.6).
 
 Pure functions over the schema fragments drf-spectacular builds, called by the views' schema
-class (:class:`cortex_sessions.api.views.CortexAutoSchema`):
+class (:class:`cortex_sessions.api.schema.CortexAutoSchema`):
 
 - :func:`json_query_parameters`: a query parameter that carries a JSON object (the ``metadata``
   list filter) is described by ``content: application/json`` and the object's schema, not as

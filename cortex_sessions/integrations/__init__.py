@@ -4,6 +4,8 @@
   protocol (extra ``[openai-agents]``).
 - :mod:`cortex_sessions.integrations.adk` — Google ADK's ``BaseSessionService``, a small Django
   app of its own (extra ``[adk]``).
+- :mod:`cortex_sessions.integrations.blocks` — the content blocks both adapters write and read
+  (a readable text copy, the record kept verbatim); it imports no SDK.
 
-Each module imports its SDK at import time; the core app never imports them.
+Each adapter imports its SDK at import time; the core app never imports them.
 """

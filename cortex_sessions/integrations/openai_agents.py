@@ -45,7 +45,7 @@ from django.db import connections
 
 from .. import routing, services
 from ..conf import app_settings
-from ..content import MAX_JSON_DEPTH, check_json_value, check_object_keys, content_text
+from ..content import check_object_keys, content_text
 from ..exceptions import (
     InvalidContent,
     InvalidInput,
@@ -55,6 +55,7 @@ from ..exceptions import (
 )
 from ..models import Message, Session
 from ..scope import Scope, as_scope, scope_q
+from .blocks import find_block, text_blocks, verbatim_block
 
 __all__ = ["ITEM_BLOCK_TYPE", "CortexSession", "item_to_message", "message_to_item"]
 
@@ -83,16 +84,6 @@ def _item_text(item: Mapping[str, Any]) -> str:
             ]
             return "\n".join(part for part in parts if isinstance(part, str) and part)
     return ""
-
-
-def _storable(value: Any, *, depth: int = 0) -> bool:
-    """Whether ``value``, stored ``depth`` levels deep inside a message's content, passes the
-    content rule (no NUL, no lone surrogate, not nested too deep)."""
-    try:
-        check_json_value(value, field="content", max_depth=MAX_JSON_DEPTH - depth)
-    except InvalidInput:
-        return False
-    return True
 
 
 def _item_json(item: Mapping[str, Any]) -> str:
@@ -136,17 +127,8 @@ def item_to_message(item: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(item, Mapping):
         raise InvalidInput("Every session item must be a JSON object.", field="items")
     role = _ROLES.get(item.get("role")) if isinstance(item.get("role"), str) else None  # type: ignore[arg-type]
-    text = _item_text(item)
-    content: list[dict[str, Any]] = []
-    if text.strip():
-        # The readable copy must be storable even when the item is not.
-        if not _storable(text):
-            text = text.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
-        content.append({"type": "text", "text": text})
-    if _storable(item, depth=2):  # content list > item block > item
-        content.append({"type": ITEM_BLOCK_TYPE, "item": dict(item)})
-    else:
-        content.append({"type": ITEM_BLOCK_TYPE, "item_json": _item_json(item)})
+    content = text_blocks(_item_text(item))
+    content.append(verbatim_block(ITEM_BLOCK_TYPE, "item", dict(item), as_json=_item_json))
     return {"role": role or "tool", "content": content}
 
 
@@ -156,11 +138,11 @@ def message_to_item(message: Message) -> dict[str, Any] | None:
 
 
 def _item_of(role: str, content: Any) -> dict[str, Any] | None:
-    for block in content or ():
-        if isinstance(block, Mapping) and block.get("type") == ITEM_BLOCK_TYPE:
-            if "item" in block:
-                return cast(dict[str, Any], block["item"])
-            return cast(dict[str, Any], json.loads(block["item_json"]))
+    block = find_block(content, ITEM_BLOCK_TYPE)
+    if block is not None:
+        if "item" in block:
+            return cast(dict[str, Any], block["item"])
+        return cast(dict[str, Any], json.loads(block["item_json"]))
     if role in ("user", "assistant", "system"):
         text = content_text(content)
         if text:

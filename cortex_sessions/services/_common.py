@@ -42,6 +42,10 @@ _UNSET: Any = object()
 
 logger = logging.getLogger("cortex_sessions")
 
+#: ``transaction.savepoint_create`` (Django 6.1, which deprecates ``savepoint``), or
+#: ``transaction.savepoint`` on Django 5.2 and 6.0: the same function under its two names.
+_savepoint_create = getattr(transaction, "savepoint_create", None) or transaction.savepoint
+
 
 # -- validation helpers ---------------------------------------------------------------------------
 
@@ -423,7 +427,7 @@ def _send_in_callers_transaction(signal: Any, kwargs: dict[str, Any]) -> None:
     """
     alias = _db_for_write()
     connection = transaction.get_connection(alias)
-    savepoint = transaction.savepoint(using=alias)
+    savepoint = _savepoint_create(using=alias)
     errors = _send_robust(signal, kwargs, "is the caller's to commit (manual transactions)")
     if savepoint is None:  # Django makes none on SQLite outside atomic(): what ran, stays
         return

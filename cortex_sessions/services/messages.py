@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, NoReturn, cast
 
 from django.db import connections
 from django.db.models import F
@@ -86,12 +86,16 @@ _INPUT_KEYS = frozenset({"role", "content", "source", "metadata", "created_at"})
 _TEXT_BLOCK_JSON = '[{"type":"text","text":%s}]'
 
 
-def _check_choice_text(value: Any, field: str) -> None:
-    """Before a choice outside its values is refused with the field's own code: a string
-    holding NUL is ``nul_character`` and one with a lone surrogate ``invalid_text``, as in
-    every other string (docs/design.md §12.4, one code per rule)."""
+def _refuse_choice(
+    value: Any, choices: Sequence[str], *, field: str, error: type[InvalidInput]
+) -> NoReturn:
+    """Refuse ``value``, which is not one of ``choices``, with the field's own ``error``
+    (``InvalidRole``, ``InvalidSource``). Before that, a string holding NUL is refused as
+    ``nul_character`` and one with a lone surrogate as ``invalid_text``, as in every other
+    string (docs/design.md §12.4, one code per rule)."""
     if isinstance(value, str):
         check_json_value(value, field=field)
+    raise error(f"{field} must be one of {', '.join(choices)}; got {value!r}.", field=field)
 
 
 class _BuiltMessage(NamedTuple):
@@ -139,19 +143,11 @@ def _build_message(
     else:
         raise InvalidInput(f"messages[{index}] must be an object.", field="messages")
     if role not in _ROLES:
-        _check_choice_text(role, "role")
-        raise InvalidRole(
-            f"role must be one of {', '.join(_ROLES)}; got {role!r}.",
-            field="role",
-        )
+        _refuse_choice(role, _ROLES, field="role", error=InvalidRole)
     if source is None:
         source = Message.Source.USER if role == Message.Role.USER else Message.Source.HOST
     if source not in _SOURCES:
-        _check_choice_text(source, "source")
-        raise InvalidSource(
-            f"source must be one of {', '.join(_SOURCES)}; got {source!r}.",
-            field="source",
-        )
+        _refuse_choice(source, _SOURCES, field="source", error=InvalidSource)
     blocks = normalize_content(content)
     if metadata is None:  # the usual case: no need to check or encode ``{}``
         metadata, metadata_json = {}, "{}"
@@ -234,6 +230,21 @@ def _newest_text(session: Session, using: str) -> str:
     """``last_message`` of ``session`` from its rows on database ``using``: the write database
     whose transaction holds the session's row lock (docs/design.md §5, §17.1)."""
     return newest_conversation_text(Message.objects.using(using).filter(session=session))
+
+
+def _after_delete(session: Session, deleted: int, using: str) -> Session:
+    """Move the counters of the locked ``session`` after ``deleted`` of its rows went, in the
+    database and on ``session`` itself, in the transaction open on database ``using``
+    (docs/design.md §5, §17.1)."""
+    session.message_count -= deleted
+    session.last_message = _newest_text(session, using)
+    session.updated_at = timezone.now()
+    Session.objects.using(using).filter(pk=session.pk).update(
+        message_count=F("message_count") - deleted,
+        last_message=session.last_message,
+        updated_at=session.updated_at,
+    )
+    return session
 
 
 def append_messages(
@@ -490,12 +501,7 @@ def delete_message(*, scope: Scope | str, session_id: uuid.UUID | str, seq: int)
         deleted, _ = Message.objects.using(using).filter(session=session, seq=seq).delete()
         if not deleted:
             raise MessageNotFound()
-        Session.objects.using(using).filter(pk=session.pk).update(
-            message_count=F("message_count") - deleted,
-            last_message=_newest_text(session, using),
-            updated_at=timezone.now(),
-        )
-        session.refresh_from_db(using=using)
+        _after_delete(session, deleted, using)
     return session
 
 

@@ -10,9 +10,6 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from django.db.models import F
-from django.utils import timezone
-
 from ..exceptions import MessageNotFound
 from ..models import Message, Session
 from ..scope import Scope
@@ -23,7 +20,7 @@ from ._common import (
     _locked_session,
     _write_transaction,
 )
-from .messages import _newest_text
+from .messages import _after_delete
 
 __all__ = ["MessagesDeleted", "PoppedMessage", "delete_messages_after", "pop_message"]
 
@@ -44,20 +41,6 @@ class PoppedMessage:
 
     session: Session
     message: Message
-
-
-def _after_delete(session: Session, deleted: int, using: str) -> Session:
-    """Move the counters of the locked ``session`` after ``deleted`` of its rows went, in the
-    transaction open on database ``using`` (docs/design.md §17.1)."""
-    session.message_count -= deleted
-    session.last_message = _newest_text(session, using)
-    session.updated_at = timezone.now()
-    Session.objects.using(using).filter(pk=session.pk).update(
-        message_count=F("message_count") - deleted,
-        last_message=session.last_message,
-        updated_at=session.updated_at,
-    )
-    return session
 
 
 def delete_messages_after(

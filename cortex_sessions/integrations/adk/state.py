@@ -1,0 +1,118 @@
+"""ADK state in cortex rows: deltas split by prefix, and the shared ``app:``/``user:`` state
+(docs/design.md §13.3).
+
+Keys without a prefix live on the :class:`~.models.AdkSession` row; ``app:`` keys in
+:class:`~.models.AdkAppState` (per tenant) and ``user:`` keys in :class:`~.models.AdkUserState`
+(per mapped scope), stored without the prefix and merged back with it; ``temp:`` keys are never
+stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from django.db.models import Value
+from google.adk.sessions import _session_util
+from google.adk.sessions.state import State
+
+from cortex_sessions.content import check_json_object
+
+from .models import AdkAppState, AdkUserState, user_state_key
+
+
+def _state_deltas(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``state`` split into ``app``/``user``/``session`` deltas, JSON-safe as ADK's database
+    store makes them (``_session_util.extract_json_safe_state_delta``: datetimes, pydantic
+    models, bytes … serialized faithfully; what cannot be, by its string form).
+
+    Each delta is checked by the rule of every stored JSON object (``check_json_object``,
+    docs/design.md §12.4) before anything is written.
+
+    Raises:
+        NulCharacter, InvalidText: a key or string holds NUL or a lone surrogate, which
+            PostgreSQL cannot store in JSON (refused on every database alike).
+        InvalidInput: a value is nested deeper than the JSON rule allows, or is NaN or an
+            infinity, which no database stores as JSON (``field="state"``).
+    """
+    extract = getattr(_session_util, "extract_json_safe_state_delta", None)
+    if extract is None:  # pragma: no cover - ADK before the JSON-safe helper
+        from pydantic_core import to_jsonable_python
+
+        deltas = cast(
+            dict[str, dict[str, Any]],
+            to_jsonable_python(_session_util.extract_state_delta(state), serialize_unknown=True),
+        )
+    else:
+        deltas = extract(state)
+    for part in deltas.values():  # each is stored (merged) as one JSON object
+        check_json_object(part, field="state")
+    return deltas
+
+
+def _user_state_q(scope: str, app_name: str, user_id: str) -> dict[str, Any]:
+    """The lookup of the user state row at ``scope``: its key (the unique index), and the names
+    it stands for."""
+    return {
+        "key": user_state_key(scope, app_name, user_id),
+        "scope": scope,
+        "app_name": app_name,
+        "user_id": user_id,
+    }
+
+
+def _shared_state(
+    tenant: str, scope: str, app_name: str, user_id: str, using: str
+) -> dict[str, Any]:
+    """The app's (in ``tenant``) and the user's (at ``scope``) shared state, prefixed, in one
+    query."""
+    app = (
+        AdkAppState.objects.using(using)
+        .filter(tenant=tenant, app_name=app_name)
+        .annotate(kind=Value(State.APP_PREFIX))
+        .values_list("kind", "state")
+    )
+    user = (
+        AdkUserState.objects.using(using)
+        .filter(**_user_state_q(scope, app_name, user_id))
+        .annotate(kind=Value(State.USER_PREFIX))
+        .values_list("kind", "state")
+    )
+    merged: dict[str, Any] = {}
+    for prefix, state in sorted(app.union(user, all=True), key=lambda row: row[0]):
+        for key, value in (state or {}).items():
+            merged[prefix + key] = value
+    return merged
+
+
+def _create_shared_state_rows(
+    tenant: str, scope: str, app_name: str, user_id: str, deltas: dict[str, dict[str, Any]]
+) -> None:
+    """Create the ``app``/``user`` state rows the deltas will lock, each in its own transaction.
+
+    Created before the append's transaction, not inside it: on MySQL/MariaDB a concurrent insert
+    of the same key leaves InnoDB's shared lock of the duplicate-key check on the row until the
+    transaction ends, and two such holders then deadlock when both ask for its row lock
+    (docs/design.md §15). Outside it the shared lock ends with the insert.
+    """
+    if deltas["app"]:
+        AdkAppState.objects.get_or_create(tenant=tenant, app_name=app_name)
+    if deltas["user"]:
+        AdkUserState.objects.get_or_create(**_user_state_q(scope, app_name, user_id))
+
+
+def _update_shared_state(
+    tenant: str, scope: str, app_name: str, user_id: str, deltas: dict[str, dict[str, Any]]
+) -> None:
+    """Merge ``app``/``user`` deltas into their rows under row locks (same transaction)."""
+    if deltas["app"]:
+        app_row, _ = AdkAppState.objects.select_for_update().get_or_create(
+            tenant=tenant, app_name=app_name
+        )
+        app_row.state = {**app_row.state, **deltas["app"]}
+        app_row.save(update_fields=["state"])
+    if deltas["user"]:
+        user_row, _ = AdkUserState.objects.select_for_update().get_or_create(
+            **_user_state_q(scope, app_name, user_id)
+        )
+        user_row.state = {**user_row.state, **deltas["user"]}
+        user_row.save(update_fields=["state"])
