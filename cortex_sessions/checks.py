@@ -13,6 +13,9 @@ IDs:
 - ``cortex_sessions.E012``: ``IDEMPOTENCY_TTL`` is not a positive integer (seconds).
 - ``cortex_sessions.E013``: ``SEARCH_CONFIG`` is not a text search configuration name.
 - ``cortex_sessions.E017``: ``SEARCH_TIMEOUT`` is not a positive, finite number of seconds.
+- ``cortex_sessions.E020``: ``READ_REPLICAS`` is not a list of aliases in ``DATABASES`` other
+  than ``default`` (docs/design.md §17.2).
+- ``cortex_sessions.E021``: ``REPLICA_MAX_LAG`` is not a positive, finite number of seconds.
 - ``cortex_sessions.E018``: ``MAX_MESSAGES_PER_APPEND`` is not an integer of at least 2.
 - ``cortex_sessions.E019``: ``MAX_JSON_KEYS`` is not an integer of at least 100.
 - ``cortex_sessions.E014`` (database check): PostgreSQL has no text search configuration
@@ -36,8 +39,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
-from django.db import DatabaseError, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 
 from . import search
 from .conf import (
@@ -192,6 +196,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         )
     errors.extend(_check_request_bounds())
+    errors.extend(_check_replicas())
     return errors
 
 
@@ -210,6 +215,43 @@ def _check_request_bounds() -> list[CheckMessage]:
         hint=f"Use an integer of at least {MIN_JSON_KEYS}, e.g. 1000 (the default).",
         id="cortex_sessions.E019",
     )
+
+
+def _check_replicas() -> list[CheckMessage]:
+    """``E020`` and ``E021``: the settings of :class:`~cortex_sessions.routers.ReplicaRouter`
+    (docs/design.md §17.2)."""
+    errors: list[CheckMessage] = []
+    replicas = app_settings.READ_REPLICAS
+    if not isinstance(replicas, list | tuple) or not all(isinstance(a, str) for a in replicas):
+        errors.append(
+            Error(
+                f"CORTEX_SESSIONS['READ_REPLICAS'] is {replicas!r}; it must list database aliases.",
+                hint="Use a list of aliases from DATABASES, e.g. ['replica'] (or [] for none).",
+                id="cortex_sessions.E020",
+            )
+        )
+    else:
+        unknown = [a for a in replicas if a not in settings.DATABASES or a == DEFAULT_DB_ALIAS]
+        if unknown:
+            errors.append(
+                Error(
+                    f"CORTEX_SESSIONS['READ_REPLICAS'] names {unknown!r}, which is not a "
+                    "replica alias in DATABASES.",
+                    hint="Name aliases of DATABASES other than 'default' (the primary).",
+                    id="cortex_sessions.E020",
+                )
+            )
+    lag = app_settings.REPLICA_MAX_LAG
+    if not _is_number(lag) or not 0 < lag < math.inf:
+        errors.append(
+            Error(
+                f"CORTEX_SESSIONS['REPLICA_MAX_LAG'] is {lag!r}; ReplicaRouter needs the seconds "
+                "a replica may lag and still serve reads.",
+                hint="Use a positive number of seconds, e.g. 10 (the default) or 0.5.",
+                id="cortex_sessions.E021",
+            )
+        )
+    return errors
 
 
 _COLLATION_HINT = (

@@ -47,6 +47,8 @@ DEFAULTS: dict[str, Any] = {
     "SEARCH_CONFIG": "simple",
     "SEARCH_CANDIDATES": 1000,
     "SEARCH_TIMEOUT": 10,
+    "READ_REPLICAS": [],
+    "REPLICA_MAX_LAG": 10,
     "MAX_MESSAGES_PER_APPEND": 1000,
     "MAX_JSON_KEYS": 1000,
 }
@@ -182,6 +184,19 @@ class AppSettings:
         """Most keys one JSON object the app stores may have, at any depth (default 1,000, at
         least 100; docs/design.md §12.6)."""
         return cast(int, self._get("MAX_JSON_KEYS"))  # validated by the system checks
+
+    @property
+    def READ_REPLICAS(self) -> list[str]:
+        """Aliases in ``DATABASES`` of the PostgreSQL streaming replicas
+        :class:`~cortex_sessions.routers.ReplicaRouter` may read from (default none; docs/design.md
+        §17.2, docs/scaling.md)."""
+        return cast(list[str], self._get("READ_REPLICAS"))  # validated by the system checks
+
+    @property
+    def REPLICA_MAX_LAG(self) -> float:
+        """Seconds a replica may be behind its primary and still serve reads (default 10; a
+        positive number; docs/design.md §17.2)."""
+        return cast(float, self._get("REPLICA_MAX_LAG"))  # validated by the system checks
 
 
 app_settings = AppSettings()

@@ -90,3 +90,10 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
 
 CORTEX_SESSIONS: dict[str, object] = {}
+
+if os.environ.get("CORTEX_REPLICA_URL") and DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    # tests/replicas/: a streaming standby of the default PostgreSQL database's server
+    # (.ci/standby.sh). It replicates the whole cluster, so the test database pytest-django
+    # creates on the primary appears on it by itself: a test mirror, never created or flushed.
+    DATABASES["replica"] = dj_database_url.parse(os.environ["CORTEX_REPLICA_URL"], conn_max_age=0)
+    DATABASES["replica"]["TEST"] = {"MIRROR": "default"}

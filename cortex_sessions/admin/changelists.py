@@ -23,6 +23,8 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.functional import cached_property
 from django.utils.translation import gettext_lazy as _
 
+from .primary import PrimaryReadsAdminMixin
+
 if TYPE_CHECKING:
     _Paginator = Paginator[Any]
     _ModelAdmin = admin.ModelAdmin[Any]
@@ -132,7 +134,7 @@ class DeclaredFiltersChangeList(ChangeList):
         return result
 
 
-class CheckedInputAdminMixin(_ModelAdmin):
+class CheckedInputAdminMixin(PrimaryReadsAdminMixin):
     """Changelist input that never reaches the database unchecked (docs/design.md §12.5).
 
     - Only the declared filters filter (:class:`DeclaredFiltersChangeList`): any other
@@ -145,6 +147,7 @@ class CheckedInputAdminMixin(_ModelAdmin):
     - An action posted with a selection holding a value that is not a primary key of the
       model, or any NUL, is an error message on the changelist, not a 500.
     - Counts are bounded by :class:`BoundedCountPaginator`.
+    - Every view reads from the primary database (:class:`~.primary.PrimaryReadsAdminMixin`).
     """
 
     paginator = BoundedCountPaginator

@@ -13,6 +13,7 @@ from rest_framework.request import Request
 from cortex_sessions.scope import Scope
 
 from .authentication import authenticate
+from .consistency import ConsistencyTokenMixin
 from .exceptions import InvalidQuery, exception_handler
 from .parsers import JSONObjectParser
 from .permissions import HasCortexScope
@@ -28,7 +29,7 @@ else:  # a mixin; the view set it is mixed into brings DRF's behaviour
     _ViewBase = object
 
 
-class CortexAPIMixin(_ViewBase):
+class CortexAPIMixin(ConsistencyTokenMixin, _ViewBase):
     """Policies every cortex_sessions view sets for itself, independent of the host's defaults:
     the scope permission, the strict JSON parser, the app's exception handler, and strict query
     parameters (docs/design.md §12.4).

@@ -21,6 +21,7 @@ from drf_spectacular.utils import (
 from cortex_sessions import search
 from cortex_sessions.models import Session
 
+from .consistency import ConsistencySchemaMixin
 from .openapi import (
     SCOPE_DISAGREEMENT,
     bound_message_list,
@@ -191,7 +192,7 @@ def _takes_empty_string(schema: Mapping[str, Any]) -> bool:
         return False
 
 
-class CortexAutoSchema(AutoSchema):
+class CortexAutoSchema(ConsistencySchemaMixin, AutoSchema):
     """drf-spectacular's schema with the app's strictness stated (docs/design.md §12.4): a
     request body of a :class:`StrictSerializerMixin` serializer has
     ``additionalProperties: false``, since the server refuses undefined fields; a body of

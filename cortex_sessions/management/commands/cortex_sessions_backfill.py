@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS
 
 from cortex_sessions.backfill import DEFAULT_BATCH_SIZE, backfill_default_sessions
+from cortex_sessions.consistency import primary_reads
 from cortex_sessions.models import Message, Session
 
 
@@ -29,6 +30,7 @@ class Command(BaseCommand):
         )
         parser.add_argument("--database", default=DEFAULT_DB_ALIAS, help="Database alias.")
 
+    @primary_reads()  # read what the primary has (docs/design.md §17.2)
     def handle(self, *args: Any, **options: Any) -> None:
         if options["batch_size"] < 1:
             raise CommandError("--batch-size must be at least 1.")

@@ -14,6 +14,7 @@ from django.db.models import Count
 from django.utils.translation import ngettext
 
 from cortex_sessions import routing
+from cortex_sessions.consistency import primary_reads
 from cortex_sessions.exceptions import InvalidInput, ScopeError
 from cortex_sessions.models import Session
 from cortex_sessions.scope import as_scope
@@ -47,6 +48,7 @@ class Command(BaseCommand):
         )
         parser.add_argument("--output", "-o", help="Write to this file (UTF-8) instead of stdout.")
 
+    @primary_reads()  # read what the primary has (docs/design.md §17.2)
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             as_scope(options["scope"])

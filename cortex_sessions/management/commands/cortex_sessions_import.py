@@ -11,6 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from cortex_sessions.consistency import primary_reads
 from cortex_sessions.exceptions import InvalidInput, ScopeError
 from cortex_sessions.transfer import ImportReport, LineError, import_conversations
 
@@ -64,6 +65,7 @@ class Command(BaseCommand):
                 raise
             sys.exit(exc.returncode)
 
+    @primary_reads()  # read what the primary has (docs/design.md §17.2)
     def handle(self, *args: Any, **options: Any) -> None:
         if options["progress_every"] < 0:
             raise CommandError("--progress-every must not be negative.")

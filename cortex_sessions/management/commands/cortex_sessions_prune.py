@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from cortex_sessions.conf import app_settings
+from cortex_sessions.consistency import primary_reads
 from cortex_sessions.services import prune_idempotency_keys
 
 
@@ -16,6 +17,7 @@ class Command(BaseCommand):
         "seconds (default 24 hours). Run it from cron, e.g. hourly."
     )
 
+    @primary_reads()  # read what the primary has (docs/design.md §17.2)
     def handle(self, *args: Any, **options: Any) -> None:
         deleted = prune_idempotency_keys()
         self.stdout.write(

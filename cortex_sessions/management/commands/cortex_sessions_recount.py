@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from cortex_sessions.consistency import primary_reads
 from cortex_sessions.exceptions import ScopeError
 from cortex_sessions.services import recount_sessions
 
@@ -24,6 +25,7 @@ class Command(BaseCommand):
             "--dry-run", action="store_true", help="Report drift without repairing it."
         )
 
+    @primary_reads()  # read what the primary has (docs/design.md §17.2)
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             drifts = recount_sessions(

@@ -20,6 +20,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from cortex_sessions import search
 from cortex_sessions.conf import app_settings
+from cortex_sessions.consistency import primary_reads
 
 
 class Command(BaseCommand):
@@ -34,6 +35,7 @@ class Command(BaseCommand):
             "--dry-run", action="store_true", help="Print the SQL without running it."
         )
 
+    @primary_reads()  # read what the primary has (docs/design.md §17.2)
     def handle(self, *args: Any, **options: Any) -> None:
         connection = connections[options["database"]]
         if connection.vendor != "postgresql":
