@@ -82,7 +82,10 @@ def db_for_read(
         NoScope, InvalidScope: ``scope`` is given but empty or malformed.
     """
     hints = read_hints(scope, instance)
-    write = router.db_for_write(model, **hints)
-    if in_transaction(write):
-        return write
+    # The write database is asked for only while some transaction is open: a router may treat
+    # db_for_write as a write about to happen (ReplicaRouter remembers one, docs/design.md §17.2).
+    if any(in_transaction(c.alias) for c in connections.all(initialized_only=True)):
+        write = router.db_for_write(model, **hints)
+        if in_transaction(write):
+            return write
     return router.db_for_read(model, **hints)
