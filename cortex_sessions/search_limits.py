@@ -187,7 +187,13 @@ def _sqlite_timeout(using: str, seconds: float) -> Iterator[None]:
         return execute(sql, params, many, context)
 
     def progress() -> int:
-        return 1 if time.monotonic() > deadline[0] else 0
+        if time.monotonic() <= deadline[0]:
+            return 0
+        # Interrupt once: what runs next outside the wrapper (Django's debug cursor quoting
+        # the failed statement's parameters with a query of its own) must not be interrupted
+        # too, or its raw error replaces the one that says the search was cancelled.
+        deadline[0] = math.inf
+        return 1
 
     raw.set_progress_handler(progress, _SQLITE_PROGRESS_STEPS)
     try:

@@ -13,7 +13,7 @@ import re
 import time
 
 import pytest
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 from django.test.utils import override_settings
@@ -254,18 +254,53 @@ def test_a_search_past_search_timeout_in_autocommit_leaves_no_transaction_open(s
 @pytest.mark.django_db
 @searching
 @pytest.mark.parametrize("path", ["", "count/", "{id}/messages/"])
+@pytest.mark.parametrize("debug_cursor", [False, True], ids=["", "debug-cursor"])
 def test_the_api_answers_a_search_past_search_timeout_503_search_timeout(
-    api, settings, slow_search, path
+    api, settings, slow_search, path, debug_cursor
 ):
     session = conversation(api.scope, "invoice")
     settings.CORTEX_SESSIONS = {**settings.CORTEX_SESSIONS, "SEARCH_TIMEOUT": 0.001}
-
-    response = api.get(BASE + path.format(id=session.pk), {"q": "invoice"})
+    # DEBUG's cursor quotes a failed statement's parameters with a query of its own (SQLite),
+    # which a timeout must not interrupt too.
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    wrapper.force_debug_cursor = debug_cursor
+    try:
+        response = api.get(BASE + path.format(id=session.pk), {"q": "invoice"})
+    finally:
+        wrapper.force_debug_cursor = False
 
     assert response.status_code == 503, response.content
     assert response.json()["code"] == "search_timeout"
     assert response["Retry-After"] == "1"
     assert api.get(BASE).json()["count"] == 1  # the connection goes on
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's progress handler")
+def test_after_sqlite_interrupts_a_search_the_query_that_reports_it_runs():
+    # Django's debug cursor (DEBUG=True) quotes a failed statement's parameters with a query
+    # of its own on the raw connection; interrupted too, its raw sqlite3 error replaced the
+    # cancelled search's (an HTML 500 instead of 503 search_timeout).
+    counted = None
+    with (
+        override_settings(CORTEX_SESSIONS={"SEARCH_TIMEOUT": 0.001}),
+        pytest.raises(SearchTimeout),
+        search_timeout(DEFAULT_DB_ALIAS),
+    ):
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT {_SLOW['sqlite']}")
+        finally:
+            counted = connection.connection.execute(_COUNT_TO_200_000).fetchone()
+
+    assert counted == (200_000,)
+
+
+#: A raw SQLite statement of many virtual-machine steps (several progress-handler calls).
+_COUNT_TO_200_000 = (
+    "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 200000) "
+    "SELECT count(*) FROM c"
+)
 
 
 @pytest.mark.django_db

@@ -364,7 +364,10 @@ class SessionFilter(django_filters.FilterSet):
                 "compared as PostgreSQL's jsonb compares them on every database: object keys in "
                 'any order, 1 equal to 1.0, a string never equal to a number ({"n": 1} does not '
                 'match {"n": "1"}), arrays in order. Anything but a JSON object is 400 '
-                "invalid_filter; a NUL character (raw or escaped) is 400 nul_character."
+                "invalid_filter, and so is what no stored metadata can hold: a number "
+                "out of range (1e400), a lone surrogate, a key given twice, nesting over "
+                "31 levels, an object of more than MAX_JSON_KEYS keys; a NUL character "
+                "(raw or escaped) is 400 nul_character."
             ),
         ),
     )
