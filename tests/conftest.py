@@ -9,6 +9,7 @@ from django.db import connection, connections
 
 from cortex_sessions.scope import Scope
 from tests.factories import MessageFactory, SessionFactory
+from tests.routers import STRICT_ALIAS
 
 #: marker -> (the database vendors it runs on, why it is skipped elsewhere)
 VENDOR_MARKERS = {
@@ -41,7 +42,7 @@ def pytest_addoption(parser):
         "--strict-replica-router",
         action="store_true",
         help=(
-            "Run with tests.routers.StrictReplicaRouter: reads go to a mirror alias 'replica', "
+            "Run with tests.routers.StrictReplicaRouter: reads go to a mirror alias 'strict_replica', "
             "and a read routed inside an open transaction or without its scope hint fails "
             "(docs/design.md §17.1). CORTEX_STRICT_ROUTER=1 does the same."
         ),
@@ -89,7 +90,7 @@ def pytest_configure(config):
         from django.test import TransactionTestCase
 
         # Every test may read through the router, so every test may use the mirror alias.
-        TransactionTestCase.databases = {"default", "replica"}
+        TransactionTestCase.databases = {"default", STRICT_ALIAS}
 
 
 def _fuzz_seed_line(config) -> str:
@@ -116,21 +117,21 @@ def fuzz_seed(pytestconfig) -> int | None:
 
 @pytest.fixture(autouse=True, scope="session")
 def _replica_shares_the_test_connection(request):
-    """Under the strict router, ``replica`` is ``default``'s very connection in the main thread
+    """Under the strict router, ``strict_replica`` is ``default``'s very connection in the main thread
     (a test's uncommitted rows are visible to the reads routed there, as on one database);
     other threads open their own connection to the mirror, which sees what was committed."""
     if not settings.STRICT_REPLICA_ROUTER:
         return
     request.getfixturevalue("django_db_setup")
-    connections["replica"] = MirrorAlias(connections["default"])
+    connections[STRICT_ALIAS] = MirrorAlias(connections["default"])
 
 
 class MirrorAlias:
-    """``default``'s connection under the alias ``replica``: every attribute read and written
+    """``default``'s connection under the alias ``strict_replica``: every attribute read and written
     is the wrapped connection's (its transaction state included), but ``alias``, which Django
     compares with a subquery's ``QuerySet.using()``."""
 
-    alias = "replica"
+    alias = STRICT_ALIAS
 
     def __init__(self, wrapped):
         object.__setattr__(self, "_wrapped", wrapped)

@@ -1,7 +1,7 @@
 """Database routers of the test suite (docs/design.md §17.1).
 
 :class:`StrictReplicaRouter` is what ``pytest --strict-replica-router`` (or
-``CORTEX_STRICT_ROUTER=1``) installs over the whole suite: reads go to the alias ``replica`` (a
+``CORTEX_STRICT_ROUTER=1``) installs over the whole suite: reads go to the alias ``strict_replica`` (a
 test mirror of ``default``), and a read the app makes through the router while a
 transaction is open, or a read of sessions or messages without the ``scope`` hint, raises
 :class:`RoutingViolation` at the line that made it (a test's own reads are not checked). :class:`RecordingRouter` notes every routed read, for tests that look at where
@@ -30,6 +30,11 @@ _HERE = str(Path(__file__))
 #: Models whose routed reads must say which scope they read (``scope=`` or an ``instance=``
 #: that has one, as Django passes for related lookups).
 SCOPED_MODELS = (Session, Message, ImportedConversation, IdempotencyKey)
+
+
+#: The alias the strict router reads from: a test mirror of ``default`` (tests/settings.py); not
+#: ``replica``, the real standby's alias in tests/replicas/.
+STRICT_ALIAS = "strict_replica"
 
 
 class RoutingViolation(AssertionError):
@@ -79,12 +84,12 @@ def made_by_the_app() -> bool:
 
 
 class StrictReplicaRouter:
-    """Reads to ``replica``, writes to ``default``; raises on a read routed away from an open
+    """Reads to ``strict_replica``, writes to ``default``; raises on a read routed away from an open
     transaction or without its scope (docs/design.md §17.1)."""
 
     def db_for_read(self, model: type, **hints: Any) -> str:
         if not made_by_the_app():
-            return "replica"
+            return STRICT_ALIAS
         for connection in connections.all(initialized_only=True):
             if open_transaction(connection):
                 raise RoutingViolation(
@@ -97,7 +102,7 @@ class StrictReplicaRouter:
                 f"A read of {model.__name__} went through db_for_read without the scope hint "
                 f"(hints: {sorted(hints)}; docs/design.md §17.1)."
             )
-        return "replica"
+        return STRICT_ALIAS
 
     def db_for_write(self, model: type, **hints: Any) -> str:
         return "default"

@@ -21,7 +21,13 @@ import cortex_sessions
 from cortex_sessions import routing, services
 from cortex_sessions.models import Message, Session
 from cortex_sessions.references.service import prepare_references, reference_candidates
-from tests.routers import SCOPED_MODELS, RecordingRouter, RoutingViolation, StrictReplicaRouter
+from tests.routers import (
+    SCOPED_MODELS,
+    STRICT_ALIAS,
+    RecordingRouter,
+    RoutingViolation,
+    StrictReplicaRouter,
+)
 
 SCOPE = "org=acme/user=1"
 
@@ -265,9 +271,9 @@ def _routed_by_the_app(model, **hints):
 
 
 def test_the_strict_router_sends_a_scoped_read_outside_a_transaction_to_the_replica():
-    assert _routed_by_the_app(Session, scope=SCOPE) == "replica"
+    assert _routed_by_the_app(Session, scope=SCOPE) == STRICT_ALIAS
     session = services.create_session(scope=SCOPE, agent_id="a")
-    assert _routed_by_the_app(Message, instance=session) == "replica"
+    assert _routed_by_the_app(Message, instance=session) == STRICT_ALIAS
 
 
 def test_the_strict_router_refuses_a_read_routed_inside_a_transaction():
