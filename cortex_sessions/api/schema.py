@@ -271,7 +271,7 @@ class CortexAutoSchema(ConsistencySchemaMixin, AutoSchema):
         ``invalid_filter``, so a client generated from the schema never sends it;
         docs/design.md §11.5, §15)."""
         parameters: list[dict[str, Any]] = json_query_parameters(super()._get_parameters())
-        if search.search_available(connections[router.db_for_read(Session)]):
+        if search.search_available(connections[router.db_for_read(Session, scope=None)]):
             return parameters
         return [
             parameter
