@@ -411,6 +411,13 @@ def report(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
 def _generated(scale: Scale) -> bool:
     try:
         with psycopg.connect(database_url(scale.database)) as conn:
@@ -431,9 +438,14 @@ def main(argv: list[str] | None = None) -> None:
         prog="python -m bench.replicas", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--replica-url", default=os.environ.get(REPLICA_ENV))
-    parser.add_argument("--sessions", type=int, default=2_000, help="sessions loaded")
     parser.add_argument(
-        "--appends", type=int, default=500, help="timed appends of each writer process"
+        "--sessions",
+        type=_positive,
+        default=2_000,
+        help=f"sessions loaded (at least {run.WRITERS})",
+    )
+    parser.add_argument(
+        "--appends", type=_positive, default=500, help="timed appends of each writer process"
     )
     parser.add_argument("--regenerate", action="store_true", help="reload the data first")
     parser.add_argument(
