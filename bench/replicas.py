@@ -53,7 +53,16 @@ from . import run
 from .db import database_url
 from .generate import SCALES, Scale, generate
 
-__all__ = ["NO_STANDBY", "main", "measure", "percentile", "replica_database_url", "scale_of"]
+__all__ = [
+    "NO_STANDBY",
+    "LagSampler",
+    "main",
+    "measure",
+    "percentile",
+    "replica_database_url",
+    "report",
+    "scale_of",
+]
 
 #: The environment variable naming the standby (as for tests/replicas/).
 REPLICA_ENV = "CORTEX_REPLICA_URL"
