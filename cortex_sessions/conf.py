@@ -10,8 +10,9 @@ validated by the system checks in :mod:`cortex_sessions.checks`, not here.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from django.conf import settings
 from django.core.signals import setting_changed
@@ -60,8 +61,17 @@ MIN_MESSAGES_PER_APPEND = 2
 MIN_JSON_KEYS = 100
 
 
+class _Unread(enum.Enum):
+    """The type of :data:`_UNREAD` (one member, shown as ``<unread>``)."""
+
+    UNREAD = "UNREAD"
+
+    def __repr__(self) -> str:
+        return "<unread>"
+
+
 #: Read ``settings.CORTEX_SESSIONS`` again (a value that is never the setting).
-_UNREAD: Any = object()
+_UNREAD: Final = _Unread.UNREAD
 
 
 class AppSettings:

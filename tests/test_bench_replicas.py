@@ -1,4 +1,4 @@
-"""The bench's replica mode (``python -m bench.replicas``, issue 33 item 5): without a standby it
+"""The bench's replica mode (``python -m bench.replicas``): without a standby it
 says so and measures nothing; with one (``CORTEX_REPLICA_URL``, as for tests/replicas/) it runs
 at a tiny size and prints every read, way and the replay lag."""
 

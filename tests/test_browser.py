@@ -8,7 +8,9 @@
 
 The browser is Debian's ``chromium`` with ``chromium-driver``; ``.ci/run`` installs them. Without
 them these tests are skipped, unless ``CI_REQUIRE_BROWSER=1`` (set by ``.ci/run``), which turns the
-skip into a failure so CI never passes without having looked.
+skip into a failure so CI never passes without having looked. The demo's tests also need the
+``demo`` extra (the Chit-Chat corpus), and skip (or, under ``CI_REQUIRE_BROWSER=1``, fail)
+without it.
 """
 
 from __future__ import annotations
@@ -45,10 +47,25 @@ def _require_browser() -> None:
         missing.append("selenium")
     if not missing:
         return
-    reason = (
+    _skip_or_fail(
         f"needs {' and '.join(missing)} (Debian packages chromium and chromium-driver, and "
         'selenium from the browser extra: pip install -e ".[browser]"; .ci/run installs them)'
     )
+
+
+def _require_demo() -> None:
+    """The demo's tests import the Chit-Chat corpus (``demo_setup``): skip without the extra."""
+    try:
+        import chitchat_dataset  # noqa: F401
+    except ImportError:
+        _skip_or_fail(
+            'needs chitchat_dataset from the demo extra: pip install -e ".[demo]" '
+            "(.ci/run installs it)"
+        )
+
+
+def _skip_or_fail(reason: str) -> None:
+    """Skip the test for ``reason``, or fail it when ``CI_REQUIRE_BROWSER=1``."""
     if os.environ.get("CI_REQUIRE_BROWSER") == "1":
         pytest.fail(f"CI_REQUIRE_BROWSER=1 but this run {reason}", pytrace=False)
     pytest.skip(reason)
@@ -96,6 +113,7 @@ def host_server(tmp_path_factory) -> Iterator[Server]:
 def demo_server(tmp_path_factory) -> Iterator[Server]:
     """``make demo`` in miniature: the example project, migrated, demo_setup'd, on runserver."""
     _require_browser()
+    _require_demo()
     directory = tmp_path_factory.mktemp("demo")
     env = clean_env(CORTEX_SQLITE_PATH=str(directory / "db.sqlite3"))
     manage = [sys.executable, "manage.py"]
@@ -111,6 +129,11 @@ def screenshot_dir(tmp_path_factory) -> Path:
     path = Path(target) if target else tmp_path_factory.mktemp("screenshots")
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+#: The change page's ``<h2>`` (the object's title): ``#content > h2`` on Django 5.2 and 6.0,
+#: inside ``#content > .titles-and-tools > .titles`` on 6.1.
+CHANGE_PAGE_HEADING = "#content > h2, #content > .titles-and-tools > .titles > h2"
 
 
 def wait_for(driver, css: str, timeout: float = 30) -> list:
@@ -137,6 +160,28 @@ def resources_not_from(driver, base: str) -> list[str]:
         "return performance.getEntriesByType('resource').map(e => e.name)"
     )
     return [name for name in names if not name.startswith(base + "/")]
+
+
+@pytest.fixture
+def without_the_demo_extra(monkeypatch) -> None:
+    """``import chitchat_dataset`` raises ImportError, as without the demo extra."""
+    monkeypatch.setitem(sys.modules, "chitchat_dataset", None)
+
+
+def test_without_the_demo_extra_the_demo_tests_skip_naming_it(without_the_demo_extra, monkeypatch):
+    monkeypatch.delenv("CI_REQUIRE_BROWSER", raising=False)
+
+    with pytest.raises(pytest.skip.Exception, match=r"demo extra: pip install -e \"\.\[demo\]\""):
+        _require_demo()
+
+
+def test_without_the_demo_extra_ci_fails_the_demo_tests(without_the_demo_extra, monkeypatch):
+    monkeypatch.setenv("CI_REQUIRE_BROWSER", "1")
+
+    with pytest.raises(
+        pytest.fail.Exception, match="CI_REQUIRE_BROWSER=1 but this run needs chitchat"
+    ):
+        _require_demo()
 
 
 def test_swagger_lists_the_endpoints_in_a_host_built_from_the_readme(driver, host_server):
@@ -312,7 +357,7 @@ def test_a_long_titled_session_page_keeps_its_heading_on_one_line(
     admin_driver.get(
         f"{demo_server.base}/admin/cortex_sessions/session/{long_content['session']}/change/"
     )
-    heading = wait_for(admin_driver, "#content > h2")[0]
+    heading = wait_for(admin_driver, CHANGE_PAGE_HEADING)[0]
     full_page_screenshot(admin_driver, screenshot_dir(tmp_path_factory) / "session.png")
 
     assert heading.size["height"] <= 40
@@ -362,7 +407,7 @@ def test_long_titles_show_at_least_40_characters_at_1366_pixels(
     admin_driver.get(
         f"{demo_server.base}/admin/cortex_sessions/session/{long_content['session']}/change/"
     )
-    heading = wait_for(admin_driver, "#content > h2")[0]
+    heading = wait_for(admin_driver, CHANGE_PAGE_HEADING)[0]
     in_heading = admin_driver.execute_script(VISIBLE_CHARACTERS, heading)
 
     assert in_session_list >= 40

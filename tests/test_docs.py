@@ -6,12 +6,14 @@ Every "docs/design.md §N" citation in code, docs and tests names a section that
 
 from __future__ import annotations
 
+import ast
+import inspect
 import re
 from pathlib import Path
 
 import pytest
 
-from cortex_sessions import transfer
+from cortex_sessions import services, transfer
 
 ROOT = Path(__file__).resolve().parent.parent
 DESIGN = ROOT / "docs" / "design.md"
@@ -77,3 +79,46 @@ def test_the_import_export_page_describes_every_key_of_the_format():
     described = set(re.findall(r"^\| `([a-z_\[\].]+)` \|", page, flags=re.MULTILINE))
     expected = set(transfer.CONVERSATION_KEYS) | {f"messages[].{k}" for k in transfer.MESSAGE_KEYS}
     assert described == expected
+
+
+def _service_api_section() -> str:
+    """README's "The service API" section, up to the next heading."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("### The service API\n")
+    return text[start : text.index("\n#", start + 1)]
+
+
+def test_the_readme_service_section_names_every_public_service():
+    """Every name ``cortex_sessions.services`` exports is in README (an async twin through
+    its sync name: the section says every one has an ``a``-prefixed twin)."""
+    named = set(re.findall(r"`(\w+)", _service_api_section()))
+    exported = set(services.__all__)
+    twins = {name for name in exported if name.startswith("a") and name[1:] in exported}
+
+    assert sorted(exported - twins - named) == []
+
+
+def test_the_readme_service_table_shows_every_argument_with_its_real_default():
+    """``name(a=, b=1)`` in the table lists every parameter of ``services.name``; a default it
+    shows is the function's (``a=`` leaves one out; a required one may show an example)."""
+    first_cells = [
+        line.split(" | ", 1)[0]
+        for line in _service_api_section().splitlines()
+        if line.startswith("| `")
+    ]
+    calls = [call for cell in first_cells for call in re.findall(r"`(\w+)\(([^`]*)\)`", cell)]
+    wrong = []
+    for name, arguments in calls:
+        if name not in services.__all__:
+            continue
+        parameters = inspect.signature(getattr(services, name)).parameters
+        shown = dict(part.partition("=")[::2] for part in arguments.split(", ") if part)
+        if set(shown) != set(parameters):
+            wrong.append(f"{name}: shows {sorted(shown)}, takes {sorted(parameters)}")
+        for key, value in shown.items():
+            default = parameters[key].default if key in parameters else inspect.Parameter.empty
+            shows_a_default = value and default is not inspect.Parameter.empty
+            if shows_a_default and ast.literal_eval(value) != default:
+                wrong.append(f"{name}: {key}={value}, the default is {default!r}")
+    assert calls
+    assert wrong == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import uuid
 
 import pytest
@@ -103,6 +104,16 @@ def test_update_writes_only_the_given_host_fields():
     assert updated.updated_at > session.updated_at
     updated = services.update_session(scope=ALICE, session_id=session.pk, metadata={}, cwd=None)
     assert (updated.title, updated.metadata, updated.cwd) == ("new", {}, None)
+
+
+@pytest.mark.parametrize("function", [services.update_session, services.aupdate_session])
+def test_update_signature_shows_a_left_out_field_as_unchanged(function):
+    """help() and inspect show the default by name, not ``<object object at 0x…>``."""
+    parameters = inspect.signature(function).parameters
+
+    shown = [str(parameters[name]) for name in ("title", "metadata", "cwd")]
+
+    assert [text.rsplit(" = ", 1)[1] for text in shown] == ["UNCHANGED"] * 3
 
 
 def test_update_of_a_session_out_of_scope_is_not_found_and_changes_nothing():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import logging
 import random
 import re
@@ -10,7 +11,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from django.db import DatabaseError, IntegrityError, OperationalError, router, transaction
 
@@ -38,7 +39,21 @@ TITLE_MAX_CHARS = 500
 MAX_INT64 = 2**63 - 1
 AGENT_ID_MAX_CHARS = 255
 
-_UNSET: Any = object()
+
+class Unchanged(enum.Enum):
+    """The type of :data:`UNCHANGED`: one member, so ``value is not UNCHANGED`` narrows a
+    parameter typed ``str | Unchanged`` to ``str`` for a type checker."""
+
+    UNCHANGED = "UNCHANGED"
+
+    def __repr__(self) -> str:
+        # What ``inspect.signature`` and help() show as the default: ``title=UNCHANGED``.
+        return "UNCHANGED"
+
+
+#: The default of an update's field that the caller leaves out: the field is not written
+#: (``update_session``, docs/design.md §7.1). Never a value a field can take.
+UNCHANGED: Final = Unchanged.UNCHANGED
 
 logger = logging.getLogger("cortex_sessions")
 

@@ -21,9 +21,10 @@ from ..search import filter_sessions
 from ..search_limits import search_timeout
 from . import _pg
 from ._common import (
-    _UNSET,
     DEFAULT_ORDERING,
     ORDERING_FIELDS,
+    UNCHANGED,
+    Unchanged,
     _check_agent_id,
     _check_agent_id_filter,
     _check_cwd,
@@ -305,15 +306,19 @@ def update_session(
     *,
     scope: Scope | str,
     session_id: uuid.UUID | str,
-    title: str = _UNSET,
-    metadata: Mapping[str, Any] = _UNSET,
-    cwd: str | None = _UNSET,
+    title: str | Unchanged = UNCHANGED,
+    metadata: Mapping[str, Any] | Unchanged = UNCHANGED,
+    cwd: str | Unchanged | None = UNCHANGED,
 ) -> Session:
     """Change the host-owned fields of a session: ``title``, ``metadata``, ``cwd`` (docs/design.md §7.1).
 
     Only the given fields are written, with ``updated_at``; counters, scope, ``is_default`` and
     ``backfilled_by`` are never written, so an append that lands between a client's read and
     this update is never undone (docs/design.md §5).
+
+    Args:
+        title, metadata, cwd: the new values; a field left out (its default ``UNCHANGED``)
+            is not written.
 
     Returns:
         The session as stored after the update (counters read fresh).
@@ -323,11 +328,11 @@ def update_session(
         InvalidInput.
     """
     changes: dict[str, Any] = {}
-    if title is not _UNSET:
+    if title is not UNCHANGED:
         changes["title"] = _check_title(title)
-    if metadata is not _UNSET:
+    if metadata is not UNCHANGED:
         changes["metadata"] = check_json_object(metadata)
-    if cwd is not _UNSET:
+    if cwd is not UNCHANGED:
         changes["cwd"] = _check_cwd(cwd)
     using = _db_for_write()  # the row is read back from where it was written (§17.1)
     session_pk = _get(scope, session_id, None, using=using).pk
