@@ -476,7 +476,12 @@ def _reap(processes: Sequence[Any], *, stop: bool) -> None:
 
 
 def _concurrent_processes(
-    kind: str, url: str, targets: Sequence[tuple[Any, str]], appends: int, text: str
+    kind: str,
+    url: str,
+    targets: Sequence[tuple[Any, str]],
+    appends: int,
+    text: str,
+    on_start: Callable[[], None] | None = None,
 ) -> tuple[float, float]:
     """Run ``WRITERS`` writer processes (``kind``: ``app``, ``prepared`` or ``floor``), as a
     web server's workers are; returns (wall seconds from the start to the last writer's end,
@@ -485,6 +490,8 @@ def _concurrent_processes(
     The start is a semaphore the parent releases once per writer when all are ready, not a
     ``multiprocessing.Barrier``: a process killed while it waits at one leaves the others
     waiting for it forever (the barrier's condition waits for every sleeper to wake).
+    ``on_start``, if given, is called once the writers are released (``python -m
+    bench.replicas`` starts its readers then).
 
     Raises:
         RuntimeError: a writer failed, died, or was not ready or done in time (see
@@ -509,6 +516,8 @@ def _concurrent_processes(
         for _ in processes:
             start.release()
         started = time.perf_counter()
+        if on_start is not None:
+            on_start()
         outcomes = _gather(messages, processes, "done", WRITER_TIMEOUT)
         wall = time.perf_counter() - started
     except BaseException:

@@ -1,7 +1,9 @@
 """Django settings for the benchmarks: only what the core app needs, on PostgreSQL (or MariaDB
 for ``python -m bench.mysql``).
 
-The database comes from ``BENCH_DATABASE_URL`` (set by ``python -m bench`` from ``--scale``).
+The database comes from ``BENCH_DATABASE_URL`` (set by ``python -m bench`` from ``--scale``);
+``BENCH_REPLICA_URL`` (set by ``python -m bench.replicas``) adds a standby of it as the read
+replica ``replica``, routed by ``ReplicaRouter``.
 """
 
 from __future__ import annotations
@@ -41,3 +43,10 @@ INSTALLED_APPS = [
 ]
 
 CORTEX_SESSIONS: dict = {}
+
+if os.environ.get("BENCH_REPLICA_URL"):
+    # ``python -m bench.replicas``: a streaming standby of the primary, read through
+    # ReplicaRouter (docs/scaling.md).
+    DATABASES["replica"] = dj_database_url.parse(os.environ["BENCH_REPLICA_URL"], conn_max_age=None)
+    DATABASE_ROUTERS = ["cortex_sessions.routers.ReplicaRouter"]
+    CORTEX_SESSIONS["READ_REPLICAS"] = ["replica"]

@@ -42,7 +42,7 @@ from typing import Any, cast
 from django.db import IntegrityError, router
 from django.utils.dateparse import parse_datetime
 
-from . import services
+from . import routing, services
 from .conf import app_settings
 from .content import normalize_content, parse_json
 from .exceptions import CortexSessionsError, InvalidConversation
@@ -285,9 +285,14 @@ def _fork_provenance(forked_from: Any, forked_at_seq: Any) -> tuple[uuid.UUID | 
 
 
 def _already_imported(canonical: str, agent_id: str, external_id: str) -> bool:
-    if ImportedConversation.objects.filter(
-        agent_id=agent_id, scope=canonical, external_id=external_id
-    ).exists():
+    # Read where the import writes: a replica behind the last import would import it twice
+    # (docs/design.md §17.1).
+    using = router.db_for_write(Session)
+    if (
+        ImportedConversation.objects.using(using)
+        .filter(agent_id=agent_id, scope=canonical, external_id=external_id)
+        .exists()
+    ):
         return True
     # The id an export gives a session that was never imported is the session's own id:
     # importing that file back into the same agent and scope finds the sessions themselves.
@@ -295,7 +300,11 @@ def _already_imported(canonical: str, agent_id: str, external_id: str) -> bool:
         session_pk = uuid.UUID(external_id)
     except ValueError:
         return False
-    return Session.objects.filter(pk=session_pk, agent_id=agent_id, scope=canonical).exists()
+    return (
+        Session.objects.using(using)
+        .filter(pk=session_pk, agent_id=agent_id, scope=canonical)
+        .exists()
+    )
 
 
 def import_conversation(
@@ -461,11 +470,14 @@ def dump_conversation(conversation: Mapping[str, Any], *, ensure_ascii: bool = F
     return _dumps(conversation, ensure_ascii) + "\n"
 
 
-def _message_pages(session_pk: uuid.UUID, chunk_size: int) -> Iterator[list[dict[str, Any]]]:
+def _message_pages(
+    session_pk: uuid.UUID, chunk_size: int, using: str
+) -> Iterator[list[dict[str, Any]]]:
     last_seq = 0
     while True:
         rows = list(
-            Message.objects.filter(session_id=session_pk, seq__gt=last_seq)
+            Message.objects.using(using)
+            .filter(session_id=session_pk, seq__gt=last_seq)
             .order_by("seq")
             .values("seq", "role", "source", "content", "metadata", "created_at")[:chunk_size]
         )
@@ -518,7 +530,8 @@ def export_conversations(
     Raises:
         NoScope, InvalidScope: ``scope`` is missing or malformed (raised on first iteration).
     """
-    sessions = Session.objects.within(scope, exact=exact)
+    using = routing.db_for_read(Session, scope=scope)  # one database for the whole export
+    sessions = Session.objects.using(using).within(scope, exact=exact)
     if agent_id is not None:
         sessions = sessions.filter(agent_id=agent_id)
     last_pk: uuid.UUID | None = None
@@ -550,7 +563,7 @@ def export_conversations(
                 head["forked_at_seq"] = row["forked_at_seq"]
             yield _dumps(head, ensure_ascii)[:-1] + ',"messages":['
             separator = ""
-            for messages in _message_pages(row["pk"], message_chunk_size):
+            for messages in _message_pages(row["pk"], message_chunk_size, using):
                 yield separator + ",".join(_dumps(message, ensure_ascii) for message in messages)
                 separator = ","
             yield "]}\n"

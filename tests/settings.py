@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import dj_database_url
 
@@ -27,6 +28,21 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
         "init_command": "SET sql_mode = 'STRICT_TRANS_TABLES'",
     }
     DATABASES["default"]["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"}
+
+#: ``pytest --strict-replica-router`` (or ``CORTEX_STRICT_ROUTER=1``, for CI): every read goes
+#: through tests.routers.StrictReplicaRouter to the alias ``strict_replica``, a test mirror of
+#: ``default`` (no second test database), and a read routed inside an open transaction or
+#: without its scope hint fails the test (docs/design.md §17.1). Read here, not in conftest.py:
+#: pytest-django loads these settings before any conftest's options exist.
+STRICT_REPLICA_ROUTER = (
+    os.environ.get("CORTEX_STRICT_ROUTER") == "1" or "--strict-replica-router" in sys.argv[1:]
+)
+if STRICT_REPLICA_ROUTER:
+    DATABASES["strict_replica"] = {
+        **DATABASES["default"],
+        "TEST": {**DATABASES["default"].get("TEST", {}), "MIRROR": "default"},
+    }
+    DATABASE_ROUTERS = ["tests.routers.StrictReplicaRouter"]
 
 INSTALLED_APPS = [
     "django.contrib.admin",

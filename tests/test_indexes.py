@@ -72,11 +72,12 @@ def test_messages_of_a_session_have_one_index_the_seq_index():
 
 def test_newest_page_of_a_long_session_walks_the_seq_index():
     session = services.create_session(scope="org=o1", agent_id="a")
-    services.append_messages(
-        scope="org=o1",
-        session_id=session.pk,
-        messages=[{"role": "user", "content": str(n)} for n in range(2000)],
-    )
+    for first in (0, 1000):  # two appends: MAX_MESSAGES_PER_APPEND is 1,000
+        services.append_messages(
+            scope="org=o1",
+            session_id=session.pk,
+            messages=[{"role": "user", "content": str(n)} for n in range(first, first + 1000)],
+        )
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE cortex_sessions_message")
     with CaptureQueriesContext(connection) as captured:

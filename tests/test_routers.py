@@ -242,7 +242,11 @@ def test_admin_pages_read_from_the_primary(admin_client, spy, session_factory):
     assert spy and all(spy)
 
 
-def test_management_commands_read_from_the_primary(spy, db, session_factory, tmp_path):
+def test_management_commands_read_from_the_primary(
+    spy, transactional_db, session_factory, tmp_path
+):
+    # Outside a transaction: inside one (a test case's) the app reads on the write database
+    # without asking the router (docs/design.md §17.1).
     session = session_factory()
     call_command("cortex_sessions_export", "--scope", session.scope, "-o", str(tmp_path / "x"))
     assert spy and all(spy)

@@ -280,7 +280,7 @@ class CortexAutoSchema(ConsistencySchemaMixin, AutoSchema):
             else parameter
             for parameter in json_query_parameters(super()._get_parameters())
         ]
-        if search.search_available(connections[router.db_for_read(Session)]):
+        if search.search_available(connections[router.db_for_read(Session, scope=None)]):
             return parameters
         return [
             parameter

@@ -41,9 +41,9 @@ from typing import Any, TypeVar, cast
 
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 from asgiref.sync import sync_to_async
-from django.db import connections, router
+from django.db import connections
 
-from .. import services
+from .. import routing, services
 from ..conf import app_settings
 from ..content import check_object_keys, content_text
 from ..exceptions import (
@@ -421,8 +421,11 @@ def _rows(pk: uuid.UUID, scope: Scope) -> Any:
     so the predicate on it is the scope check; an empty result is told apart from a missing or
     out-of-scope session by :func:`_check_session`.
     """
-    return Message.objects.filter(scope_q(scope), session_id=pk).values_list(
-        "seq", "role", "content"
+    using = routing.db_for_read(Message, scope=scope)
+    return (
+        Message.objects.using(using)
+        .filter(scope_q(scope), session_id=pk)
+        .values_list("seq", "role", "content")
     )
 
 
@@ -438,7 +441,7 @@ def _newest_rows_postgresql(
     narrowed to ``scope = 'S' OR scope >= 'S/'`` to drop siblings such as ``S-x``.
     """
     canonical = scope.canonical
-    connection = _connection_for_read()
+    connection = _connection_for_read(scope)
     params: list[Any] = [pk, canonical, canonical + "0", canonical, canonical + "/"]
     if before is not None:
         params.append(before)
@@ -462,8 +465,9 @@ def _newest_sql(quote_name: Any, before: bool) -> str:
     )
 
 
-def _connection_for_read() -> Any:
-    return connections[router.db_for_read(Message)]
+def _connection_for_read(scope: Scope) -> Any:
+    """The connection a read of ``scope``'s messages runs on (docs/design.md §17.1)."""
+    return connections[routing.db_for_read(Message, scope=scope)]
 
 
 def _check_session(pk: uuid.UUID, scope: Scope) -> None:
@@ -492,7 +496,7 @@ def _read_items(pk: uuid.UUID, scope: Scope, limit: int | None) -> list[dict[str
                 return items
             after = page[-1][0]
     newest_first: list[dict[str, Any]] = []
-    postgresql = _connection_for_read().vendor == "postgresql"
+    postgresql = _connection_for_read(scope).vendor == "postgresql"
     before: int | None = None
     while len(newest_first) < limit:
         want = limit - len(newest_first)

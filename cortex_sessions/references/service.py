@@ -31,11 +31,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connections, router, transaction
+from django.db import connections, transaction
 from django.db.models import Case, IntegerField, Max, Q, TextField, Value, When
 from django.db.models.functions import Cast, Replace
 
-from .. import services
+from .. import routing, services
 from ..conf import app_settings
 from ..content import content_text, normalize_content
 from ..counters import CONVERSATION_Q
@@ -350,7 +350,12 @@ def reference_candidates(
     current = services.get_session(scope=scope, session_id=session_id)
     current_cwd = current.cwd or None
     # Archived sessions are put away: never offered for a mention (docs/design.md §11.2).
-    queryset = Session.objects.within(scope).exclude(pk=current.pk).filter(archived_at__isnull=True)
+    queryset = (
+        Session.objects.using(routing.db_for_read(Session, scope=scope))
+        .within(scope)
+        .exclude(pk=current.pk)
+        .filter(archived_at__isnull=True)
+    )
     query = query.strip()
     if query:
         matches = Q(title__icontains=query) | Q(cwd__icontains=query)
@@ -445,7 +450,7 @@ def prepare_references(
     )
     if not selected:
         return build_prepared_message(blocks, [])
-    using = router.db_for_read(Message)
+    using = routing.db_for_read(Message, scope=scope)
     items: list[tuple[int, ReferenceSnapshot]] = []
     with _read_transaction(using):
         for input_index, reference in selected:

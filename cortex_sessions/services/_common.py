@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from django.db import DatabaseError, IntegrityError, OperationalError, router, transaction
 
+from .. import routing
 from ..content import check_json_object, check_json_value
 from ..exceptions import (
     DefaultConflict,
@@ -154,8 +155,11 @@ def _db_for_write() -> str:
     return router.db_for_write(Session)
 
 
-def _db_for_read() -> str:
-    return router.db_for_read(Session)
+def _db_for_read(scope: Scope | str | None) -> str:
+    """Where a read of sessions at ``scope`` runs: the write database inside a transaction on
+    it, else the router's pick with the ``scope`` hint (:func:`cortex_sessions.routing.db_for_read`,
+    docs/design.md §17.1)."""
+    return routing.db_for_read(Session, scope=scope)
 
 
 def _locked_session(scope: Scope | str, session_id: uuid.UUID | str) -> Session:

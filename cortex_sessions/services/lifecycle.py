@@ -52,7 +52,7 @@ PATCHABLE_FIELDS = frozenset({"title", "metadata", "cwd"})
 _OWN_COLUMNS = frozenset({"id", "session", "seq"})
 
 
-def _copy_messages(source: Session, fork: Session, up_to_seq: int) -> int:
+def _copy_messages(source: Session, fork: Session, up_to_seq: int, using: str) -> int:
     """Copy ``source``'s messages with ``seq <= up_to_seq`` into ``fork`` in one statement.
 
     Every concrete column of the message row is copied as stored except the id (new), the
@@ -60,9 +60,8 @@ def _copy_messages(source: Session, fork: Session, up_to_seq: int) -> int:
     columns are left to the database.
 
     Returns:
-        How many messages were copied.
+        How many messages were copied (on database ``using``, in its open transaction).
     """
-    using = _db_for_write()
     connection = connections[using]
     quote = connection.ops.quote_name
     meta = Message._meta
@@ -136,7 +135,8 @@ def fork_session(
         title = _check_title(title)
     if metadata is not None:
         metadata = check_json_object(dict(metadata) if isinstance(metadata, Mapping) else metadata)
-    with _write_transaction(_db_for_write()):
+    using = _db_for_write()
+    with _write_transaction(using):
         source = _locked_session(scope, session_id)
         if up_to_seq is not None and up_to_seq > source.last_seq:
             raise InvalidUpToSeq(
@@ -162,12 +162,15 @@ def fork_session(
             created_at=now,
             updated_at=now,
         )
-        copied = _copy_messages(source, fork, fork_point)
+        copied = _copy_messages(source, fork, fork_point, using)
         if not whole or copied != fork.message_count:
             fork.message_count = copied
             fork.last_seq = copied
-            fork.last_message = newest_conversation_text(Message.objects.filter(session=fork))
-            Session.objects.filter(pk=fork.pk).update(
+            # The copies exist only in this transaction: read them here (docs/design.md §17.1).
+            fork.last_message = newest_conversation_text(
+                Message.objects.using(using).filter(session=fork)
+            )
+            Session.objects.using(using).filter(pk=fork.pk).update(
                 message_count=fork.message_count,
                 last_seq=fork.last_seq,
                 last_message=fork.last_message,
@@ -226,10 +229,10 @@ def archive_session(
             if session.archived_at is not None:
                 return session
             now = timezone.now()
-            Session.objects.filter(pk=session.pk).update(
+            Session.objects.using(using).filter(pk=session.pk).update(
                 archived_at=at or now, is_default=False, updated_at=now
             )
-            session.refresh_from_db()
+            session.refresh_from_db(using=using)
         return session
 
     # Demoting writes the one-default index, so on MySQL/MariaDB it can deadlock with a
@@ -247,12 +250,15 @@ def unarchive_session(*, scope: Scope | str, session_id: uuid.UUID | str) -> Ses
     Raises:
         NoScope, InvalidScope, SessionNotFound.
     """
-    with _write_transaction(_db_for_write()):
+    using = _db_for_write()
+    with _write_transaction(using):
         session = _locked_session(scope, session_id)
         if session.archived_at is None:
             return session
-        Session.objects.filter(pk=session.pk).update(archived_at=None, updated_at=timezone.now())
-        session.refresh_from_db()
+        Session.objects.using(using).filter(pk=session.pk).update(
+            archived_at=None, updated_at=timezone.now()
+        )
+        session.refresh_from_db(using=using)
     return session
 
 
@@ -313,12 +319,13 @@ def patch_session(
         # (a key that only deletes included) is refused as in every other input, and so is
         # nesting over MAX_JSON_DEPTH (docs/design.md §12.4).
         check_json_value(metadata_patch, field="metadata")
-    with _write_transaction(_db_for_write()):
+    using = _db_for_write()
+    with _write_transaction(using):
         session = _locked_session(scope, session_id)
         if "metadata" in patch:
             merged = {} if metadata_patch is None else merge_patch(session.metadata, metadata_patch)
             changes["metadata"] = check_json_object(merged)
         changes["updated_at"] = timezone.now()
-        Session.objects.filter(pk=session.pk).update(**changes)
-        session.refresh_from_db()
+        Session.objects.using(using).filter(pk=session.pk).update(**changes)
+        session.refresh_from_db(using=using)
     return session

@@ -11,7 +11,7 @@ from django.db.models import Count
 from ..exceptions import InvalidInput
 from ..models import Message, Session
 from ..scope import Scope
-from ._common import _db_for_write, _session_id, _write_transaction
+from ._common import _db_for_read, _db_for_write, _session_id, _write_transaction
 from .messages import _newest_text
 
 
@@ -58,17 +58,23 @@ def recount_sessions(
     """
     if all_scopes and scope is not None:
         raise InvalidInput("Give a scope or all_scopes=True, not both.", field="scope")
-    sessions = Session.objects.all() if all_scopes else Session.objects.within(scope)  # type: ignore[arg-type]
+    # Which sessions to check may come from a replica (one created since is checked next
+    # time); each check reads its rows in its own transaction on the write database.
+    listed = Session.objects.using(_db_for_read(None if all_scopes else scope))
+    sessions = listed.all() if all_scopes else listed.within(scope)  # type: ignore[arg-type]
     if session_ids is not None:
         sessions = sessions.filter(pk__in=[_session_id(value) for value in session_ids])
     drifts: list[CounterDrift] = []
     for session_pk in sessions.order_by("pk").values_list("pk", flat=True).iterator():
-        with _write_transaction(_db_for_write()):
-            session = Session.objects.select_for_update().filter(pk=session_pk).first()
+        using = _db_for_write()
+        with _write_transaction(using):
+            session = Session.objects.using(using).select_for_update().filter(pk=session_pk).first()
             if session is None:
                 continue
-            actual = Message.objects.filter(session=session).aggregate(n=Count("pk"))["n"]
-            last = _newest_text(session)
+            actual = (
+                Message.objects.using(using).filter(session=session).aggregate(n=Count("pk"))["n"]
+            )
+            last = _newest_text(session, using)
             if actual == session.message_count and last == session.last_message:
                 continue
             drifts.append(
@@ -81,7 +87,7 @@ def recount_sessions(
                 )
             )
             if repair:
-                Session.objects.filter(pk=session.pk).update(
+                Session.objects.using(using).filter(pk=session.pk).update(
                     message_count=actual, last_message=last
                 )
     return drifts

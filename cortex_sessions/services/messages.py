@@ -44,7 +44,7 @@ from ._common import (
     _write_transaction,
 )
 from .idempotency import fingerprint, run_once
-from .sessions import get_session
+from .sessions import _get
 
 
 @dataclass(frozen=True)
@@ -226,17 +226,20 @@ def check_messages(messages: Sequence[MessageInput | Mapping[str, Any]]) -> None
         _build_message(item, index, now)
 
 
-def _newest_text(session: Session) -> str:
-    return newest_conversation_text(Message.objects.filter(session=session))
+def _newest_text(session: Session, using: str) -> str:
+    """``last_message`` of ``session`` from its rows on database ``using``: the write database
+    whose transaction holds the session's row lock (docs/design.md §5, §17.1)."""
+    return newest_conversation_text(Message.objects.using(using).filter(session=session))
 
 
-def _after_delete(session: Session, deleted: int) -> Session:
+def _after_delete(session: Session, deleted: int, using: str) -> Session:
     """Move the counters of the locked ``session`` after ``deleted`` of its rows went, in the
-    database and on ``session`` itself (docs/design.md §5)."""
+    database and on ``session`` itself, in the transaction open on database ``using``
+    (docs/design.md §5, §17.1)."""
     session.message_count -= deleted
-    session.last_message = _newest_text(session)
+    session.last_message = _newest_text(session, using)
     session.updated_at = timezone.now()
-    Session.objects.filter(pk=session.pk).update(
+    Session.objects.using(using).filter(pk=session.pk).update(
         message_count=F("message_count") - deleted,
         last_message=session.last_message,
         updated_at=session.updated_at,
@@ -324,8 +327,11 @@ def _append_once(
     )
     if not outcome.replayed:
         return cast(AppendResult, outcome.result)
-    written = Message.objects.filter(pk__in=json.loads(outcome.response)).order_by("seq")
-    return AppendResult(session=get_session(scope=scope, session_id=pk), messages=list(written))
+    # A replay reads where the first call wrote: a replica may not have its rows yet (§17.1).
+    using = _db_for_write()
+    written = Message.objects.using(using).filter(pk__in=json.loads(outcome.response))
+    session = _get(scope, pk, None, using=using)
+    return AppendResult(session=session, messages=list(written.order_by("seq")))
 
 
 def _append_rows(
@@ -341,7 +347,7 @@ def _append_rows(
         return _append_pg(alias, scope, session_id, rows, texts, now)
     with _write_transaction(alias):
         session = _check_live(_locked_session(scope, session_id))
-        created = Message.objects.bulk_create(
+        created = Message.objects.using(alias).bulk_create(
             Message(
                 session=session,
                 agent_id=session.agent_id,
@@ -361,7 +367,7 @@ def _append_rows(
             if last := last_message_of(message.role, message.source, message.content):
                 changes["last_message"] = last
                 break
-        Session.objects.filter(pk=session.pk).update(
+        Session.objects.using(alias).filter(pk=session.pk).update(
             message_count=F("message_count") + len(created), **changes
         )
         # The row is locked, so the new values are known without reading the row back.
@@ -404,7 +410,7 @@ def _append_pg(
         # Nothing written: the statement only appends to a live session in scope. Tell a
         # missing (or foreign) session from an archived one (docs/design.md §11.2); a session
         # unarchived in between is tried once more.
-        _check_live(get_session(scope=canonical, session_id=pk))
+        _check_live(_get(canonical, pk, None, using=alias))
     else:
         raise SessionNotFound()
     session, created = appended
@@ -446,7 +452,7 @@ def list_messages(
         _check_int(before_seq, field="before_seq", minimum=0)
     if q is not None:
         check_query(q)
-    alias = _db_for_read()
+    alias = _db_for_read(scope)
     if _pg.serves(alias) and q is None:
         canonical = canonical_of(scope)
         page = _pg.newest_messages(
@@ -460,8 +466,8 @@ def list_messages(
         if page is None:
             raise SessionNotFound()
         return page
-    session = get_session(scope=scope, session_id=session_id)
-    queryset = Message.objects.filter(session=session)
+    session = _get(scope, session_id, None, using=alias)
+    queryset = Message.objects.using(alias).filter(session=session)
     if q is not None:
         queryset = filter_messages(queryset, q=q, connection=connections[alias])
     if after_seq is not None:
@@ -489,12 +495,13 @@ def delete_message(*, scope: Scope | str, session_id: uuid.UUID | str, seq: int)
         InvalidFilter: ``seq`` is not an integer ``>= 1``.
     """
     _check_int(seq, field="seq", minimum=1)
-    with _write_transaction(_db_for_write()):
+    using = _db_for_write()
+    with _write_transaction(using):
         session = _check_live(_locked_session(scope, session_id))
-        deleted, _ = Message.objects.filter(session=session, seq=seq).delete()
+        deleted, _ = Message.objects.using(using).filter(session=session, seq=seq).delete()
         if not deleted:
             raise MessageNotFound()
-        _after_delete(session, deleted)
+        _after_delete(session, deleted, using)
     return session
 
 
@@ -508,10 +515,11 @@ def clear_messages(*, scope: Scope | str, session_id: uuid.UUID | str) -> int:
         NoScope, InvalidScope, SessionNotFound.
         SessionArchived: the session is archived (docs/design.md §11.2).
     """
-    with _write_transaction(_db_for_write()):
+    using = _db_for_write()
+    with _write_transaction(using):
         session = _check_live(_locked_session(scope, session_id))
-        deleted, _ = Message.objects.filter(session=session).delete()
-        Session.objects.filter(pk=session.pk).update(
+        deleted, _ = Message.objects.using(using).filter(session=session).delete()
+        Session.objects.using(using).filter(pk=session.pk).update(
             message_count=0, last_message="", updated_at=timezone.now()
         )
     return deleted

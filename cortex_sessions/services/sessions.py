@@ -106,7 +106,7 @@ def _filtered(scope: Scope | str, filters: SessionFilters, *, annotate: bool) ->
         NoScope, InvalidScope: the scope is missing or malformed.
         InvalidFilter: ``filters.q`` on a database without search (MySQL/MariaDB).
     """
-    queryset = Session.objects.within(scope, exact=filters.exact)
+    queryset = Session.objects.using(_db_for_read(scope)).within(scope, exact=filters.exact)
     if filters.agent_id is not None:
         queryset = queryset.filter(agent_id=filters.agent_id)
     if filters.default_only:
@@ -189,7 +189,15 @@ def get_session(
             id (:func:`check_agent_id`).
         SessionNotFound: no such session, out of scope, or another agent's — all alike (§6.1).
     """
-    alias = _db_for_read()
+    return _get(scope, session_id, agent_id, using=_db_for_read(scope))
+
+
+def _get(
+    scope: Scope | str, session_id: uuid.UUID | str, agent_id: str | None, *, using: str
+) -> Session:
+    """:func:`get_session` on database ``using``: the services' reads that a write depends on
+    (a replay, the state a write returns) pass the write database (docs/design.md §17.1)."""
+    alias = using
     if _pg.serves(alias):
         canonical = canonical_of(scope)
         agent_id = _check_agent_id_filter(agent_id)
@@ -199,7 +207,7 @@ def get_session(
         if session is None:
             raise SessionNotFound()
         return session
-    queryset = Session.objects.within(scope)
+    queryset = Session.objects.using(alias).within(scope)
     if _check_agent_id_filter(agent_id) is not None:
         queryset = queryset.filter(agent_id=agent_id)
     try:
@@ -267,7 +275,7 @@ def create_session(
         if not outcome.replayed:
             return cast(Session, outcome.result)
         try:
-            return Session.objects.get(pk=outcome.response)
+            return Session.objects.using(_db_for_write()).get(pk=outcome.response)
         except Session.DoesNotExist:
             raise SessionNotFound() from None
     return _create(canonical, values)
@@ -276,13 +284,16 @@ def create_session(
 def _create(canonical: str, values: dict[str, Any]) -> Session:
     """Insert the session row; a second default is :class:`DefaultConflict`."""
     agent_id, is_default = values["agent_id"], values["is_default"]
+    using = _db_for_write()
     try:
-        with _write_transaction(_db_for_write()):
+        with _write_transaction(using):
             session = Session.objects.create(scope=canonical, **values)
     except IntegrityError:
         if (
             is_default
-            and Session.objects.filter(agent_id=agent_id, scope=canonical, is_default=True).exists()
+            and Session.objects.using(using)
+            .filter(agent_id=agent_id, scope=canonical, is_default=True)
+            .exists()
         ):
             raise DefaultConflict() from None
         raise
@@ -318,12 +329,13 @@ def update_session(
         changes["metadata"] = check_json_object(metadata)
     if cwd is not _UNSET:
         changes["cwd"] = _check_cwd(cwd)
-    session_pk = get_session(scope=scope, session_id=session_id).pk
+    using = _db_for_write()  # the row is read back from where it was written (§17.1)
+    session_pk = _get(scope, session_id, None, using=using).pk
     # The clock is read before the update waits for the row lock: a concurrent write that
     # committed a later time meanwhile keeps it (``updated_at`` never moves back).
     changes["updated_at"] = Greatest(F("updated_at"), Value(timezone.now()))
-    Session.objects.filter(pk=session_pk).update(**changes)
-    return get_session(scope=scope, session_id=session_pk)
+    Session.objects.using(using).filter(pk=session_pk).update(**changes)
+    return _get(scope, session_pk, None, using=using)
 
 
 def delete_session(*, scope: Scope | str, session_id: uuid.UUID | str) -> None:
@@ -349,8 +361,8 @@ def delete_session(*, scope: Scope | str, session_id: uuid.UUID | str) -> None:
                 "agent_id": session.agent_id,
                 "scope": session.scope,
             }
-            Message.objects.filter(session=session).delete()
-            session.delete()
+            Message.objects.using(using).filter(session=session).delete()
+            session.delete(using=using)
         return details
 
     details = _retry_default_race(using, attempt, attempts=MAKE_DEFAULT_ATTEMPTS)
@@ -394,9 +406,12 @@ def resolve_session(
         if _pg.serves(alias):  # one statement, no queryset to build (docs/design.md §14)
             session = _pg.resolve_default(alias, canonical=canonical, agent_id=agent_id)
         else:
-            session = Session.objects.filter(
-                agent_id=agent_id, scope=canonical, is_default=True
-            ).first()
+            # On the write database: a replica's stale "no default" would create a second one.
+            session = (
+                Session.objects.using(alias)
+                .filter(agent_id=agent_id, scope=canonical, is_default=True)
+                .first()
+            )
         if session is not None:
             return session, False
         # A collision with a concurrent resolve's default (which may be deleted again before
@@ -414,7 +429,7 @@ def resolve_session(
 MAKE_DEFAULT_ATTEMPTS = 10
 
 
-def _lock_current_defaults(session: Session) -> None:
+def _lock_current_defaults(session: Session, using: str) -> None:
     """Hold the row locks of every current default of the session's agent and scope.
 
     Under READ COMMITTED a ``SELECT … FOR UPDATE`` that waited for a concurrent swap skips the
@@ -425,7 +440,8 @@ def _lock_current_defaults(session: Session) -> None:
     first snapshot and would never show the promoted row (the loop did not end).
     """
     defaults = (
-        Session.objects.defaults_of(agent_id=session.agent_id, scope=session.scope)
+        Session.objects.using(using)
+        .defaults_of(agent_id=session.agent_id, scope=session.scope)
         .exclude(pk=session.pk)
         .select_for_update()
     )
@@ -467,13 +483,15 @@ def make_default(*, scope: Scope | str, session_id: uuid.UUID | str) -> Session:
             session = _check_live(_locked_session(scope, session_id))
             if session.is_default:
                 return session
-            _lock_current_defaults(session)
+            _lock_current_defaults(session, using)
             now = timezone.now()
-            Session.objects.defaults_of(agent_id=session.agent_id, scope=session.scope).update(
-                is_default=False, updated_at=now
+            Session.objects.using(using).defaults_of(
+                agent_id=session.agent_id, scope=session.scope
+            ).update(is_default=False, updated_at=now)
+            Session.objects.using(using).filter(pk=session.pk).update(
+                is_default=True, updated_at=now
             )
-            Session.objects.filter(pk=session.pk).update(is_default=True, updated_at=now)
-            session.refresh_from_db()
+            session.refresh_from_db(using=using)
             return session
 
     return _retry_default_race(using, attempt, attempts=MAKE_DEFAULT_ATTEMPTS)

@@ -65,11 +65,14 @@ def delete_messages_after(
         InvalidFilter: ``after_seq`` is not an integer ``>= 0``.
     """
     _check_int(after_seq, field="after_seq", minimum=0)
-    with _write_transaction(_db_for_write()):
+    using = _db_for_write()
+    with _write_transaction(using):
         session = _check_live(_locked_session(scope, session_id))
-        deleted, _ = Message.objects.filter(session=session, seq__gt=after_seq).delete()
+        deleted, _ = (
+            Message.objects.using(using).filter(session=session, seq__gt=after_seq).delete()
+        )
         if deleted:
-            _after_delete(session, deleted)
+            _after_delete(session, deleted, using)
     return MessagesDeleted(session=session, deleted=deleted)
 
 
@@ -87,11 +90,14 @@ def pop_message(*, scope: Scope | str, session_id: uuid.UUID | str) -> PoppedMes
         SessionArchived: the session is archived.
         MessageNotFound: the session has no messages.
     """
-    with _write_transaction(_db_for_write()):
+    using = _db_for_write()
+    with _write_transaction(using):
         session = _check_live(_locked_session(scope, session_id))
-        message = Message.objects.filter(session=session).order_by("-seq").first()
+        # Read in the transaction holding the row lock: a replica's newest message may be
+        # one a concurrent pop has already removed (docs/design.md §17.1).
+        message = Message.objects.using(using).filter(session=session).order_by("-seq").first()
         if message is None:
             raise MessageNotFound("The session has no messages.")
-        Message.objects.filter(pk=message.pk).delete()
-        _after_delete(session, 1)
+        Message.objects.using(using).filter(pk=message.pk).delete()
+        _after_delete(session, 1, using)
     return PoppedMessage(session=session, message=message)

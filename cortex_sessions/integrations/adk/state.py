@@ -60,16 +60,20 @@ def _user_state_q(scope: str, app_name: str, user_id: str) -> dict[str, Any]:
     }
 
 
-def _shared_state(tenant: str, scope: str, app_name: str, user_id: str) -> dict[str, Any]:
+def _shared_state(
+    tenant: str, scope: str, app_name: str, user_id: str, using: str
+) -> dict[str, Any]:
     """The app's (in ``tenant``) and the user's (at ``scope``) shared state, prefixed, in one
     query."""
     app = (
-        AdkAppState.objects.filter(tenant=tenant, app_name=app_name)
+        AdkAppState.objects.using(using)
+        .filter(tenant=tenant, app_name=app_name)
         .annotate(kind=Value(State.APP_PREFIX))
         .values_list("kind", "state")
     )
     user = (
-        AdkUserState.objects.filter(**_user_state_q(scope, app_name, user_id))
+        AdkUserState.objects.using(using)
+        .filter(**_user_state_q(scope, app_name, user_id))
         .annotate(kind=Value(State.USER_PREFIX))
         .values_list("kind", "state")
     )

@@ -15,7 +15,7 @@ from google.adk.events.event import Event
 from google.adk.sessions.base_session_service import GetSessionConfig, ListSessionsResponse
 from google.adk.sessions.session import Session as AdkSessionModel
 
-from cortex_sessions import services
+from cortex_sessions import routing, services
 from cortex_sessions.exceptions import SessionNotFound
 from cortex_sessions.models import Message
 from cortex_sessions.models import Session as CortexSession
@@ -55,24 +55,34 @@ def _db() -> str:
 
 
 def _find(
-    service: CortexSessionService, app_name: str, user_id: str, session_id: str
+    service: CortexSessionService,
+    app_name: str,
+    user_id: str,
+    session_id: str,
+    *,
+    write: bool = False,
 ) -> tuple[Scope, AdkSession | None]:
     """``(scope, row)``: the AdkSession row of the session at exactly the mapped scope, where
     ``create_session`` puts it, else ``(scope, None)``.
 
     One query, by the unique key (which holds the scope), the scope also checked in the join: a
     session of another scope (another tenant's, with the same names) is never found, exactly as
-    a missing one.
+    a missing one. With ``write`` (the row is about to be written) it is read on the write
+    database, else where the router sends a read of the scope (docs/design.md §17.1).
     """
     scope = service.scope_for(app_name, user_id)
     if not _nameable(session_id):
         return scope, None
-    return scope, _session_row(scope.canonical, app_name, user_id, session_id)
+    using = _db() if write else routing.db_for_read(AdkSession, scope=scope)
+    return scope, _session_row(scope.canonical, app_name, user_id, session_id, using)
 
 
-def _session_row(scope: str, app_name: str, user_id: str, session_id: str) -> AdkSession | None:
+def _session_row(
+    scope: str, app_name: str, user_id: str, session_id: str, using: str
+) -> AdkSession | None:
     return (
-        AdkSession.objects.select_related("session")
+        AdkSession.objects.using(using)
+        .select_related("session")
         .filter(key=session_key(scope, app_name, user_id, session_id))
         .filter(session__scope=scope, app_name=app_name, user_id=user_id, adk_id=session_id)
         .first()
@@ -86,8 +96,9 @@ def _build(
     events: list[Event],
     updated_at: dt.datetime,
     last_seq: int,
+    using: str,
 ) -> AdkSessionModel:
-    shared = _shared_state(service.tenant, scope, row.app_name, row.user_id)
+    shared = _shared_state(service.tenant, scope, row.app_name, row.user_id, using)
     session = AdkSessionModel(
         id=row.adk_id,
         app_name=row.app_name,
@@ -133,10 +144,11 @@ def _create_sync(
             _update_shared_state(tenant, scope.canonical, app_name, user_id, deltas)
     except IntegrityError:
         # Only a session at this scope can hold the key: another scope's never makes this fail.
-        if session_id and _session_row(scope.canonical, app_name, user_id, session_id):
+        if session_id and _session_row(scope.canonical, app_name, user_id, session_id, _db()):
             raise AlreadyExistsError(f"Session with id {session_id} already exists.") from None
         raise
-    return _build(service, scope.canonical, row, [], cortex.updated_at, cortex.last_seq)
+    # The shared state just written is read back where it was written (docs/design.md §17.1).
+    return _build(service, scope.canonical, row, [], cortex.updated_at, cortex.last_seq, _db())
 
 
 def _get_sync(
@@ -151,8 +163,11 @@ def _get_sync(
     if row is None:
         return None
     cortex = row.session
-    messages = Message.objects.filter(session_id=cortex.pk).values_list(
-        "seq", "role", "content", "created_at"
+    using = routing.db_for_read(Message, scope=scope)
+    messages = (
+        Message.objects.using(using)
+        .filter(session_id=cortex.pk)
+        .values_list("seq", "role", "content", "created_at")
     )
     limit = None
     if config is not None:
@@ -182,24 +197,35 @@ def _get_sync(
                 break
             newest = newest.filter(seq__lt=page[-1][0])
         events = list(reversed(newest_first[:limit]))
-    return _build(service, scope.canonical, row, events, cortex.updated_at, cortex.last_seq)
+    return _build(service, scope.canonical, row, events, cortex.updated_at, cortex.last_seq, using)
 
 
 def _list_sync(
     service: CortexSessionService, app_name: str, user_id: str | None
 ) -> ListSessionsResponse:
-    rows = AdkSession.objects.select_related("session").filter(app_name=app_name)
+    listed = service.within if user_id is None else service.scope_for(app_name, user_id)
+    # The list, its sessions (a subquery) and their shared state on one database.
+    using = routing.db_for_read(AdkSession, scope=listed)
+    rows = AdkSession.objects.using(using).select_related("session").filter(app_name=app_name)
     if user_id is not None:
         scope = service.scope_for(app_name, user_id)
         rows = rows.filter(user_id=user_id).filter(
             session__in=services.session_queryset(
                 scope=scope, filters=services.SessionFilters(exact=True)
-            )
+            ).using(using)
         )
     elif service.within is not None:
-        rows = rows.filter(session__in=services.session_queryset(scope=service.within))
+        rows = rows.filter(session__in=services.session_queryset(scope=service.within).using(using))
     sessions = [
-        _build(service, row.session.scope, row, [], row.session.updated_at, row.session.last_seq)
+        _build(
+            service,
+            row.session.scope,
+            row,
+            [],
+            row.session.updated_at,
+            row.session.last_seq,
+            using,
+        )
         for row in rows
     ]
     sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
@@ -210,7 +236,7 @@ def _delete_sync(
     service: CortexSessionService, app_name: str, user_id: str, session_id: str
 ) -> None:
     session_id = cast(str, _strip(session_id))
-    scope, row = _find(service, app_name, user_id, session_id)
+    scope, row = _find(service, app_name, user_id, session_id, write=True)
     if row is None:
         return
     try:
@@ -222,7 +248,8 @@ def _delete_sync(
 def _user_state_sync(service: CortexSessionService, app_name: str, user_id: str) -> dict[str, Any]:
     scope = service.scope_for(app_name, user_id)
     state = (
-        AdkUserState.objects.filter(**_user_state_q(scope.canonical, app_name, user_id))
+        AdkUserState.objects.using(routing.db_for_read(AdkUserState, scope=scope))
+        .filter(**_user_state_q(scope.canonical, app_name, user_id))
         .values_list("state", flat=True)
         .first()
     )
@@ -231,7 +258,7 @@ def _user_state_sync(service: CortexSessionService, app_name: str, user_id: str)
 
 def _append_sync(service: CortexSessionService, session: AdkSessionModel, event: Event) -> None:
     app_name, user_id = session.app_name, session.user_id
-    scope, row = _find(service, app_name, user_id, session.id)
+    scope, row = _find(service, app_name, user_id, session.id, write=True)
     if row is None:
         raise SessionNotFoundError(f"Session {session.id} not found.")
     deltas = _state_deltas((event.actions.state_delta if event.actions else None) or {})
@@ -241,7 +268,8 @@ def _append_sync(service: CortexSessionService, session: AdkSessionModel, event:
     with _signals_held(), _write_transaction(_db()):
         # Lock the cortex session first, as every append does, then the ADK row.
         last_seq = (
-            CortexSession.objects.select_for_update()
+            CortexSession.objects.using(_db())
+            .select_for_update()
             .filter(pk=row.session_id)
             .values_list("last_seq", flat=True)
             .get()
@@ -256,8 +284,9 @@ def _append_sync(service: CortexSessionService, session: AdkSessionModel, event:
         if deltas["session"]:
             # Every ADK write of this state holds the cortex session's row lock (taken above),
             # so reading the stored state here and writing it back loses no concurrent key.
-            stored = AdkSession.objects.filter(pk=row.pk).values_list("state", flat=True).get()
-            AdkSession.objects.filter(pk=row.pk).update(state={**stored, **deltas["session"]})
+            rows = AdkSession.objects.using(_db()).filter(pk=row.pk)
+            stored = rows.values_list("state", flat=True).get()
+            rows.update(state={**stored, **deltas["session"]})
         _update_shared_state(tenant, scope.canonical, app_name, user_id, deltas)
     session.last_update_time = _timestamp(result.session.updated_at)
     _set_marker(session, result.session.last_seq)

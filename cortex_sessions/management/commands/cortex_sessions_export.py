@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count
 from django.utils.translation import ngettext
 
+from cortex_sessions import routing
 from cortex_sessions.consistency import primary_reads
 from cortex_sessions.exceptions import InvalidInput, ScopeError
 from cortex_sessions.models import Session
@@ -76,7 +77,8 @@ class Command(BaseCommand):
     def _warn_if_mixed(self, options: dict[str, Any]) -> None:
         """Warn when the selection spans several agents or scopes: the file carries neither,
         and ``cortex_sessions_import`` puts every line under one ``--agent-id`` and ``--scope``."""
-        sessions = Session.objects.within(options["scope"], exact=options["exact"])
+        using = routing.db_for_read(Session, scope=options["scope"])  # docs/design.md §17.1
+        sessions = Session.objects.using(using).within(options["scope"], exact=options["exact"])
         if options["agent_id"] is not None:
             sessions = sessions.filter(agent_id=options["agent_id"])
         spread = sessions.aggregate(
