@@ -42,7 +42,10 @@ def json_query_parameters(parameters: list[dict[str, Any]]) -> list[dict[str, An
     text: ``content: {"application/json": {"schema": <the object's schema>}}`` in place of
     ``schema`` (OpenAPI 3.0 §4.7.12), so a client generated from the schema serializes the
     object as JSON, and a schema-valid value is an object the server takes — not any string
-    (``format: json`` did not say "an object", and ``?metadata=h`` was schema-valid).
+    (``format: json`` did not say "an object", and ``?metadata=h`` was schema-valid). Its
+    ``example`` is ``{}``, which filters nothing: Swagger UI fills a parameter in with its
+    example, and without one with an object drawn from the schema (``{"additionalProp1": {}}``),
+    which would have emptied every list it sent.
 
     Args:
         parameters: an operation's parameter objects (dicts), as drf-spectacular built them.
@@ -63,7 +66,7 @@ def json_query_parameters(parameters: list[dict[str, Any]]) -> list[dict[str, An
                 for key, value in parameter.items()
                 if key not in ("schema", "style", "explode")
             }
-            parameter["content"] = {JSON_MEDIA_TYPE: {"schema": schema}}
+            parameter["content"] = {JSON_MEDIA_TYPE: {"schema": schema, "example": {}}}
         described.append(parameter)
     return described
 

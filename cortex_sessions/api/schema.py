@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from django.db import connections, router
 from drf_spectacular.openapi import AutoSchema
@@ -22,6 +22,7 @@ from cortex_sessions import search
 from cortex_sessions.models import Session
 
 from .consistency import ConsistencySchemaMixin
+from .examples import with_pattern_examples
 from .openapi import (
     SCOPE_DISAGREEMENT,
     bound_message_list,
@@ -205,7 +206,9 @@ class CortexAutoSchema(ConsistencySchemaMixin, AutoSchema):
     two branches that both match ``""`` (which would make ``""`` invalid); a query parameter
     holding a JSON object is ``content: application/json``; and the bounds of one request's
     work are stated (``maxItems`` of a list of messages, ``maxProperties`` of a metadata
-    object; :mod:`cortex_sessions.api.openapi`)."""
+    object; :mod:`cortex_sessions.api.openapi`); and every string with a ``pattern``, in a
+    serializer or a parameter, has an ``example`` the server accepts
+    (:func:`~cortex_sessions.api.examples.with_pattern_examples`)."""
 
     def _unwrap_list_serializer(
         self, serializer: Any, direction: Direction
@@ -262,15 +265,21 @@ class CortexAutoSchema(ConsistencySchemaMixin, AutoSchema):
         optional = getattr(serializer, "optional_fields", ())
         if direction == "response" and optional and "required" in schema:
             schema["required"] = [name for name in schema["required"] if name not in optional]
-        return schema
+        return cast(dict[str, Any], with_pattern_examples(schema))
 
     def _get_parameters(self) -> list[dict[str, Any]]:
         """The operation's parameters, a JSON object one as ``content: application/json``
-        (:func:`~cortex_sessions.api.openapi.json_query_parameters`), without the message
+        (:func:`~cortex_sessions.api.openapi.json_query_parameters`), a patterned one with
+        an ``example`` (:func:`~cortex_sessions.api.examples.with_pattern_examples`), without the message
         search ``q`` where the database has no search (MySQL/MariaDB answer it 400
         ``invalid_filter``, so a client generated from the schema never sends it;
         docs/design.md §11.5, §15)."""
-        parameters: list[dict[str, Any]] = json_query_parameters(super()._get_parameters())
+        parameters: list[dict[str, Any]] = [
+            {**parameter, "schema": with_pattern_examples(parameter["schema"], parameter["name"])}
+            if "schema" in parameter
+            else parameter
+            for parameter in json_query_parameters(super()._get_parameters())
+        ]
         if search.search_available(connections[router.db_for_read(Session, scope=None)]):
             return parameters
         return [

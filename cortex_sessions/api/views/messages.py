@@ -20,6 +20,7 @@ from cortex_sessions.exceptions import MessageNotFound
 from cortex_sessions.models import Message
 from cortex_sessions.references import service as references
 
+from ..examples import APPEND_EXAMPLES
 from ..exceptions import ReferencesNotAllowed
 from ..filters import SEARCH_QUERY_HELP, SEARCH_QUERY_SCHEMA, parse_search_query
 from ..idempotency import IDEMPOTENCY_PARAMETER, idempotent
@@ -115,6 +116,7 @@ class SessionMessagesMixin(SessionReferencesMixin):
             resource_type_field_name=None,
             many=False,
         ),
+        examples=APPEND_EXAMPLES,
         responses={
             201: MessageAppendResultSerializer,
             **errors(

@@ -12,6 +12,7 @@ from cortex_sessions.conf import app_settings
 from cortex_sessions.references import Deadline
 from cortex_sessions.references import service as references
 
+from ..examples import PREPARE_EXAMPLES
 from ..filters import text_param
 from ..mixins import CortexAPIMixin
 from ..pagination import parse_int_param
@@ -118,6 +119,7 @@ class SessionReferencesMixin(CortexAPIMixin):
         summary="Prepare a message's session references without storing anything",
         parameters=[ID_PARAMETER],
         request=ReferencePrepareSerializer,
+        examples=PREPARE_EXAMPLES,
         responses={
             200: PreparedReferencesSerializer,
             **errors(404, 500, 503, *BODY_ERRORS, text=REFERENCE_ERROR_TEXT),

@@ -20,6 +20,13 @@ from cortex_sessions.exceptions import SessionNotFound
 from cortex_sessions.models import Session
 from cortex_sessions.search_limits import search_timeout
 
+from ..examples import (
+    CREATE_EXAMPLES,
+    FORK_EXAMPLES,
+    PATCH_EXAMPLES,
+    RESOLVE_EXAMPLES,
+    UPDATE_EXAMPLES,
+)
 from ..filters import SessionFilter, SessionFilterBackend
 from ..idempotency import IDEMPOTENCY_PARAMETER, idempotent
 from ..mixins import CortexAPIMixin
@@ -135,6 +142,7 @@ class SessionViewSet(
         summary="Create a session",
         parameters=[IDEMPOTENCY_PARAMETER],
         request=SessionCreateSerializer,
+        examples=CREATE_EXAMPLES,
         responses={201: SessionSerializer, **errors(422, *BODY_ERRORS)},
     )
     @idempotent
@@ -171,6 +179,7 @@ class SessionViewSet(
     @extend_schema(
         summary="Resolve the session a run uses",
         request=ResolveSerializer,
+        examples=RESOLVE_EXAMPLES,
         responses={
             200: OpenApiResponse(SessionSerializer, description="An existing session."),
             201: OpenApiResponse(SessionSerializer, description="The default was just created."),
@@ -220,6 +229,7 @@ class SessionViewSet(
         summary="Replace a session's title, metadata and cwd",
         parameters=[ID_PARAMETER],
         request=SessionUpdateSerializer,
+        examples=UPDATE_EXAMPLES,
         responses={200: SessionSerializer, **errors(404, *BODY_ERRORS)},
     )
     def update(self, request: Request, pk: str, partial: bool = False) -> Response:
@@ -249,6 +259,7 @@ class SessionViewSet(
             "application/json": SessionUpdateSerializer,
             MERGE_PATCH_MEDIA_TYPE: SessionMergePatchSerializer,
         },
+        examples=PATCH_EXAMPLES,
         responses={200: SessionSerializer, **errors(404, *BODY_ERRORS)},
     )
     def partial_update(self, request: Request, pk: str) -> Response:
@@ -317,6 +328,7 @@ class SessionViewSet(
         ),
         parameters=[ID_PARAMETER, IDEMPOTENCY_PARAMETER],
         request=ForkSerializer,
+        examples=FORK_EXAMPLES,
         responses={
             201: SessionSerializer,
             **errors(
