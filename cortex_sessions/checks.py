@@ -185,16 +185,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         )
 
-    timeout = app_settings.SEARCH_TIMEOUT
-    if not _is_number(timeout) or not 0 < timeout < math.inf:
-        errors.append(
-            Error(
-                f"CORTEX_SESSIONS['SEARCH_TIMEOUT'] is {timeout!r}; message search needs the "
-                "seconds a search statement may run before it is cancelled.",
-                hint="Use a positive number of seconds, e.g. 10 (the default) or 2.5.",
-                id="cortex_sessions.E017",
-            )
+    errors.extend(
+        _seconds_setting(
+            "SEARCH_TIMEOUT",
+            needed_by="message search needs the seconds a search statement may run before it "
+            "is cancelled",
+            examples="10 (the default) or 2.5",
+            id="cortex_sessions.E017",
         )
+    )
     errors.extend(_check_request_bounds())
     errors.extend(_check_replicas())
     return errors
@@ -241,17 +240,30 @@ def _check_replicas() -> list[CheckMessage]:
                     id="cortex_sessions.E020",
                 )
             )
-    lag = app_settings.REPLICA_MAX_LAG
-    if not _is_number(lag) or not 0 < lag < math.inf:
-        errors.append(
-            Error(
-                f"CORTEX_SESSIONS['REPLICA_MAX_LAG'] is {lag!r}; ReplicaRouter needs the seconds "
-                "a replica may lag and still serve reads.",
-                hint="Use a positive number of seconds, e.g. 10 (the default) or 0.5.",
-                id="cortex_sessions.E021",
-            )
+    errors.extend(
+        _seconds_setting(
+            "REPLICA_MAX_LAG",
+            needed_by="ReplicaRouter needs the seconds a replica may lag and still serve reads",
+            examples="10 (the default) or 0.5",
+            id="cortex_sessions.E021",
         )
+    )
     return errors
+
+
+def _seconds_setting(name: str, *, needed_by: str, examples: str, id: str) -> list[CheckMessage]:
+    """The error ``id`` when setting ``name`` is not a positive, finite number of seconds
+    (``needed_by`` says what needs it; ``examples`` are good values); else nothing."""
+    value = getattr(app_settings, name)
+    if _is_number(value) and 0 < value < math.inf:
+        return []
+    return [
+        Error(
+            f"CORTEX_SESSIONS[{name!r}] is {value!r}; {needed_by}.",
+            hint=f"Use a positive number of seconds, e.g. {examples}.",
+            id=id,
+        )
+    ]
 
 
 _COLLATION_HINT = (
