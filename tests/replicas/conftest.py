@@ -11,14 +11,17 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-import psycopg
 import pytest
 from django.conf import settings
 from django.db import connections
 
 from cortex_sessions import routers
 from cortex_sessions.consistency import parse_lsn
+
+if TYPE_CHECKING:  # psycopg 3 is imported where a standby is used: a psycopg 2 run skips here
+    import psycopg
 
 #: Seconds the standby may take to replay what the primary wrote before a test fails.
 CATCH_UP_SECONDS = 60
@@ -40,6 +43,8 @@ def pytest_collection_modifyitems(config, items):
 
 def standby_connection() -> psycopg.Connection:
     """A connection of the test's own to the standby, outside Django (autocommit)."""
+    import psycopg
+
     replica = connections["replica"].settings_dict
     return psycopg.connect(
         host=replica["HOST"] or "127.0.0.1",
