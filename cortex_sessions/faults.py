@@ -47,6 +47,20 @@ _DEADLOCK_SQLSTATES = frozenset({"40P01", "40001"})
 _DEADLOCK_ERRNOS = frozenset({1213})
 
 
+def _sqlstate(cause: BaseException) -> str | None:
+    """The SQLSTATE of a driver error: psycopg 3's ``sqlstate``, psycopg 2's ``pgcode`` (both
+    also as ``diag.sqlstate``); ``None`` for an error without one (MySQL, SQLite, a lost
+    connection)."""
+    for value in (
+        getattr(cause, "sqlstate", None),
+        getattr(cause, "pgcode", None),
+        getattr(getattr(cause, "diag", None), "sqlstate", None),
+    ):
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
 def is_deadlock(exc: BaseException) -> bool:
     """Whether the database rolled ``exc``'s transaction back to break a deadlock (or a
     serialization failure), so that running the same transaction again is safe and expected.
@@ -64,8 +78,8 @@ def is_deadlock(exc: BaseException) -> bool:
     if not isinstance(exc, DatabaseError):
         return False
     cause = exc.__cause__ or exc
-    sqlstate = getattr(cause, "sqlstate", None)
-    if isinstance(sqlstate, str) and sqlstate:
+    sqlstate = _sqlstate(cause)
+    if sqlstate:
         return sqlstate in _DEADLOCK_SQLSTATES
     args: tuple[Any, ...] = getattr(cause, "args", ())
     return bool(args) and args[0] in _DEADLOCK_ERRNOS
@@ -92,8 +106,8 @@ def is_lock_wait_timeout(exc: BaseException) -> bool:
     if not isinstance(exc, DatabaseError):
         return False
     cause = exc.__cause__ or exc
-    sqlstate = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
-    if isinstance(sqlstate, str) and sqlstate:
+    sqlstate = _sqlstate(cause)
+    if sqlstate:
         return sqlstate in _WAIT_SQLSTATES
     args: tuple[Any, ...] = getattr(cause, "args", ())
     return bool(args) and args[0] in _WAIT_ERRNOS
@@ -116,10 +130,8 @@ def is_transient_database_error(exc: BaseException) -> bool:
     if isinstance(exc, InterfaceError):
         return True  # the connection is closed or unusable
     cause = exc.__cause__ or exc
-    sqlstate = getattr(cause, "sqlstate", None) or getattr(
-        getattr(cause, "diag", None), "sqlstate", None
-    )
-    if isinstance(sqlstate, str) and sqlstate:
+    sqlstate = _sqlstate(cause)
+    if sqlstate:
         return sqlstate in _PG_TRANSIENT_CODES or sqlstate[:2] in _PG_TRANSIENT_CLASSES
     args = getattr(cause, "args", ())
     if args and isinstance(args[0], int):
@@ -174,6 +186,4 @@ def is_answer_lost(exc: BaseException) -> bool:
         return False
     cause = exc.__cause__ or exc
     module = type(cause).__module__ or ""
-    return module.startswith("psycopg") and not (
-        getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
-    )
+    return module.startswith("psycopg") and _sqlstate(cause) is None
