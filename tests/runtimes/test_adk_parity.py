@@ -11,7 +11,7 @@ from asgiref.sync import async_to_sync
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from google.adk.errors import StaleSessionError
-from google.adk.events import Event, EventActions
+from google.adk.events import Event
 
 from cortex_sessions.integrations.adk import CortexSessionService
 from tests.asyncio_support import async_test
