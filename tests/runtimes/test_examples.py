@@ -1,6 +1,6 @@
 """The documented examples run as the docs say: ``migrate``, then ``python -m …`` (no network).
 
-docs/openai-agents.md and docs/adk.md point at these modules; this runs them as a reader would,
+docs/openai-agents.md, docs/adk.md and docs/langchain.md point at these modules; this runs them as a reader would,
 in a fresh process on a fresh SQLite database of the example project.
 """
 
@@ -50,6 +50,12 @@ def example_env(tmp_path_factory):
             "google.adk",
             "the model's second request: ['Which city is the Golden Gate Bridge in?', "
             "'San Francisco.', 'And which state?']",
+        ),
+        (
+            "example_project.runtimes.langchain_example",
+            "langchain_core",
+            "the model's second prompt: ['Answer in one line.', "
+            "'Which city is the Golden Gate Bridge in?', 'San Francisco.', 'And which state?']",
         ),
     ],
 )
