@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple, NoReturn, cast
 
-from django.db import connections
+from django.db import IntegrityError, OperationalError, connections, router
 from django.db.models import F
 from django.utils import timezone
 
@@ -26,7 +26,8 @@ from ..exceptions import (
     SessionNotFound,
     TooManyMessages,
 )
-from ..models import Message, Session
+from ..faults import is_lock_wait_timeout
+from ..models import IdempotencyKey, Message, Session
 from ..scope import Scope, canonical_of
 from ..search import check_query, filter_messages
 from ..search_limits import search_timeout
@@ -38,12 +39,13 @@ from ._common import (
     _check_metadata,
     _db_for_read,
     _db_for_write,
+    _in_callers_transaction,
     _locked_session,
     _send_on_commit,
     _session_id,
     _write_transaction,
 )
-from .idempotency import fingerprint, run_once
+from .idempotency import check_idempotency_key, fingerprint, run_once
 from .sessions import _get
 
 
@@ -317,11 +319,15 @@ def _append_once(
         }
         for row in rows
     ]
+    endpoint, digest = f"service:append_messages:{pk}", fingerprint(inputs)
+    appended = _append_keyed_pg(scope, pk, rows, now, (endpoint, key, digest))
+    if appended is not None:
+        return appended
     outcome = run_once(
         scope=scope,
-        endpoint=f"service:append_messages:{pk}",
+        endpoint=endpoint,
         key=key,
-        digest=fingerprint(inputs),
+        digest=digest,
         write=lambda: _append_rows(scope, pk, rows, now),
         record=lambda result: (0, json.dumps([message.pk for message in result.messages])),
     )
@@ -334,8 +340,53 @@ def _append_once(
     return AppendResult(session=session, messages=list(written.order_by("seq")))
 
 
+def _append_keyed_pg(
+    scope: Scope | str,
+    pk: uuid.UUID,
+    rows: list[_BuiltMessage],
+    now: datetime,
+    keyed: tuple[str, str, str],
+) -> AppendResult | None:
+    """A keyed one-message append on PostgreSQL, outside a caller's transaction, in one
+    statement that also records the key (``_pg.keyed_append``, docs/design.md §12.1): the
+    :func:`~.idempotency.run_once` guarantees hold (a duplicate waits on the session's row
+    lock, then fails on the key and writes nothing), at the cost of one statement.
+
+    Returns:
+        The append, or ``None`` when :func:`~.idempotency.run_once` must serve the call: not
+        this case, the key's row exists (a replay, a reused or an expired key), or a lock wait
+        timed out (the key may be in progress: ``run_once`` tells).
+
+    Raises:
+        InvalidIdempotencyKey, and what :func:`_append_rows` raises.
+    """
+    alias = _db_for_write()
+    if (
+        len(rows) != 1
+        or not _pg.serves(alias)
+        or router.db_for_write(IdempotencyKey) != alias
+        or _in_callers_transaction(alias)
+    ):
+        return None
+    endpoint, key, digest = keyed
+    record = (canonical_of(scope), endpoint, check_idempotency_key(key), digest, timezone.now())
+    try:
+        return _append_rows(scope, pk, rows, now, key=record)
+    except IntegrityError:  # the key's unique index: nothing was written
+        return None
+    except OperationalError as exc:
+        if is_lock_wait_timeout(exc):
+            return None
+        raise
+
+
 def _append_rows(
-    scope: Scope | str, session_id: uuid.UUID | str, built: list[_BuiltMessage], now: datetime
+    scope: Scope | str,
+    session_id: uuid.UUID | str,
+    built: list[_BuiltMessage],
+    now: datetime,
+    *,
+    key: tuple[Any, ...] = (),
 ) -> AppendResult:
     """Write validated messages at the end of the session, in one transaction (docs/design.md
     §5); ``now`` (the time :func:`append_messages` read) is the session's new ``updated_at`` on
@@ -344,7 +395,7 @@ def _append_rows(
     alias = _db_for_write()
     if _pg.serves(alias):  # one statement (docs/design.md §14)
         texts = [(message.content_json, message.metadata_json) for message in built]
-        return _append_pg(alias, scope, session_id, rows, texts, now)
+        return _append_pg(alias, scope, session_id, rows, texts, now, key)
     with _write_transaction(alias):
         session = _check_live(_locked_session(scope, session_id))
         created = Message.objects.using(alias).bulk_create(
@@ -385,8 +436,10 @@ def _append_pg(
     rows: list[dict[str, Any]],
     texts: list[tuple[str, str]],
     now: datetime,
+    key: tuple[Any, ...] = (),
 ) -> AppendResult:
-    """:func:`append_messages` on PostgreSQL: the same checks, one statement (``_pg``)."""
+    """:func:`append_messages` on PostgreSQL: the same checks, one statement (``_pg``; with
+    ``key``, it records that idempotency key too)."""
     canonical = canonical_of(scope)
     last = None
     for row in reversed(rows):
@@ -404,6 +457,7 @@ def _append_pg(
                 json_texts=texts,
                 last_message=last,
                 updated_at=now if attempt == 0 else timezone.now(),
+                key=key,
             )
         if appended is not None:
             break
