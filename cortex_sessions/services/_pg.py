@@ -160,16 +160,19 @@ def _sql_append() -> str:
       id and seq. No row at all means no such live session within the scope (missing, foreign
       or archived, docs/design.md §11.2): nothing was written.
 
-    Parameters: n, updated_at, last_message (NULL: keep), id, the four scope parameters,
-    roles, sources, contents (JSON text), metadata (JSON text), created_at values.
+    Parameters: n, the four totals (input tokens, output tokens, cost, context tokens),
+    updated_at, last_message (NULL: keep), id, the four scope parameters, roles, sources,
+    contents (JSON text), metadata (JSON text), created_at values, usages (JSON text or NULL),
+    token counts.
     """
     return _append_statement(
         step="%s",
         values=(
             's."last_seq" - %s + v.ord, v.role, v.source, v.content::jsonb, v.metadata::jsonb,'
-            " v.created_at FROM s, unnest(%s::text[], %s::text[], %s::text[], %s::text[],"
-            " %s::timestamptz[]) WITH ORDINALITY AS v(role, source, content, metadata,"
-            " created_at, ord)"
+            " v.created_at, v.usage::jsonb, v.token_count FROM s, unnest(%s::text[], %s::text[],"
+            " %s::text[], %s::text[], %s::timestamptz[], %s::text[], %s::integer[]) WITH"
+            " ORDINALITY AS v(role, source, content, metadata, created_at, usage, token_count,"
+            " ord)"
         ),
         order=' ORDER BY m."seq"',
     )
@@ -178,17 +181,19 @@ def _sql_append() -> str:
 #: The PL/pgSQL function that appends one message (docs/design.md §14.1). Its name changes
 #: with its statement or result (``_v2``: the narrow row of migration ``0014``; ``_v3``:
 #: ``updated_at`` never moved back, migration ``0015``; ``_v4``: one ``text[]`` value instead
-#: of a row, migration ``0016``), so code and database on two sides of a migration fail
+#: of a row, migration ``0016``; ``_v5``: the usage totals and the message's ``usage`` and
+#: ``token_count``, migration ``0019``), so code and database on two sides of a migration fail
 #: before writing instead of after: code calling a function the database does not have yet
 #: is refused at parse time, and the previous version stays for the code of the previous
 #: release until a later migration drops it.
-APPEND_ONE = "cortex_sessions_append_one_v4"
+APPEND_ONE = "cortex_sessions_append_one_v5"
 #: The PL/pgSQL functions that read one session by id within a scope, and the default session
 #: of an agent at a scope (migration ``0017_get_and_resolve_functions``), each returning every
 #: column as one ``text[]`` value (``NULL``: no such session). Named by version as
-#: :data:`APPEND_ONE` is: a change to the session's columns needs new ones.
-GET = "cortex_sessions_get_v1"
-RESOLVE = "cortex_sessions_resolve_v1"
+#: :data:`APPEND_ONE` is: a change to the session's columns needs new ones (``_v2``: the usage
+#: totals, migration ``0019_context_window``).
+GET = "cortex_sessions_get_v2"
+RESOLVE = "cortex_sessions_resolve_v2"
 
 
 class _Function(NamedTuple):
@@ -211,6 +216,10 @@ def _functions() -> dict[str, _Function]:
     return {
         APPEND_ONE: _Function(
             (
+                "bigint",  # input tokens to add
+                "bigint",  # output tokens to add
+                "numeric",  # cost to add
+                "bigint",  # context tokens to add
                 "timestamptz",  # updated_at
                 "text",  # last_message (NULL: keep)
                 "uuid",  # session id
@@ -220,6 +229,8 @@ def _functions() -> dict[str, _Function]:
                 "text",  # content (JSON text)
                 "text",  # metadata (JSON text)
                 "timestamptz",  # created_at
+                "text",  # usage (JSON text or NULL)
+                "integer",  # token count
             ),
             _append_one_statement,
             "appended",
@@ -258,13 +269,14 @@ def _sql_call(function: str) -> str:
 def _append_one_statement() -> str:
     """The statement :data:`APPEND_ONE` runs: :func:`_sql_append` for one message, with scalar
     parameters instead of ``unnest`` over arrays, selecting the narrow row of
-    :func:`_narrow_session` into the function's variable ``appended``. Parameters:
-    updated_at, last_message (NULL: keep), id, the four scope parameters, role, source,
-    content (JSON text), metadata (JSON text), created_at."""
+    :func:`_narrow_session` into the function's variable ``appended``. Parameters: the four
+    totals (input tokens, output tokens, cost, context tokens), updated_at, last_message
+    (NULL: keep), id, the four scope parameters, role, source, content (JSON text), metadata
+    (JSON text), created_at, usage (JSON text or NULL), token count."""
     array = f'{_text_columns(_narrow_fields())}, m."id"::text, m."seq"::text'
     return _append_statement(
         step="1",
-        values='s."last_seq", %s, %s, %s::jsonb, %s::jsonb, %s FROM s',
+        values='s."last_seq", %s, %s, %s::jsonb, %s::jsonb, %s, %s::jsonb, %s FROM s',
         order="",
         result=f"ARRAY[{array}] INTO appended",
     )
@@ -369,7 +381,8 @@ def create_functions(*, app_config: Any, using: str, **kwargs: Any) -> None:
 def _append_statement(*, step: str, values: str, order: str, result: str | None = None) -> str:
     """The append statement of :func:`_sql_append` and of :data:`APPEND_ONE`: the
     session update ``s`` moving ``last_seq`` and ``message_count`` by ``step`` (a placeholder or
-    a literal), the message insert ``m`` selecting the session's id, agent and scope followed by
+    a literal) and the usage totals by four parameters (input tokens, output tokens, cost,
+    context tokens: docs/design.md §16.1-§16.2), the message insert ``m`` selecting the session's id, agent and scope followed by
     ``values`` (the rest of the select list and its ``FROM``), and the outer select of
     ``result`` (default: the session's columns, then the message's ``id`` and ``seq``), ordered
     by ``order``.
@@ -381,6 +394,8 @@ def _append_statement(*, step: str, values: str, order: str, result: str | None 
         f"WITH s AS ("
         f' UPDATE {table} s SET "last_seq" = s."last_seq" + {step},'
         f' "message_count" = s."message_count" + {step},'
+        f' "input_tokens" = s."input_tokens" + %s, "output_tokens" = s."output_tokens" + %s,'
+        f' "cost" = s."cost" + %s, "context_tokens" = s."context_tokens" + %s,'
         f' "updated_at" = GREATEST(s."updated_at", %s),'
         f' "last_message" = COALESCE(%s, s."last_message")'
         f' WHERE s."id" = %s AND s."archived_at" IS NULL AND {_WITHIN_FILTER}'
@@ -388,7 +403,7 @@ def _append_statement(*, step: str, values: str, order: str, result: str | None 
         f"), m AS ("
         f" INSERT INTO {Message._meta.db_table}"
         f' ("session_id", "agent_id", "scope", "seq", "role", "source", "content", "metadata",'
-        f' "created_at")'
+        f' "created_at", "usage", "token_count")'
         f' SELECT s."id", s."agent_id", s."scope", {values}'
         f' RETURNING "id", "seq"'
         f") SELECT {result} FROM s, m{order}"
@@ -474,9 +489,10 @@ def append_rows(
     canonical: str,
     session_id: uuid.UUID,
     rows: Sequence[dict[str, Any]],
-    json_texts: Sequence[tuple[str, str]],
+    json_texts: Sequence[tuple[str, str, str | None]],
     last_message: str | None,
     updated_at: datetime,
+    totals: Sequence[Any],
     key: Sequence[Any] = (),
 ) -> tuple[Session, list[Message]] | None:
     """Append validated message ``rows`` (column values as ``messages._build_message`` makes
@@ -484,8 +500,11 @@ def append_rows(
     :data:`APPEND_ONE`).
 
     Args:
-        json_texts: each row's ``content`` and ``metadata`` as JSON text (validation encoded
-            them already; ``jsonb`` stores the same value whatever the spacing).
+        json_texts: each row's ``content``, ``metadata`` and ``usage`` (or ``None``) as JSON
+            text (validation encoded them already; ``jsonb`` stores the same value whatever
+            the spacing).
+        totals: what the rows add to the session's input tokens, output tokens, cost
+            (``Decimal``) and context tokens (``usage.Totals``, docs/design.md §16.1-§16.2).
         updated_at: the session's new ``updated_at``, unless the row holds a later one
             (which it keeps: ``updated_at`` never moves back).
         key: one message only: ``(scope, endpoint, key, fingerprint, created_at)`` of an
@@ -503,10 +522,12 @@ def append_rows(
     if count == 1:
         (row,) = rows
         sql = keyed_append() if key else _sql_call(APPEND_ONE)
-        params = [updated_at, last_message, session_id, *scope, row["role"], row["source"]]
-        params += [*json_texts[0], row["created_at"], *key]
+        content, metadata, usage = json_texts[0]
+        params = [*totals, updated_at, last_message, session_id, *scope, row["role"]]
+        params += [row["source"], content, metadata, row["created_at"], usage]
+        params += [row["token_count"], *key]
     else:
-        sql, params = _sql_append(), [count, count, updated_at, last_message, session_id]
+        sql, params = _sql_append(), [count, count, *totals, updated_at, last_message, session_id]
         columns = zip(*_arrays(rows, json_texts), strict=True)
         params += [*scope, count, *(list(column) for column in columns)]
     connection = connections[alias]
@@ -537,13 +558,21 @@ def append_rows(
 
 
 def _arrays(
-    rows: Sequence[dict[str, Any]], json_texts: Sequence[tuple[str, str]]
+    rows: Sequence[dict[str, Any]], json_texts: Sequence[tuple[str, str, str | None]]
 ) -> list[tuple[Any, ...]]:
-    """Each row's role, source, content, metadata and created_at: the parallel arrays of
-    :func:`_sql_append`, transposed."""
+    """Each row's role, source, content, metadata, created_at, usage and token count: the
+    parallel arrays of :func:`_sql_append`, transposed."""
     return [
-        (row["role"], row["source"], content, metadata, row["created_at"])
-        for row, (content, metadata) in zip(rows, json_texts, strict=True)
+        (
+            row["role"],
+            row["source"],
+            content,
+            metadata,
+            row["created_at"],
+            usage,
+            row["token_count"],
+        )
+        for row, (content, metadata, usage) in zip(rows, json_texts, strict=True)
     ]
 
 

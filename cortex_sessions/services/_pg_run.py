@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Sequence
 from contextlib import suppress
 from datetime import datetime
+from decimal import Decimal
 from functools import cache
 from typing import Any
 
@@ -23,6 +24,7 @@ from django.db.models import (
     BooleanField,
     CharField,
     DateTimeField,
+    DecimalField,
     GeneratedField,
     IntegerField,
     JSONField,
@@ -175,6 +177,7 @@ _TEXT_CONVERTERS: tuple[tuple[Any, Any], ...] = (
     (BooleanField, _BOOLEAN_TEXT),
     (IntegerField, int),  # BigIntegerField and the other integers
     (UUIDField, uuid.UUID),
+    (DecimalField, Decimal),  # numeric's text is the value's exact digits
     (CharField | TextField | JSONField, None),
 )
 
