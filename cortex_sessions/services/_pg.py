@@ -179,19 +179,13 @@ def _sql_append() -> str:
 
 
 #: The PL/pgSQL function that appends one message (docs/design.md §14.1). Its name changes
-#: with its statement or result (``_v2``: the narrow row of migration ``0014``; ``_v3``:
-#: ``updated_at`` never moved back, migration ``0015``; ``_v4``: one ``text[]`` value instead
-#: of a row, migration ``0016``; ``_v5``: the usage totals and the message's ``usage`` and
-#: ``token_count``, migration ``0019``), so code and database on two sides of a migration fail
-#: before writing instead of after: code calling a function the database does not have yet
-#: is refused at parse time, and the previous version stays for the code of the previous
-#: release until a later migration drops it.
+#: with its statement or result (``_v2``-``_v4``: migrations ``0014``-``0016``; ``_v5``: usage
+#: totals, ``usage`` and ``token_count``, ``0019``), so code and database on two sides of a
+#: migration fail at parse time, before writing; a later migration drops the old version.
 APPEND_ONE = "cortex_sessions_append_one_v5"
 #: The PL/pgSQL functions that read one session by id within a scope, and the default session
-#: of an agent at a scope (migration ``0017_get_and_resolve_functions``), each returning every
-#: column as one ``text[]`` value (``NULL``: no such session). Named by version as
-#: :data:`APPEND_ONE` is: a change to the session's columns needs new ones (``_v2``: the usage
-#: totals, migration ``0019_context_window``).
+#: of an agent at a scope, each returning every column as one ``text[]`` (``NULL``: none);
+#: versioned as :data:`APPEND_ONE` (``_v2``: the usage totals, ``0019_context_window``).
 GET = "cortex_sessions_get_v2"
 RESOLVE = "cortex_sessions_resolve_v2"
 
@@ -560,8 +554,7 @@ def append_rows(
 def _arrays(
     rows: Sequence[dict[str, Any]], json_texts: Sequence[tuple[str, str, str | None]]
 ) -> list[tuple[Any, ...]]:
-    """Each row's role, source, content, metadata, created_at, usage and token count: the
-    parallel arrays of :func:`_sql_append`, transposed."""
+    """The parallel arrays of :func:`_sql_append` (role … token count), transposed."""
     return [
         (
             row["role"],
