@@ -17,9 +17,9 @@ The one-message append calls the PL/pgSQL function :data:`APPEND_ONE`, get and r
 :data:`GET` and :data:`RESOLVE` (migration ``0012_squashed_0018_search_and_functions``, or
 ``0016``/``0017`` before the squash): the server plans a function's statement once per session
 and keeps it, whatever the pooler (:func:`_sql_call`). They return the session as one
-``text[]`` (:func:`_session_values`). The scope predicate is :func:`cortex_sessions.scope.scope_q`'s:
-an index range on the canonical string (``COLLATE "C"``) plus a filter keeping exactly the
-scope and what lies beneath it.
+``text[]`` (read back by :func:`._pg_run.text_values`). The scope predicate is
+:func:`cortex_sessions.scope.scope_q`'s: an index range on the canonical string
+(``COLLATE "C"``) plus a filter keeping exactly the scope and what lies beneath it.
 """
 
 from __future__ import annotations
@@ -266,7 +266,7 @@ def _sql_call(function: str) -> str:
 def _append_one_statement() -> str:
     """The statement :data:`APPEND_ONE` runs: :func:`_sql_append` for one message, with scalar
     parameters instead of ``unnest`` over arrays, selecting the narrow row of
-    :func:`_narrow_session` into the function's variable ``appended``. Parameters:
+    :func:`_narrow_fields` into the function's variable ``appended``. Parameters:
     updated_at, last_message (NULL: keep), id, the four scope parameters, role, source,
     content (JSON text), metadata (JSON text), created_at."""
     array = f'{_text_columns(_narrow_fields())}, m."id"::text, m."seq"::text'
