@@ -17,9 +17,9 @@ The one-message append calls the PL/pgSQL function :data:`APPEND_ONE`, get and r
 :data:`GET` and :data:`RESOLVE` (migration ``0012_squashed_0018_search_and_functions``, or
 ``0016``/``0017`` before the squash): the server plans a function's statement once per session
 and keeps it, whatever the pooler (:func:`_sql_call`). They return the session as one
-``text[]`` (:func:`_session_values`). The scope predicate is :func:`cortex_sessions.scope.scope_q`'s:
-an index range on the canonical string (``COLLATE "C"``) plus a filter keeping exactly the
-scope and what lies beneath it.
+``text[]`` (read back by :func:`._pg_run.text_values`). The scope predicate is
+:func:`cortex_sessions.scope.scope_q`'s: an index range on the canonical string
+(``COLLATE "C"``) plus a filter keeping exactly the scope and what lies beneath it.
 """
 
 from __future__ import annotations
@@ -31,10 +31,18 @@ from functools import cache
 from typing import Any, NamedTuple
 
 from django.db import connections
-from django.db.models import Model
+from django.db.models import DateTimeField, Model
 
 from ..models import IdempotencyKey, Message, Session
-from ._pg_run import built, execute, loaders, text_values
+from ._pg_run import (
+    TextPlan,
+    as_django_time,
+    built,
+    execute,
+    loaders,
+    text_plan,
+    text_values,
+)
 
 __all__ = [
     "APPEND_ONE",
@@ -263,7 +271,7 @@ def _sql_call(function: str) -> str:
 def _append_one_statement() -> str:
     """The statement :data:`APPEND_ONE` runs: :func:`_sql_append` for one message, with scalar
     parameters instead of ``unnest`` over arrays, selecting the narrow row of
-    :func:`_narrow_session` into the function's variable ``appended``. Parameters: the four
+    :func:`_narrow_fields` into the function's variable ``appended``. Parameters: the four
     totals (input tokens, output tokens, cost, context tokens), updated_at, last_message
     (NULL: keep), id, the four scope parameters, role, source, content (JSON text), metadata
     (JSON text), created_at, usage (JSON text or NULL), token count."""
@@ -302,17 +310,21 @@ def _narrow_fields() -> tuple[Any, ...]:
 def _read_session(alias: str, function: str, params: list[Any]) -> Session | None:
     """Call :data:`GET` or :data:`RESOLVE` with ``params`` on ``alias``: the session as the ORM
     loads it, or ``None`` when there is none."""
-    rows, session_zone = execute(alias, _sql_call(function), params)
+    connection = connections[alias]
+    rows, session_zone = execute(connection, _sql_call(function), params)
     if rows[0][0] is None:
         return None
-    values = text_values(connections[alias], rows[0][0], session_zone, _all_fields())
-    return built(Session, alias, values)  # type: ignore[no-any-return]
+    plan = _session_plan(narrow=False)
+    values = text_values(connection, rows[0][0], session_zone, plan)
+    return Session.from_db(alias, plan.attnames, values)
 
 
 @cache
-def _all_fields() -> tuple[Any, ...]:
-    """The session's concrete fields, as :data:`GET` and :data:`RESOLVE` return them."""
-    return tuple(Session._meta.concrete_fields)
+def _session_plan(*, narrow: bool) -> TextPlan:
+    """How a session's text array becomes its values: :data:`APPEND_ONE`'s (``narrow``,
+    :func:`_narrow_fields`), or every concrete field, as :data:`GET` and :data:`RESOLVE`
+    return them."""
+    return text_plan(_narrow_fields() if narrow else Session._meta.concrete_fields)
 
 
 def function_sql(function: str) -> tuple[str, str]:
@@ -525,11 +537,13 @@ def append_rows(
         columns = zip(*_arrays(rows, json_texts), strict=True)
         params += [*scope, count, *(list(column) for column in columns)]
     connection = connections[alias]
-    result, session_zone = execute(alias, sql, params)
+    result, session_zone = execute(connection, sql, params)
     if count == 1:  # the narrow array of APPEND_ONE, or NULL
         if (array := result[0][0]) is None:
             return None
-        values = text_values(connection, array, session_zone, _narrow_fields())
+        plan = _session_plan(narrow=True)
+        loaded = text_values(connection, array, session_zone, plan)
+        values = dict(zip(plan.attnames, loaded, strict=True))
         values.update({"id": session_id, "archived_at": None})
         written = [(int(array[-2]), int(array[-1]))]
     elif not result:
@@ -596,19 +610,23 @@ def newest_messages(
         params.append(before_seq)
     params += [limit, session_id, *_scope_params(canonical)]
     sql = _sql_messages(after_seq is not None, before_seq is not None, forward)
-    result, _ = execute(alias, sql, params)
+    connection = connections[alias]
+    result, _ = execute(connection, sql, params, c_times=True)
     if not result:
         return None
-    connection = connections[alias]
     fields = Message._meta.concrete_fields
     names = [field.attname for field in fields]
     at = [field.name for field in fields].index(_PAGE_OMITS)  # the column the page omits
+    times = [i for i, field in enumerate(fields) if isinstance(field, DateTimeField)]
     page_loaders = loaders(fields)
+    timezone = connection.timezone
     messages = []
     for row in result:
         if row[0] is None:  # no message (within the bounds): the session's row of NULLs
             continue
         values = [*row[:at], session_id, *row[at:]]
+        for index in times:
+            values[index] = as_django_time(values[index], timezone)
         for index, load in page_loaders:
             values[index] = load(values[index], None, connection)
         messages.append(Message.from_db(alias, names, values))

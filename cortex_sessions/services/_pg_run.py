@@ -17,9 +17,9 @@ from contextlib import suppress
 from datetime import datetime
 from decimal import Decimal
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
-from django.db import DataError, connections
+from django.db import DataError
 from django.db.models import (
     BooleanField,
     CharField,
@@ -35,11 +35,29 @@ from django.db.models import (
 
 from ..conf import app_settings
 
-__all__ = ["built", "datetime_text", "execute", "loaders", "text_values"]
+__all__ = [
+    "TextPlan",
+    "as_django_time",
+    "built",
+    "datetime_text",
+    "execute",
+    "loaders",
+    "text_plan",
+    "text_values",
+]
 
 
-def execute(alias: str, sql: str, params: Sequence[Any]) -> tuple[list[tuple[Any, ...]], Any]:
-    """Run one statement on database ``alias`` through the Django cursor of :func:`_cursor`.
+def execute(
+    connection: Any, sql: str, params: Sequence[Any], *, c_times: bool = False
+) -> tuple[list[tuple[Any, ...]], Any]:
+    """Run one statement on Django ``connection`` through the cursor of :func:`_cursor`.
+
+    Args:
+        c_times: read ``timestamptz`` columns with psycopg's default loader (its C one with
+            ``psycopg[binary]``: ``psycopg.adapters.get_loader``) registered on this cursor,
+            instead of the Python loader Django registers on its connections, which costs
+            several microseconds a value; the caller relabels each value as Django's loader
+            does (:func:`as_django_time`).
 
     Returns:
         ``(all its rows, the session's time zone)``: psycopg's ``info.timezone`` as the result
@@ -51,7 +69,6 @@ def execute(alias: str, sql: str, params: Sequence[Any]) -> tuple[list[tuple[Any
     Raises:
         django.db.Error: as any ORM query raises it.
     """
-    connection = connections[alias]
     zones: list[Any] = []
 
     def note_zone(run: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
@@ -60,6 +77,8 @@ def execute(alias: str, sql: str, params: Sequence[Any]) -> tuple[list[tuple[Any
         return result
 
     with _cursor(connection, prepare=app_settings.PREPARED_STATEMENTS) as cursor:
+        if c_times:
+            cursor.cursor.adapters.register_loader("timestamptz", _default_time_loader())
         if connection.execute_wrappers:
             with connection.execute_wrapper(note_zone):
                 cursor.execute(sql, params)
@@ -67,6 +86,24 @@ def execute(alias: str, sql: str, params: Sequence[Any]) -> tuple[list[tuple[Any
             cursor.execute(sql, params)
             zones.append(connection.connection.info.timezone)
         return cursor.fetchall(), zones[-1]
+
+
+@cache
+def _default_time_loader() -> Any:
+    """psycopg's default text loader of ``timestamptz`` (public ``psycopg.adapters``)."""
+    import psycopg
+    from psycopg.pq import Format
+
+    return psycopg.adapters.get_loader(psycopg.adapters.types["timestamptz"].oid, Format.TEXT)
+
+
+def as_django_time(value: Any, timezone: Any) -> Any:
+    """A ``timestamptz`` psycopg's default loader read (in the session's time zone) as Django's
+    loader returns it: relabelled with the Django connection's ``timezone`` (UTC; ``None``
+    without ``USE_TZ``: a naive wall time), as ``BaseTzLoader.load`` does."""
+    if value is None or value.tzinfo is timezone:
+        return value
+    return value.replace(tzinfo=timezone)
 
 
 def _cursor(connection: Any, *, prepare: bool) -> Any:
@@ -187,35 +224,52 @@ def loaders(fields: Sequence[Any]) -> tuple[tuple[int, Any], ...]:
     return tuple((i, f.from_db_value) for i, f in enumerate(fields) if hasattr(f, "from_db_value"))
 
 
-@cache
-def _text_plan(fields: tuple[Any, ...]) -> tuple[tuple[int, Any], ...]:
-    """``(position, text converter)`` of the ``fields`` of a text array that are converted."""
-    converters = ((index, _text_converter(field)) for index, field in enumerate(fields))
-    return tuple((index, convert) for index, convert in converters if convert)
+class TextPlan(NamedTuple):
+    """How a text array of some fields becomes their values (:func:`text_plan`)."""
+
+    #: The fields' attnames, in array order.
+    attnames: tuple[str, ...]
+    #: ``(position, convert)`` of the fields converted from text, timestamps but.
+    converters: tuple[tuple[int, Any], ...]
+    #: Positions of the timestamps (:func:`datetime_text`).
+    times: tuple[int, ...]
+    #: ``(position, from_db_value)``, as :func:`loaders`.
+    loaders: tuple[tuple[int, Any], ...]
+
+
+def text_plan(fields: Sequence[Any]) -> TextPlan:
+    """The :class:`TextPlan` of a text array of ``fields`` (their ``::text``, in order); the
+    caller keeps it (building it costs more than using it)."""
+    converted = [_text_converter(field) for field in fields]
+    return TextPlan(
+        tuple(field.attname for field in fields),
+        tuple((i, c) for i, c in enumerate(converted) if c and c is not datetime_text),
+        tuple(i for i, c in enumerate(converted) if c is datetime_text),
+        loaders(fields),
+    )
 
 
 def text_values(
-    connection: Any, array: Sequence[Any], session_zone: Any, fields: tuple[Any, ...]
-) -> dict[str, Any]:
-    """The values of ``fields`` by attname, as the ORM loads them, from the text array a
-    function returned on Django ``connection`` with the session in ``session_zone`` (the
-    array's first ``len(fields)`` elements, the fields' ``::text`` in order).
+    connection: Any, array: Sequence[Any], session_zone: Any, plan: TextPlan
+) -> list[Any]:
+    """The values of the fields of ``plan`` (in its order) as the ORM loads them, from the
+    text array a function returned on Django ``connection`` with the session in
+    ``session_zone`` (its first ``len(plan.attnames)`` elements).
 
     Raises:
         django.db.DataError: a timestamp out of Python's range (:func:`datetime_text`).
     """
-    converters = _text_plan(fields)
-    values = list(array[: len(fields)])
-    for index, convert in converters:
-        if values[index] is None:
-            continue
-        if convert is datetime_text:
-            values[index] = datetime_text(values[index], connection.timezone, session_zone)
-        else:
+    values = list(array[: len(plan.attnames)])
+    for index, convert in plan.converters:
+        if values[index] is not None:
             values[index] = convert(values[index])
-    for index, load in loaders(fields):
+    timezone = connection.timezone
+    for index in plan.times:
+        if values[index] is not None:
+            values[index] = datetime_text(values[index], timezone, session_zone)
+    for index, load in plan.loaders:
         values[index] = load(values[index], None, connection)
-    return {field.attname: value for field, value in zip(fields, values, strict=True)}
+    return values
 
 
 def built(model: type[Model], alias: str, values: dict[str, Any]) -> Any:
