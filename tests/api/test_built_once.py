@@ -36,3 +36,20 @@ def test_a_list_and_a_count_build_one_session_queryset(db, api, alice_scope, mon
     response = api.get(f"{BASE}{path}?agent_id=a")
     assert response.status_code == 200
     assert len(built) == (1 if path == "" else 0)  # the count asks count_sessions
+
+
+def test_body_serializers_share_their_fields_unless_partial_or_given_a_context():
+    from cortex_sessions.api.serializers import MessageInputSerializer, SessionUpdateSerializer
+
+    first = MessageInputSerializer(data={"role": "user", "content": "a"})
+    second = MessageInputSerializer(data={"role": "nope", "content": "b", "x": 1})
+    assert first.fields is second.fields
+    assert first.is_valid()
+    assert not second.is_valid()
+    assert sorted(second.errors) == ["role", "x"]  # each instance keeps its own errors
+    assert first.validated_data["content"] == "a"
+    partial = SessionUpdateSerializer(data={}, partial=True)
+    assert partial.fields is not SessionUpdateSerializer(data={}, partial=True).fields
+    assert partial.is_valid() and partial.validated_data == {}
+    with_context = MessageInputSerializer(data={}, context={"k": 1})
+    assert with_context.fields is not first.fields
