@@ -20,6 +20,7 @@ from .fields import (
     StrictBooleanField,
     StrictChoiceField,
 )
+from .rendering import PlannedRepresentationMixin
 from .sessions import SearchMatchSerializer, SearchResultMixin, SessionSerializer
 
 __all__ = [
@@ -41,7 +42,7 @@ __all__ = [
 MESSAGE_READ_ONLY_FIELDS = frozenset({"id", "session", "seq", "created_at", "match"})
 
 
-class MessageSerializer(serializers.ModelSerializer[Message]):
+class MessageSerializer(PlannedRepresentationMixin, serializers.ModelSerializer[Message]):
     """A stored message (docs/design.md §3.2)."""
 
     session = serializers.UUIDField(source="session_id", read_only=True, allow_null=True)
@@ -136,7 +137,7 @@ class MessageWithReferencesInputSerializer(MessageInputSerializer):
     )
 
 
-class MessageAppendResultSerializer(serializers.Serializer[Any]):
+class MessageAppendResultSerializer(PlannedRepresentationMixin, serializers.Serializer[Any]):
     """Response of ``POST /sessions/{id}/messages/``: the stored rows and the session's new
     counters."""
 
@@ -144,7 +145,7 @@ class MessageAppendResultSerializer(serializers.Serializer[Any]):
     messages = MessageSerializer(many=True)
 
 
-class MessagesDeletedSerializer(serializers.Serializer[Any]):
+class MessagesDeletedSerializer(PlannedRepresentationMixin, serializers.Serializer[Any]):
     """Response of the message deletes (docs/design.md §11.4): the session's new counters and
     how many messages went."""
 
@@ -152,7 +153,7 @@ class MessagesDeletedSerializer(serializers.Serializer[Any]):
     deleted = serializers.IntegerField(min_value=0)
 
 
-class PoppedMessageSerializer(serializers.Serializer[Any]):
+class PoppedMessageSerializer(PlannedRepresentationMixin, serializers.Serializer[Any]):
     """Response of ``POST /sessions/{id}/messages/pop/`` (docs/design.md §11.4): the removed
     message and the session's new counters."""
 
@@ -160,7 +161,7 @@ class PoppedMessageSerializer(serializers.Serializer[Any]):
     message = MessageSerializer()
 
 
-class MessagePageSerializer(serializers.Serializer[Any]):
+class MessagePageSerializer(PlannedRepresentationMixin, serializers.Serializer[Any]):
     """Response of ``GET /sessions/{id}/messages/``: one page, chronological (by ``seq``)."""
 
     results = ListedMessageSerializer(many=True)

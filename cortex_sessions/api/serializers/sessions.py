@@ -21,6 +21,7 @@ from .fields import (
     StrictUUIDField,
     TitleField,
 )
+from .rendering import PlannedRepresentationMixin
 
 __all__ = [
     "SESSION_READ_ONLY_FIELDS",
@@ -58,7 +59,7 @@ SESSION_READ_ONLY_FIELDS = frozenset(
 )
 
 
-class SessionSerializer(serializers.ModelSerializer[Session]):
+class SessionSerializer(PlannedRepresentationMixin, serializers.ModelSerializer[Session]):
     """A session as the API returns it (docs/design.md §3.1). Every field is read-only here."""
 
     metadata = MetadataField(read_only=True)
@@ -85,7 +86,7 @@ class SessionSerializer(serializers.ModelSerializer[Session]):
         read_only_fields = fields
 
 
-class SearchMatchSerializer(serializers.Serializer[Any]):
+class SearchMatchSerializer(PlannedRepresentationMixin, serializers.Serializer[Any]):
     """Why a result matched ``q`` (docs/design.md §11.5): ``{snippet, seq, rank}``."""
 
     snippet = serializers.CharField(
@@ -226,7 +227,7 @@ class ResolveSerializer(StrictSerializerMixin, serializers.Serializer[Any]):
     )
 
 
-class CountSerializer(serializers.Serializer[Any]):
+class CountSerializer(PlannedRepresentationMixin, serializers.Serializer[Any]):
     """Response of ``GET /sessions/count/``."""
 
     count = serializers.IntegerField(min_value=0)

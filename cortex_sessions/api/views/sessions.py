@@ -85,9 +85,14 @@ class SessionViewSet(
             raise UnsupportedMediaType(MERGE_PATCH_MEDIA_TYPE)
 
     def get_queryset(self) -> Any:
-        """The sessions at and beneath the request's scope (none before it is resolved)."""
+        """The sessions at and beneath the request's scope (none before it is resolved).
+
+        The list and the count get an empty base instead: their ``SessionFilter`` builds the
+        whole query from the scope and the parameters (``filter_queryset``), so a scoped base
+        would be built only to be replaced (docs/design.md §14.3).
+        """
         scope = getattr(self.request, "cortex_scope", None)
-        if scope is None:
+        if scope is None or self.action in ("list", "count"):
             return Session.objects.none()
         return services.session_queryset(scope=scope)
 
