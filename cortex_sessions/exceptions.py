@@ -27,6 +27,7 @@ __all__ = [
     "InvalidSource",
     "InvalidText",
     "InvalidUpToSeq",
+    "InvalidUsage",
     "MessageNotFound",
     "MessageTooLarge",
     "NoScope",
@@ -230,6 +231,18 @@ class InvalidUpToSeq(InvalidInput):
 
     code = "invalid_up_to_seq"
     default_message = "up_to_seq must be an integer from 0 to the session's last seq."
+
+
+class InvalidUsage(InvalidInput):
+    """A message's ``usage`` that is not null or an object of the known keys with good values
+    (docs/design.md §16.1)."""
+
+    code = "invalid_usage"
+    default_message = (
+        "usage must be null or an object of input_tokens, output_tokens, cached_input_tokens, "
+        "reasoning_tokens (non-negative integers), model (a string of at most 255 characters) "
+        "and cost (a non-negative decimal as a JSON string, at most 6 fractional digits)."
+    )
 
 
 # -- idempotency (docs/design.md §12.1) ------------------------------------------------------------

@@ -1,13 +1,16 @@
 """Session and Message (docs/design.md §3).
 
 App-owned columns (``message_count``, ``last_message``, ``last_seq``, ``backfilled_by``, ``scope``,
-``agent_id``, ``is_default``, ``archived_at``, ``forked_from``, ``forked_at_seq``) are written only by :mod:`cortex_sessions.services` and the backfill,
+``agent_id``, ``is_default``, ``archived_at``, ``forked_from``, ``forked_at_seq``, the usage
+totals ``input_tokens``, ``output_tokens``, ``cost`` and ``context_tokens``; a message's
+``token_count`` and ``compacts_through_seq``) are written only by :mod:`cortex_sessions.services` and the backfill,
 through queryset updates. ``Session.save()`` on an existing row writes only the host-editable
 columns, so no read-modify-write (an admin form, host code) can put stale counters back (docs/design.md §5).
 """
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django.db import connections, models
@@ -104,6 +107,15 @@ class Session(models.Model):
     forked_at_seq = models.BigIntegerField(
         _("forked at seq"), null=True, blank=True, editable=False
     )
+    #: Sums of the messages' ``usage`` (docs/design.md §16.1), moved with every write that adds
+    #: or removes messages, as ``message_count`` is (§5).
+    input_tokens = models.PositiveBigIntegerField(_("input tokens"), default=0, editable=False)
+    output_tokens = models.PositiveBigIntegerField(_("output tokens"), default=0, editable=False)
+    cost = models.DecimalField(
+        _("cost"), max_digits=20, decimal_places=6, default=Decimal(0), editable=False
+    )
+    #: The tokens of what the context read returns without a budget (docs/design.md §16.2).
+    context_tokens = models.PositiveBigIntegerField(_("context tokens"), default=0, editable=False)
 
     objects = SessionQuerySet.as_manager()
 
@@ -227,6 +239,14 @@ class Message(models.Model):
     content = models.JSONField(default=list)
     metadata = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    #: What producing the message cost, as the host reports it (docs/design.md §16.1).
+    usage = models.JSONField(_("usage"), null=True, blank=True, default=None, editable=False)
+    #: The tokens the message takes in a model's context, from ``TOKEN_COUNTER`` (§16.2).
+    token_count = models.PositiveIntegerField(_("token count"), default=0, editable=False)
+    #: On a compaction summary: the last ``seq`` it stands for (docs/design.md §16.3).
+    compacts_through_seq = models.PositiveIntegerField(
+        _("compacts through seq"), null=True, blank=True, editable=False
+    )
 
     class Meta:
         verbose_name = _("message")

@@ -112,9 +112,16 @@ def _migration_0015():
     )
 
 
-def _migration_0016():
-    """The migration that holds the function as the code describes it today."""
-    return importlib.import_module("cortex_sessions.migrations.0016_append_one_returns_an_array")
+def _latest():
+    """The migration that holds the functions as the code describes them today."""
+    return importlib.import_module("cortex_sessions.migrations.0019_context_window")
+
+
+def _squash():
+    """The squash that created the previous versions (``_v4``, ``get_v1``, ``resolve_v1``)."""
+    return importlib.import_module(
+        "cortex_sessions.migrations.0012_squashed_0018_search_and_functions"
+    )
 
 
 def _signature(drop: str) -> str:
@@ -135,6 +142,16 @@ def _function_exists(signature: str | None = None) -> bool:
     return _function_result(signature) is not None
 
 
+def _latest_functions(direction: str) -> None:
+    """Run the function operations of the latest migration ``forwards`` or ``backwards``."""
+    operations = _latest()._functions()
+    if direction == "backwards":
+        operations = operations[::-1]
+    with connection.schema_editor() as editor:
+        for operation in operations:
+            getattr(operation, f"database_{direction}")("cortex_sessions", editor, None, None)
+
+
 #: The result type of the function the code calls: the narrow row as one value.
 NARROW = "text[]"
 
@@ -145,7 +162,7 @@ def test_the_migration_creates_the_function_the_code_calls():
     session's columns or to the append statement needs a migration that replaces the
     function."""
     create, drop = _pg.function_sql(_pg.APPEND_ONE)
-    assert (create, drop) == (_migration_0016().CREATE, _migration_0016().DROP)
+    assert (create, drop) == (_latest().CREATE_APPEND_ONE, _latest().DROP_APPEND_ONE)
     assert _function_result() == NARROW  # the test database was migrated
 
 
@@ -155,35 +172,37 @@ EARLIER = tuple(
     _signature(migration().DROP)
     for migration in (_migration_0013, _migration_0014, _migration_0015)
 )
+#: The versions 0019 replaces: the squash's append, get and resolve.
+PREVIOUS = tuple(
+    _signature(_squash().__dict__[f"DROP_{name}"]) for name in ("APPEND_ONE", "GET", "RESOLVE")
+)
 
 
 @on_postgresql
-def test_0016_touches_only_its_own_function_and_the_pre_release_ones_are_gone(session):
-    """Each version of the function has a name of its own, so 0016 backward and forward touch
-    only its own; the pre-release versions are not on a migrated database (0018 drops them,
-    and ``tests/test_squashed_migrations.py`` shows 0018 backward bringing them back)."""
-    assert _pg.APPEND_ONE.endswith("_v4") and not any(map(_function_exists, EARLIER))
-    latest = _migration_0016().AppendOneReturnsAnArray()
-    with connection.schema_editor() as editor:
-        latest.database_backwards("cortex_sessions", editor, None, None)
-    assert not _function_exists() and not any(map(_function_exists, EARLIER))
-    with connection.schema_editor() as editor:
-        latest.database_forwards("cortex_sessions", editor, None, None)
-    assert _function_result() == NARROW and not any(map(_function_exists, EARLIER))
+def test_0019_replaces_the_previous_functions_and_backward_restores_them(session):
+    """Each version of a function has a name of its own, so 0019 backward drops only its own
+    and creates the squash's again; forward the other way round. The pre-release versions are
+    not on a migrated database (0018 drops them)."""
+    assert _pg.APPEND_ONE.endswith("_v5") and not any(map(_function_exists, EARLIER))
+    assert not any(map(_function_exists, PREVIOUS))
+    _latest_functions("backwards")
+    assert not _function_exists() and all(map(_function_exists, PREVIOUS))
+    _latest_functions("forwards")
+    assert _function_result() == NARROW and not any(map(_function_exists, PREVIOUS))
+    assert not any(map(_function_exists, EARLIER))
 
 
 @on_postgresql
 @pytest.mark.django_db(transaction=True)
-def test_this_code_on_a_database_without_0016_writes_nothing():
+def test_this_code_on_a_database_without_0019_writes_nothing():
     # New code deployed before `migrate`: the call is refused at parse time, before the
     # function would write (an append runs in autocommit, so writing and then failing would
     # store a message the caller was told failed).
     from django.db import ProgrammingError
 
     session = services.create_session(scope=SCOPE, agent_id="agent-1")
-    latest = _migration_0016().AppendOneReturnsAnArray()
-    with connection.schema_editor() as editor:
-        latest.database_backwards("cortex_sessions", editor, None, None)
+    with connection.cursor() as cursor:
+        cursor.execute(_latest().DROP_APPEND_ONE)
     try:
         with pytest.raises(ProgrammingError, match="does not exist"):
             services.append_messages(
@@ -193,17 +212,12 @@ def test_this_code_on_a_database_without_0016_writes_nothing():
         assert (stored.message_count, stored.last_seq) == (0, 0)
         assert not Message.objects.filter(session=session).exists()
     finally:
-        with connection.schema_editor() as editor:
-            latest.database_forwards("cortex_sessions", editor, None, None)
+        with connection.cursor() as cursor:
+            cursor.execute(_latest().CREATE_APPEND_ONE)
     result = services.append_messages(
         scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "y"}]
     )
     assert result.messages[0].seq == 1
-
-
-def _migration_0017():
-    """The migration of the session-read functions."""
-    return importlib.import_module("cortex_sessions.migrations.0017_get_and_resolve_functions")
 
 
 #: Every function the code calls.
@@ -211,10 +225,10 @@ FUNCTIONS = (_pg.APPEND_ONE, _pg.GET, _pg.RESOLVE)
 
 
 @on_postgresql
-def test_0017_creates_the_read_functions_the_code_calls():
+def test_0019_creates_the_read_functions_the_code_calls():
     """Its frozen SQL is what the code describes today (a change to the session's columns
     needs a migration with new functions), and the test database has both."""
-    migration = _migration_0017()
+    migration = _latest()
     assert _pg.function_sql(_pg.GET) == (migration.CREATE_GET, migration.DROP_GET)
     assert _pg.function_sql(_pg.RESOLVE) == (migration.CREATE_RESOLVE, migration.DROP_RESOLVE)
     for name in (_pg.GET, _pg.RESOLVE):
@@ -223,18 +237,14 @@ def test_0017_creates_the_read_functions_the_code_calls():
 
 @on_postgresql
 @pytest.mark.django_db(transaction=True)
-def test_0017_backward_drops_the_read_functions_and_forward_restores_them():
+def test_0019_backward_and_forward_leave_the_code_working():
     session = services.create_session(scope=SCOPE, agent_id="agent-1")
-    operation = _migration_0017().GetAndResolveFunctions()
-    signatures = [_signature(_pg.function_sql(name)[1]) for name in (_pg.GET, _pg.RESOLVE)]
-    with connection.schema_editor() as editor:
-        operation.database_backwards("cortex_sessions", editor, None, None)
+    signatures = [_signature(_pg.function_sql(name)[1]) for name in FUNCTIONS]
+    _latest_functions("backwards")
     try:
         assert not any(map(_function_exists, signatures))
-        assert _function_exists()  # the append's stays
     finally:
-        with connection.schema_editor() as editor:
-            operation.database_forwards("cortex_sessions", editor, None, None)
+        _latest_functions("forwards")
     assert all(map(_function_exists, signatures))
     assert services.get_session(scope="org=acme", session_id=session.pk).pk == session.pk
     assert services.resolve_session(scope=SCOPE, agent_id="agent-1")[1] is True

@@ -42,6 +42,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from datetime import datetime
+from decimal import Decimal
 from functools import cache
 from typing import Any, NamedTuple, cast
 
@@ -50,6 +51,7 @@ from django.db.models import (
     BooleanField,
     CharField,
     DateTimeField,
+    DecimalField,
     GeneratedField,
     IntegerField,
     JSONField,
@@ -191,16 +193,19 @@ def _sql_append() -> str:
       id and seq. No row at all means no such live session within the scope (missing, foreign
       or archived, docs/design.md §11.2): nothing was written.
 
-    Parameters: n, updated_at, last_message (NULL: keep), id, the four scope parameters,
-    roles, sources, contents (JSON text), metadata (JSON text), created_at values.
+    Parameters: n, the four totals (input tokens, output tokens, cost, context tokens),
+    updated_at, last_message (NULL: keep), id, the four scope parameters, roles, sources,
+    contents (JSON text), metadata (JSON text), created_at values, usages (JSON text or NULL),
+    token counts.
     """
     return _append_statement(
         step="%s",
         values=(
             's."last_seq" - %s + v.ord, v.role, v.source, v.content::jsonb, v.metadata::jsonb,'
-            " v.created_at FROM s, unnest(%s::text[], %s::text[], %s::text[], %s::text[],"
-            " %s::timestamptz[]) WITH ORDINALITY AS v(role, source, content, metadata,"
-            " created_at, ord)"
+            " v.created_at, v.usage::jsonb, v.token_count FROM s, unnest(%s::text[], %s::text[],"
+            " %s::text[], %s::text[], %s::timestamptz[], %s::text[], %s::integer[]) WITH"
+            " ORDINALITY AS v(role, source, content, metadata, created_at, usage, token_count,"
+            " ord)"
         ),
         order=' ORDER BY m."seq"',
     )
@@ -209,17 +214,19 @@ def _sql_append() -> str:
 #: The PL/pgSQL function that appends one message (docs/design.md §14.1). Its name changes
 #: with its statement or result (``_v2``: the narrow row of migration ``0014``; ``_v3``:
 #: ``updated_at`` never moved back, migration ``0015``; ``_v4``: one ``text[]`` value instead
-#: of a row, migration ``0016``), so code and database on two sides of a migration fail
+#: of a row, migration ``0016``; ``_v5``: the usage totals and the message's ``usage`` and
+#: ``token_count``, migration ``0019``), so code and database on two sides of a migration fail
 #: before writing instead of after: code calling a function the database does not have yet
 #: is refused at parse time, and the previous version stays for the code of the previous
 #: release until a later migration drops it.
-APPEND_ONE = "cortex_sessions_append_one_v4"
+APPEND_ONE = "cortex_sessions_append_one_v5"
 #: The PL/pgSQL functions that read one session by id within a scope, and the default session
 #: of an agent at a scope (migration ``0017_get_and_resolve_functions``), each returning every
 #: column as one ``text[]`` value (``NULL``: no such session). Named by version as
-#: :data:`APPEND_ONE` is: a change to the session's columns needs new ones.
-GET = "cortex_sessions_get_v1"
-RESOLVE = "cortex_sessions_resolve_v1"
+#: :data:`APPEND_ONE` is: a change to the session's columns needs new ones (``_v2``: the usage
+#: totals, migration ``0019_context_window``).
+GET = "cortex_sessions_get_v2"
+RESOLVE = "cortex_sessions_resolve_v2"
 
 
 class _Function(NamedTuple):
@@ -242,6 +249,10 @@ def _functions() -> dict[str, _Function]:
     return {
         APPEND_ONE: _Function(
             (
+                "bigint",  # input tokens to add
+                "bigint",  # output tokens to add
+                "numeric",  # cost to add
+                "bigint",  # context tokens to add
                 "timestamptz",  # updated_at
                 "text",  # last_message (NULL: keep)
                 "uuid",  # session id
@@ -251,6 +262,8 @@ def _functions() -> dict[str, _Function]:
                 "text",  # content (JSON text)
                 "text",  # metadata (JSON text)
                 "timestamptz",  # created_at
+                "text",  # usage (JSON text or NULL)
+                "integer",  # token count
             ),
             _append_one_statement,
             "appended",
@@ -289,13 +302,14 @@ def _sql_call(function: str) -> str:
 def _append_one_statement() -> str:
     """The statement :data:`APPEND_ONE` runs: :func:`_sql_append` for one message, with scalar
     parameters instead of ``unnest`` over arrays, selecting the narrow row of
-    :func:`_narrow_session` into the function's variable ``appended``. Parameters:
-    updated_at, last_message (NULL: keep), id, the four scope parameters, role, source,
-    content (JSON text), metadata (JSON text), created_at."""
+    :func:`_narrow_session` into the function's variable ``appended``. Parameters: the four
+    totals (input tokens, output tokens, cost, context tokens), updated_at, last_message
+    (NULL: keep), id, the four scope parameters, role, source, content (JSON text), metadata
+    (JSON text), created_at, usage (JSON text or NULL), token count."""
     array = f'{_text_columns(_narrow_fields())}, m."id"::text, m."seq"::text'
     return _append_statement(
         step="1",
-        values='s."last_seq", %s, %s, %s::jsonb, %s::jsonb, %s FROM s',
+        values='s."last_seq", %s, %s, %s::jsonb, %s::jsonb, %s, %s::jsonb, %s FROM s',
         order="",
         result=f"ARRAY[{array}] INTO appended",
     )
@@ -392,6 +406,8 @@ def _text_converter(field: Any) -> Any:
         return int
     if isinstance(kind, UUIDField):
         return uuid.UUID
+    if isinstance(kind, DecimalField):  # numeric's text is the value's exact digits
+        return Decimal
     # Text as it is; ScopeField.from_db_value only decodes the bytes MySQL drivers return.
     if isinstance(kind, CharField | TextField) and (
         isinstance(kind, ScopeField) or not hasattr(kind, "from_db_value")
@@ -532,7 +548,8 @@ def create_functions(*, app_config: Any, using: str, **kwargs: Any) -> None:
 def _append_statement(*, step: str, values: str, order: str, result: str | None = None) -> str:
     """The append statement of :func:`_sql_append` and of :data:`APPEND_ONE`: the
     session update ``s`` moving ``last_seq`` and ``message_count`` by ``step`` (a placeholder or
-    a literal), the message insert ``m`` selecting the session's id, agent and scope followed by
+    a literal) and the usage totals by four parameters (input tokens, output tokens, cost,
+    context tokens: docs/design.md §16.1-§16.2), the message insert ``m`` selecting the session's id, agent and scope followed by
     ``values`` (the rest of the select list and its ``FROM``), and the outer select of
     ``result`` (default: the session's columns, then the message's ``id`` and ``seq``), ordered
     by ``order``.
@@ -544,6 +561,8 @@ def _append_statement(*, step: str, values: str, order: str, result: str | None 
         f"WITH s AS ("
         f' UPDATE {table} s SET "last_seq" = s."last_seq" + {step},'
         f' "message_count" = s."message_count" + {step},'
+        f' "input_tokens" = s."input_tokens" + %s, "output_tokens" = s."output_tokens" + %s,'
+        f' "cost" = s."cost" + %s, "context_tokens" = s."context_tokens" + %s,'
         f' "updated_at" = GREATEST(s."updated_at", %s),'
         f' "last_message" = COALESCE(%s, s."last_message")'
         f' WHERE s."id" = %s AND s."archived_at" IS NULL AND {_WITHIN_FILTER}'
@@ -551,7 +570,7 @@ def _append_statement(*, step: str, values: str, order: str, result: str | None 
         f"), m AS ("
         f" INSERT INTO {Message._meta.db_table}"
         f' ("session_id", "agent_id", "scope", "seq", "role", "source", "content", "metadata",'
-        f' "created_at")'
+        f' "created_at", "usage", "token_count")'
         f' SELECT s."id", s."agent_id", s."scope", {values}'
         f' RETURNING "id", "seq"'
         f") SELECT {result} FROM s, m{order}"
@@ -1104,17 +1123,21 @@ def append_rows(
     canonical: str,
     session_id: uuid.UUID,
     rows: Sequence[dict[str, Any]],
-    json_texts: Sequence[tuple[str, str]],
+    json_texts: Sequence[tuple[str, str, str | None]],
     last_message: str | None,
     updated_at: datetime,
+    totals: Sequence[Any],
 ) -> tuple[Session, list[Message]] | None:
     """Append validated message ``rows`` (column values as ``messages._build_message`` makes
     them) to the session, in one statement (see :func:`_sql_append`; one message:
     :data:`APPEND_ONE`).
 
     Args:
-        json_texts: each row's ``content`` and ``metadata`` as JSON text (validation encoded
-            them already; ``jsonb`` stores the same value whatever the spacing).
+        json_texts: each row's ``content``, ``metadata`` and ``usage`` (or ``None``) as JSON
+            text (validation encoded them already; ``jsonb`` stores the same value whatever
+            the spacing).
+        totals: what the rows add to the session's input tokens, output tokens, cost
+            (``Decimal``) and context tokens (``usage.Totals``, docs/design.md §16.1-§16.2).
         updated_at: the session's new ``updated_at``, unless the row holds a later one
             (which it keeps: ``updated_at`` never moves back).
 
@@ -1126,15 +1149,20 @@ def append_rows(
     if len(rows) == 1:
         (row,) = rows
         sql = _sql_call(APPEND_ONE)
+        content, metadata, usage = json_texts[0]
         params = [
+            *totals,
             updated_at,
             last_message,
             session_id,
             *scope,
             row["role"],
             row["source"],
-            *json_texts[0],
+            content,
+            metadata,
             row["created_at"],
+            usage,
+            row["token_count"],
         ]
     else:
         count = len(rows)
@@ -1142,6 +1170,7 @@ def append_rows(
         params = [
             count,
             count,
+            *totals,
             updated_at,
             last_message,
             session_id,
@@ -1149,9 +1178,11 @@ def append_rows(
             count,
             [row["role"] for row in rows],
             [row["source"] for row in rows],
-            [content for content, _ in json_texts],
-            [metadata for _, metadata in json_texts],
+            [texts[0] for texts in json_texts],
+            [texts[1] for texts in json_texts],
             [row["created_at"] for row in rows],
+            [texts[2] for texts in json_texts],
+            [row["token_count"] for row in rows],
         ]
     connection = connections[alias]
     result, session_zone = _execute(connection, sql, params, keep=True)

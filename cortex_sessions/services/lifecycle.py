@@ -24,6 +24,7 @@ from ..exceptions import InvalidInput, InvalidMetadata, InvalidUpToSeq
 from ..metadata import merge_patch
 from ..models import Message, Session
 from ..scope import Scope
+from ..usage import sums_of
 from ._common import (
     MAX_INT64,
     _check_cwd,
@@ -155,6 +156,10 @@ def fork_session(
             cwd=source.cwd,
             # A whole copy has the source's counters (exact: the source row is locked).
             message_count=source.message_count if whole else 0,
+            input_tokens=source.input_tokens if whole else 0,
+            output_tokens=source.output_tokens if whole else 0,
+            cost=source.cost if whole else 0,
+            context_tokens=source.context_tokens if whole else 0,
             last_message=source.last_message if whole else "",
             last_seq=source.message_count if whole else 0,
             forked_from=source.pk,
@@ -170,10 +175,14 @@ def fork_session(
             fork.last_message = newest_conversation_text(
                 Message.objects.using(using).filter(session=fork)
             )
+            totals = sums_of(Message.objects.using(using).filter(session=fork))._asdict()
+            for name, value in totals.items():
+                setattr(fork, name, value)
             Session.objects.using(using).filter(pk=fork.pk).update(
                 message_count=fork.message_count,
                 last_seq=fork.last_seq,
                 last_message=fork.last_message,
+                **totals,
             )
     _send_on_commit(signals.session_created, session=fork)
     return fork

@@ -30,6 +30,8 @@ from ..models import Message, Session
 from ..scope import Scope, canonical_of
 from ..search import check_query, filter_messages
 from ..search_limits import search_timeout
+from ..tokens import count_tokens
+from ..usage import Totals, check_usage, totals_of
 from . import _pg
 from ._common import (
     _autocommit_write,
@@ -58,6 +60,8 @@ class MessageInput:
             ``user`` for the ``user`` role and ``host`` for the others.
         metadata: host-owned JSON object.
         created_at: when the message was written; defaults to now (importers pass the original).
+        usage: what producing it cost, or ``None`` (docs/design.md §16.1,
+            :func:`cortex_sessions.usage.check_usage`).
     """
 
     role: str
@@ -65,6 +69,7 @@ class MessageInput:
     source: str | None = None
     metadata: Mapping[str, Any] | None = None
     created_at: datetime | None = None
+    usage: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -78,7 +83,7 @@ class AppendResult:
 #: Roles and sources a message may have (``Model.TextChoices.values`` builds a list each time).
 _ROLES = tuple(Message.Role.values)
 _SOURCES = tuple(Message.Source.values)
-_INPUT_KEYS = frozenset({"role", "content", "source", "metadata", "created_at"})
+_INPUT_KEYS = frozenset({"role", "content", "source", "metadata", "created_at", "usage"})
 
 #: ``json_text([{"type": "text", "text": text}])`` with the encoded text in place of ``%s``: a
 #: string's encoding is the encoder's fast path, where a list of blocks makes it build its
@@ -101,8 +106,9 @@ def _refuse_choice(
 class _BuiltMessage(NamedTuple):
     """One validated message input, as :func:`_build_message` returns it."""
 
-    #: The values of ``role``, ``source``, ``content``, ``metadata`` and ``created_at`` as they
-    #: are stored (without session, agent, scope and seq, which the session gives).
+    #: The values of ``role``, ``source``, ``content``, ``metadata``, ``created_at``, ``usage``
+    #: and ``token_count`` as they are stored (without session, agent, scope and seq, which the
+    #: session gives).
     columns: dict[str, Any]
     #: ``content`` and ``metadata`` as the JSON text validation encoded (and measured): the
     #: PostgreSQL path sends it as is rather than encoding the values again.
@@ -111,6 +117,8 @@ class _BuiltMessage(NamedTuple):
     #: The ``created_at`` the input gave (an import), as given, or ``None`` (the append's clock):
     #: an idempotency key's fingerprint is of the input, not of the value stored.
     given_time: datetime | None
+    #: ``usage`` as JSON text, or ``None`` (SQL ``NULL``).
+    usage_json: str | None = None
 
 
 #: ``Message.created_at``, whose ``get_prep_value`` makes a naive datetime aware.
@@ -136,10 +144,10 @@ def _build_message(
             )
         get = item.get
         role, content, source = get("role"), get("content"), get("source")
-        metadata, created_at = get("metadata"), get("created_at")
+        metadata, created_at, usage = get("metadata"), get("created_at"), get("usage")
     elif isinstance(item, MessageInput):
         role, content, source = item.role, item.content, item.source
-        metadata, created_at = item.metadata, item.created_at
+        metadata, created_at, usage = item.metadata, item.created_at, item.usage
     else:
         raise InvalidInput(f"messages[{index}] must be an object.", field="messages")
     if role not in _ROLES:
@@ -172,14 +180,21 @@ def _build_message(
         if not isinstance(created_at, datetime):
             raise InvalidInput("created_at must be a datetime.", field="created_at")
         stamp = _CREATED_AT.get_prep_value(created_at)
+    usage_json = None
+    if usage is not None:
+        usage = check_usage(usage)
+        usage_json = json_text(usage, field="usage")
     columns = {
         "role": role,
         "source": source,
         "content": blocks,
         "metadata": metadata,
         "created_at": stamp,
+        "usage": usage,
+        "token_count": count_tokens(role, blocks),
+        "compacts_through_seq": None,
     }
-    return _BuiltMessage(columns, content_json, metadata_json, created_at)
+    return _BuiltMessage(columns, content_json, metadata_json, created_at, usage_json)
 
 
 # -- messages -------------------------------------------------------------------------------------
@@ -232,10 +247,38 @@ def _newest_text(session: Session, using: str) -> str:
     return newest_conversation_text(Message.objects.using(using).filter(session=session))
 
 
-def _after_delete(session: Session, deleted: int, using: str) -> Session:
+def _totals_of(rows: Sequence[Mapping[str, Any]]) -> Totals:
+    """What message rows (column values, or values read back) add to their session's totals
+    (docs/design.md §16.1-§16.2)."""
+    return totals_of((row["usage"], row["token_count"]) for row in rows)
+
+
+def _moved_totals(totals: Totals, sign: int = 1) -> dict[str, Any]:
+    """The ``update()`` keyword arguments that move a session's totals by ``totals`` (``sign``
+    ``-1``: take them away), as ``F()`` expressions, so the row's own values are moved."""
+    return {name: F(name) + sign * amount for name, amount in totals._asdict().items() if amount}
+
+
+def _add_totals(session: Session, totals: Totals, sign: int = 1) -> None:
+    """Move the totals of the ``session`` instance as :func:`_moved_totals` moved its row."""
+    for name, amount in totals._asdict().items():
+        setattr(session, name, getattr(session, name) + sign * amount)
+
+
+def _deleted_totals(messages: Any) -> Totals:
+    """What the message rows of the queryset ``messages`` add to their session (read before
+    they are deleted, under the session's row lock)."""
+    return totals_of(messages.values_list("usage", "token_count"))
+
+
+def _after_delete(
+    session: Session, deleted: int, using: str, removed: Totals | None = None
+) -> Session:
     """Move the counters of the locked ``session`` after ``deleted`` of its rows went, in the
     database and on ``session`` itself, in the transaction open on database ``using``
-    (docs/design.md §5, §17.1)."""
+    (docs/design.md §5, §17.1); ``removed``: what those rows added to the usage totals
+    (§16.1-§16.2)."""
+    removed = removed or Totals()
     session.message_count -= deleted
     session.last_message = _newest_text(session, using)
     session.updated_at = timezone.now()
@@ -243,7 +286,9 @@ def _after_delete(session: Session, deleted: int, using: str) -> Session:
         message_count=F("message_count") - deleted,
         last_message=session.last_message,
         updated_at=session.updated_at,
+        **_moved_totals(removed, -1),
     )
+    _add_totals(session, removed, -1)
     return session
 
 
@@ -300,6 +345,11 @@ def append_messages(
     return _append_rows(scope, session_id, rows, now)
 
 
+#: Columns :func:`_build_message` derives from the input (the token counter's answer may
+#: change with the setting): not part of an idempotency key's fingerprint.
+_DERIVED = frozenset({"token_count", "compacts_through_seq"})
+
+
 def _append_once(
     scope: Scope | str,
     session_id: uuid.UUID | str,
@@ -311,12 +361,15 @@ def _append_once(
     pk = _session_id(session_id)
     inputs = [
         {
-            **row.columns,
+            **{name: value for name, value in row.columns.items() if name not in _DERIVED},
             "explicit_time": row.given_time is not None,
             "created_at": row.given_time,
         }
         for row in rows
     ]
+    for row, given in zip(rows, inputs, strict=True):
+        if row.columns["usage"] is None:  # as 1.0.0 fingerprinted a message without usage
+            del given["usage"]
     outcome = run_once(
         scope=scope,
         endpoint=f"service:append_messages:{pk}",
@@ -343,7 +396,9 @@ def _append_rows(
     rows = [message.columns for message in built]
     alias = _db_for_write()
     if _pg.serves(alias):  # one statement (docs/design.md §14)
-        texts = [(message.content_json, message.metadata_json) for message in built]
+        texts = [
+            (message.content_json, message.metadata_json, message.usage_json) for message in built
+        ]
         return _append_pg(alias, scope, session_id, rows, texts, now)
     with _write_transaction(alias):
         session = _check_live(_locked_session(scope, session_id))
@@ -357,6 +412,7 @@ def _append_rows(
             )
             for offset, row in enumerate(rows, start=1)
         )
+        added = _totals_of(rows)
         changes: dict[str, Any] = {
             "last_seq": session.last_seq + len(created),
             # Read under the row lock, so never behind a prior append's; and never behind the
@@ -368,10 +424,13 @@ def _append_rows(
                 changes["last_message"] = last
                 break
         Session.objects.using(alias).filter(pk=session.pk).update(
-            message_count=F("message_count") + len(created), **changes
+            message_count=F("message_count") + len(created),
+            **_moved_totals(added),
+            **changes,
         )
         # The row is locked, so the new values are known without reading the row back.
         changes["message_count"] = session.message_count + len(created)
+        _add_totals(session, added)
         for name, value in changes.items():
             setattr(session, name, value)
     _send_on_commit(signals.messages_appended, session=session, messages=created)
@@ -383,7 +442,7 @@ def _append_pg(
     scope: Scope | str,
     session_id: uuid.UUID | str,
     rows: list[dict[str, Any]],
-    texts: list[tuple[str, str]],
+    texts: list[tuple[str, str, str | None]],
     now: datetime,
 ) -> AppendResult:
     """:func:`append_messages` on PostgreSQL: the same checks, one statement (``_pg``)."""
@@ -404,6 +463,7 @@ def _append_pg(
                 json_texts=texts,
                 last_message=last,
                 updated_at=now if attempt == 0 else timezone.now(),
+                totals=_totals_of(rows),
             )
         if appended is not None:
             break
@@ -498,10 +558,12 @@ def delete_message(*, scope: Scope | str, session_id: uuid.UUID | str, seq: int)
     using = _db_for_write()
     with _write_transaction(using):
         session = _check_live(_locked_session(scope, session_id))
-        deleted, _ = Message.objects.using(using).filter(session=session, seq=seq).delete()
+        doomed = Message.objects.using(using).filter(session=session, seq=seq)
+        removed = _deleted_totals(doomed)
+        deleted, _ = doomed.delete()
         if not deleted:
             raise MessageNotFound()
-        _after_delete(session, deleted, using)
+        _after_delete(session, deleted, using, removed)
     return session
 
 
@@ -520,6 +582,9 @@ def clear_messages(*, scope: Scope | str, session_id: uuid.UUID | str) -> int:
         session = _check_live(_locked_session(scope, session_id))
         deleted, _ = Message.objects.using(using).filter(session=session).delete()
         Session.objects.using(using).filter(pk=session.pk).update(
-            message_count=0, last_message="", updated_at=timezone.now()
+            message_count=0,
+            last_message="",
+            updated_at=timezone.now(),
+            **Totals()._asdict(),
         )
     return deleted

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from ..exceptions import MessageNotFound
 from ..models import Message, Session
 from ..scope import Scope
+from ..usage import totals_of
 from ._common import (
     _check_int,
     _check_live,
@@ -20,7 +21,7 @@ from ._common import (
     _locked_session,
     _write_transaction,
 )
-from .messages import _after_delete
+from .messages import _after_delete, _deleted_totals
 
 __all__ = ["MessagesDeleted", "PoppedMessage", "delete_messages_after", "pop_message"]
 
@@ -68,11 +69,11 @@ def delete_messages_after(
     using = _db_for_write()
     with _write_transaction(using):
         session = _check_live(_locked_session(scope, session_id))
-        deleted, _ = (
-            Message.objects.using(using).filter(session=session, seq__gt=after_seq).delete()
-        )
+        doomed = Message.objects.using(using).filter(session=session, seq__gt=after_seq)
+        removed = _deleted_totals(doomed)
+        deleted, _ = doomed.delete()
         if deleted:
-            _after_delete(session, deleted, using)
+            _after_delete(session, deleted, using, removed)
     return MessagesDeleted(session=session, deleted=deleted)
 
 
@@ -99,5 +100,5 @@ def pop_message(*, scope: Scope | str, session_id: uuid.UUID | str) -> PoppedMes
         if message is None:
             raise MessageNotFound("The session has no messages.")
         Message.objects.using(using).filter(pk=message.pk).delete()
-        _after_delete(session, 1, using)
+        _after_delete(session, 1, using, totals_of([(message.usage, message.token_count)]))
     return PoppedMessage(session=session, message=message)
