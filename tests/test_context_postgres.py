@@ -81,3 +81,27 @@ def test_rows_read_are_bounded_by_the_rows_returned(long_thread, budget, kept):
     # message past the budget twice: 3,001 messages, whatever their number
     returned = kept + 1
     assert read <= 2 * returned + 4, read
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_bench_floor_returns_the_same_rows():
+    """``bench.floor.context_window``, the raw SQL the bench compares with, reads the rows the
+    service returns (else its figure would compare unlike work)."""
+    psycopg = pytest.importorskip("psycopg")
+    from bench import floor
+
+    session = services.create_session(scope=SCOPE, agent_id="a")
+    services.append_messages(
+        scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "x"}] * 300
+    )
+    services.compact_session(scope=SCOPE, session_id=session.pk, through_seq=100, summary="s")
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    with psycopg.connect(**params, autocommit=True) as raw:
+        for budget in (50, 500, 5000):
+            window = services.context_messages(
+                scope=SCOPE, session_id=session.pk, max_tokens=budget
+            )
+            rows = floor.context_window(raw, scope=SCOPE, session_id=session.pk, max_tokens=budget)
+            assert [row[2] for row in rows] == [message.pk for message in window.messages]
