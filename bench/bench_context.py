@@ -26,7 +26,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# The repository root instead of bench/ itself, whose http.py would shadow the standard library's.
+sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from bench.bench_lifecycle import setup_django
 
