@@ -67,7 +67,9 @@ WRITER_POLL = 1.0
 WRITER_JOIN_TIMEOUT = 10.0
 
 #: Targets for app/floor, by operation family (docs/performance.md).
-TARGETS = {"append": 1.3, "get": 2.5, "newest": 1.5, "list": 2.0}
+TARGETS = {"append": 1.3, "get": 2.5, "newest": 1.5, "list": 2.0, "context": 1.5}
+#: The budget of the context read's benchmark (docs/design.md §16.4), in tokens.
+CONTEXT_BUDGET = 8000
 
 
 @dataclass
@@ -723,6 +725,19 @@ def run_all(
                 base, scope=_org(s), session_id=i
             ),
         )
+    big_id, big_scope = fx["big"]
+    hot_op(
+        f"context read of 100k-msg session, max_tokens={CONTEXT_BUDGET}",
+        TARGETS["context"],
+        lambda _: services.context_messages(
+            scope=_org(big_scope), session_id=big_id, max_tokens=CONTEXT_BUDGET
+        ),
+        lambda _: floor.context_window(
+            base, scope=_org(big_scope), session_id=big_id, max_tokens=CONTEXT_BUDGET
+        ),
+        [None],
+        "1 statement: a walk newest first stopped one message past the budget",
+    )
     targets = fx["sample"][:20]
     text = "Please look at the failing test in the billing module and propose a fix."
     hot_op(

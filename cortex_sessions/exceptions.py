@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 __all__ = [
+    "ContextBudgetExceeded",
     "CortexSessionsError",
     "DefaultConflict",
     "EmptyContent",
@@ -26,6 +27,7 @@ __all__ = [
     "InvalidScope",
     "InvalidSource",
     "InvalidText",
+    "InvalidThroughSeq",
     "InvalidUpToSeq",
     "InvalidUsage",
     "MessageNotFound",
@@ -338,3 +340,29 @@ class SearchTimeout(CortexSessionsError):
             self.retry_after = max(1, math.ceil(float(seconds)))
         except (TypeError, ValueError, OverflowError):
             self.retry_after = 1
+
+
+# -- context window (docs/design.md §16.3, §16.4) ---------------------------------------------------
+
+
+class InvalidThroughSeq(InvalidInput):
+    """A compaction's ``through_seq`` that is not an integer from 1 to the session's last
+    ``seq``, or not beyond the ``through_seq`` of its newest live compaction
+    (docs/design.md §16.3)."""
+
+    code = "invalid_through_seq"
+    default_message = (
+        "through_seq must be an integer from 1 to the session's last seq, beyond the newest "
+        "compaction's through_seq."
+    )
+
+
+class ContextBudgetExceeded(CortexSessionsError):
+    """The context read's ``max_tokens`` cannot hold the newest compaction summary and the
+    newest message after it (docs/design.md §16.4). The API answers 422; ``params`` carry
+    ``max_tokens`` and ``required`` (the tokens the smallest context takes)."""
+
+    code = "context_budget_exceeded"
+    default_message = (
+        "max_tokens cannot hold the compaction summary and the newest message; ask for more."
+    )

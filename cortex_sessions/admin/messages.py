@@ -28,6 +28,7 @@ from ..models import Message
 from .base import (
     TEXT_PREVIEW_CHARS,
     ReadOnlyModelAdmin,
+    compaction_label,
     list_datetime,
     pretty_json,
     session_change_link,
@@ -67,6 +68,7 @@ class MessageAdmin(ReadOnlyModelAdmin):
         "pretty_content",
         "pretty_metadata",
         "created_at",
+        "compaction",
     )
     readonly_fields = fields
 
@@ -201,3 +203,8 @@ class MessageAdmin(ReadOnlyModelAdmin):
     def pretty_metadata(self, obj: Message) -> str:
         """The host's metadata as indented JSON, like the content."""
         return pretty_json(obj.metadata)
+
+    @admin.display(description=_("compaction"))
+    def compaction(self, obj: Message) -> str:
+        """Which seqs a compaction summary stands for (docs/design.md §16.3); else empty."""
+        return compaction_label(obj)

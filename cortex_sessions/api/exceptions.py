@@ -58,6 +58,7 @@ ERROR_STATUS: dict[type[BaseException], int] = {
     core.IdempotencyKeyInProgress: status.HTTP_409_CONFLICT,
     core.WriteOutcomeUnknown: status.HTTP_503_SERVICE_UNAVAILABLE,
     core.IdempotencyKeyReused: status.HTTP_422_UNPROCESSABLE_ENTITY,
+    core.ContextBudgetExceeded: status.HTTP_422_UNPROCESSABLE_ENTITY,
     core.MessageTooLarge: status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
     core.SearchTimeout: status.HTTP_503_SERVICE_UNAVAILABLE,
     core.CortexSessionsError: status.HTTP_400_BAD_REQUEST,

@@ -20,6 +20,8 @@ from .aio import (
     aappend_messages,
     aarchive_session,
     aclear_messages,
+    acompact_session,
+    acontext_messages,
     acount_sessions,
     acreate_session,
     adelete_message,
@@ -39,6 +41,8 @@ from .aio import (
     aunarchive_session,
     aupdate_session,
 )
+from .compaction import compact_session
+from .context import MAX_CONTEXT_TOKENS, ContextWindow, context_messages
 from .filters import SessionFilters
 from .idempotency import prune_idempotency_keys
 from .keyset import SessionPage, list_sessions_page
@@ -79,10 +83,12 @@ from .undo import (
 )
 
 __all__ = [
+    "MAX_CONTEXT_TOKENS",
     "MAX_INT64",
     "ORDERING_FIELDS",
     "PATCHABLE_FIELDS",
     "AppendResult",
+    "ContextWindow",
     "CounterDrift",
     "MessageInput",
     "MessagesDeleted",
@@ -92,6 +98,8 @@ __all__ = [
     "aappend_messages",
     "aarchive_session",
     "aclear_messages",
+    "acompact_session",
+    "acontext_messages",
     "acount_sessions",
     "acreate_session",
     "adelete_message",
@@ -116,6 +124,8 @@ __all__ = [
     "check_message_count",
     "check_messages",
     "clear_messages",
+    "compact_session",
+    "context_messages",
     "count_sessions",
     "create_session",
     "delete_message",

@@ -25,6 +25,8 @@ from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 
+from .compaction import compact_session
+from .context import context_messages
 from .idempotency import prune_idempotency_keys
 from .keyset import list_sessions_page
 from .lifecycle import archive_session, fork_session, patch_session, unarchive_session
@@ -46,6 +48,8 @@ __all__ = [
     "aappend_messages",
     "aarchive_session",
     "aclear_messages",
+    "acompact_session",
+    "acontext_messages",
     "acount_sessions",
     "acreate_session",
     "adelete_message",
@@ -119,3 +123,5 @@ afork_session = async_twin(fork_session)
 apatch_session = async_twin(patch_session)
 apop_message = async_twin(pop_message)
 aunarchive_session = async_twin(unarchive_session)
+acompact_session = async_twin(compact_session)
+acontext_messages = async_twin(context_messages)

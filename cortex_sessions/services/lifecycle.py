@@ -35,6 +35,7 @@ from ._common import (
     _send_on_commit,
     _write_transaction,
 )
+from .context import has_compaction, refresh_context_tokens
 from .sessions import MAKE_DEFAULT_ATTEMPTS
 
 __all__ = [
@@ -74,15 +75,28 @@ def _copy_messages(source: Session, fork: Session, up_to_seq: int, using: str) -
     session_column = quote(meta.get_field("session").column)
     seq_column = quote(cast(str, meta.get_field("seq").column))
     columns = ", ".join(quote(column) for column in copied)
+    # A compaction summary's ``compacts_through_seq`` is renumbered as the seqs are: the number
+    # of source messages up to it (docs/design.md §16.3).
+    through = quote(cast(str, meta.get_field("compacts_through_seq").column))
+    values = ", ".join(
+        f"CASE WHEN m.{through} IS NULL THEN NULL ELSE (SELECT COUNT(*) FROM "
+        f"{quote(meta.db_table)} x WHERE x.{session_column} = %s AND x.{seq_column} <= "
+        f"m.{through}) END"
+        if column == meta.get_field("compacts_through_seq").column
+        else f"m.{quote(column)}"
+        for column in copied
+    )
     sql = (
         f"INSERT INTO {quote(meta.db_table)} ({session_column}, {seq_column}, {columns}) "
-        f"SELECT %s, ROW_NUMBER() OVER (ORDER BY {seq_column}), {columns} "
-        f"FROM {quote(meta.db_table)} WHERE {session_column} = %s AND {seq_column} <= %s"
+        f"SELECT %s, ROW_NUMBER() OVER (ORDER BY m.{seq_column}), {values} "
+        f"FROM {quote(meta.db_table)} m WHERE m.{session_column} = %s AND m.{seq_column} <= %s"
     )
     pk_field = Session._meta.pk
+    source_pk = pk_field.get_db_prep_value(source.pk, connection)
     params = [
         pk_field.get_db_prep_value(fork.pk, connection),
-        pk_field.get_db_prep_value(source.pk, connection),
+        source_pk,
+        source_pk,
         up_to_seq,
     ]
     with connection.cursor() as cursor:
@@ -184,6 +198,8 @@ def fork_session(
                 last_message=fork.last_message,
                 **totals,
             )
+            if has_compaction(fork, using=using):  # a summary's context (§16.3)
+                refresh_context_tokens(fork, using=using)
     _send_on_commit(signals.session_created, session=fork)
     return fork
 

@@ -47,6 +47,7 @@ from ._common import (
     _session_id,
     _write_transaction,
 )
+from .context import has_compaction, refresh_context_tokens
 from .idempotency import check_idempotency_key, fingerprint, run_once
 from .sessions import _get
 
@@ -274,7 +275,12 @@ def _deleted_totals(messages: Any) -> Totals:
 
 
 def _after_delete(
-    session: Session, deleted: int, using: str, removed: Totals | None = None
+    session: Session,
+    deleted: int,
+    using: str,
+    removed: Totals | None = None,
+    *,
+    compacted: bool = False,
 ) -> Session:
     """Move the counters of the locked ``session`` after ``deleted`` of its rows went, in the
     database and on ``session`` itself, in the transaction open on database ``using``
@@ -291,6 +297,8 @@ def _after_delete(
         **_moved_totals(removed, -1),
     )
     _add_totals(session, removed, -1)
+    if compacted:  # which rows the context holds may have changed (docs/design.md §16.3)
+        refresh_context_tokens(session, using=using)
     return session
 
 
@@ -614,10 +622,11 @@ def delete_message(*, scope: Scope | str, session_id: uuid.UUID | str, seq: int)
         session = _check_live(_locked_session(scope, session_id))
         doomed = Message.objects.using(using).filter(session=session, seq=seq)
         removed = _deleted_totals(doomed)
+        compacted = has_compaction(session, using=using)
         deleted, _ = doomed.delete()
         if not deleted:
             raise MessageNotFound()
-        _after_delete(session, deleted, using, removed)
+        _after_delete(session, deleted, using, removed, compacted=compacted)
     return session
 
 

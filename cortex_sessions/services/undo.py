@@ -21,6 +21,7 @@ from ._common import (
     _locked_session,
     _write_transaction,
 )
+from .context import has_compaction
 from .messages import _after_delete, _deleted_totals
 
 __all__ = ["MessagesDeleted", "PoppedMessage", "delete_messages_after", "pop_message"]
@@ -71,9 +72,10 @@ def delete_messages_after(
         session = _check_live(_locked_session(scope, session_id))
         doomed = Message.objects.using(using).filter(session=session, seq__gt=after_seq)
         removed = _deleted_totals(doomed)
+        compacted = has_compaction(session, using=using)
         deleted, _ = doomed.delete()
         if deleted:
-            _after_delete(session, deleted, using, removed)
+            _after_delete(session, deleted, using, removed, compacted=compacted)
     return MessagesDeleted(session=session, deleted=deleted)
 
 
@@ -99,6 +101,8 @@ def pop_message(*, scope: Scope | str, session_id: uuid.UUID | str) -> PoppedMes
         message = Message.objects.using(using).filter(session=session).order_by("-seq").first()
         if message is None:
             raise MessageNotFound("The session has no messages.")
+        compacted = has_compaction(session, using=using)
         Message.objects.using(using).filter(pk=message.pk).delete()
-        _after_delete(session, 1, using, totals_of([(message.usage, message.token_count)]))
+        removed = totals_of([(message.usage, message.token_count)])
+        _after_delete(session, 1, using, removed, compacted=compacted)
     return PoppedMessage(session=session, message=message)

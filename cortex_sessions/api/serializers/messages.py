@@ -39,7 +39,9 @@ __all__ = [
 ]
 
 #: Fields of a stored message that only the app writes; a message sent back may carry them.
-MESSAGE_READ_ONLY_FIELDS = frozenset({"id", "session", "seq", "created_at", "match"})
+MESSAGE_READ_ONLY_FIELDS = frozenset(
+    {"id", "session", "seq", "created_at", "match", "compacts_through_seq"}
+)
 
 
 class MessageSerializer(PlannedRepresentationMixin, serializers.ModelSerializer[Message]):
@@ -51,7 +53,17 @@ class MessageSerializer(PlannedRepresentationMixin, serializers.ModelSerializer[
 
     class Meta:
         model = Message
-        fields = ["id", "session", "seq", "role", "source", "content", "metadata", "created_at"]
+        fields = [
+            "id",
+            "session",
+            "seq",
+            "role",
+            "source",
+            "content",
+            "metadata",
+            "created_at",
+            "compacts_through_seq",
+        ]
         read_only_fields = fields
 
 

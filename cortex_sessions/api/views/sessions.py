@@ -35,6 +35,7 @@ from ..parsers import MERGE_PATCH_MEDIA_TYPE, JSONObjectParser, MergePatchParser
 from ..schema import ARCHIVED_409, BODY_ERRORS, ID_PARAMETER, SCOPE_PARAMETERS, SEARCH_503, errors
 from ..scoping import narrow_scope
 from ..serializers import (
+    CompactSerializer,
     CountSerializer,
     ForkSerializer,
     ListedSessionSerializer,
@@ -47,6 +48,7 @@ from ..serializers import (
     SessionUpdateSerializer,
     refuse_body,
 )
+from .context import SessionContextMixin
 from .messages import SessionMessagesMixin
 from .references import SessionReferencesMixin
 
@@ -55,7 +57,11 @@ __all__ = ["SessionViewSet"]
 
 @extend_schema(tags=["sessions"], parameters=SCOPE_PARAMETERS)
 class SessionViewSet(
-    SessionMessagesMixin, SessionReferencesMixin, CortexAPIMixin, viewsets.GenericViewSet[Session]
+    SessionContextMixin,
+    SessionMessagesMixin,
+    SessionReferencesMixin,
+    CortexAPIMixin,
+    viewsets.GenericViewSet[Session],
 ):
     """Sessions and their messages at the request's scope (docs/design.md §7.3)."""
 
@@ -72,6 +78,7 @@ class SessionViewSet(
         "messages.get": frozenset({"limit", "after_seq", "before_seq", "q"}),
         "messages.delete": frozenset({"after_seq"}),
         "reference_candidates": frozenset({"q", "limit"}),
+        "context": frozenset({"max_tokens"}),
     }
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
@@ -118,6 +125,7 @@ class SessionViewSet(
             "fork": ForkSerializer,
             "messages": MessageWithReferencesInputSerializer,
             "prepare_references": ReferencePrepareSerializer,
+            "compact": CompactSerializer,
         }.get(self.action, SessionSerializer)
 
     def _session_response(self, session: Session, code: int = status.HTTP_200_OK) -> Response:

@@ -17,7 +17,7 @@ from google.adk.sessions.base_session_service import GetSessionConfig, ListSessi
 from google.adk.sessions.session import Session as AdkSessionModel
 
 from cortex_sessions import routing, services
-from cortex_sessions.exceptions import SessionNotFound
+from cortex_sessions.exceptions import InvalidThroughSeq, SessionNotFound
 from cortex_sessions.models import Message
 from cortex_sessions.models import Session as CortexSession
 from cortex_sessions.scope import Scope
@@ -311,9 +311,7 @@ def _append_sync(service: CortexSessionService, session: AdkSessionModel, event:
         )
         if marker is not None and marker != str(last_seq):
             raise StaleSessionError(STALE_SESSION_MESSAGE)
-        result = services.append_messages(
-            scope=scope, session_id=row.session_id, messages=[event_to_message(event)]
-        )
+        result = _store_event(scope, row.session_id, event)
         if deltas["session"]:
             # Every ADK write of this state holds the cortex session's row lock (taken above),
             # so reading the stored state here and writing it back loses no concurrent key.
@@ -325,6 +323,35 @@ def _append_sync(service: CortexSessionService, session: AdkSessionModel, event:
     # (to the microsecond), so a session read back compares equal.
     session.last_update_time = _timestamp(result.messages[-1].created_at)
     _set_marker(session, result.session.last_seq)
+
+
+def _store_event(scope: Scope, session_id: Any, event: Event) -> services.AppendResult:
+    """Store ``event`` as the session's next message, in the caller's transaction, which holds
+    the session's row lock. A compaction event (``event.actions.compaction``, ADK's
+    ``EventsCompactionConfig``) is stored as a cortex compaction (docs/design.md §16.3, §16.5)
+    standing for every message up to the compacted range's end, so the context read matches
+    what ADK sends its model; ADK still reads every event back, as from its own stores."""
+    message = event_to_message(event)
+    compaction = event.actions.compaction if event.actions else None
+    if compaction is not None:
+        through = (
+            Message.objects.using(_db())
+            .filter(session_id=session_id, created_at__lte=_when(compaction.end_timestamp))
+            .order_by("-seq")
+            .values_list("seq", flat=True)
+            .first()
+        )
+        if through is not None:
+            try:
+                return services.compact_session(
+                    scope=scope,
+                    session_id=session_id,
+                    through_seq=through,
+                    summary=message["content"],
+                )
+            except InvalidThroughSeq:
+                pass  # not past the newest compaction: kept as an ordinary event
+    return services.append_messages(scope=scope, session_id=session_id, messages=[message])
 
 
 _create = sync_to_async(_create_sync, thread_sensitive=True)
