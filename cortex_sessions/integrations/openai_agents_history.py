@@ -52,7 +52,7 @@ def history_page(
     """
     canonical = scope.canonical
     connection = connections[routing.db_for_read(Message, scope=scope)]
-    params = [
+    params: list[Any] = [
         f'$[*] ? (@.type == "{block_type}")',
         pk,
         canonical,
@@ -66,7 +66,7 @@ def history_page(
         cursor.execute(_page_sql(connection.ops.quote_name), params)
         count, last_seq, text = cursor.fetchone()
     entries = json.loads(text) if isinstance(text, str | bytes) else text
-    return count, last_seq or 0, [tuple(entry) for entry in entries]  # type: ignore[misc]
+    return count, last_seq or 0, [(role, block, content) for role, block, content in entries]
 
 
 @cache
