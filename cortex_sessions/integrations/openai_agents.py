@@ -62,6 +62,7 @@ from ..exceptions import (
 )
 from ..models import Message, Session
 from ..scope import Scope, as_scope, scope_q
+from . import openai_agents_history as history
 from .blocks import find_block, text_blocks, verbatim_block
 
 __all__ = [
@@ -76,6 +77,9 @@ __all__ = [
 ITEM_BLOCK_TYPE = "openai_agents_item"
 #: Messages read per query when the whole history is asked for.
 _PAGE = 1000
+#: Messages per statement of a whole history on PostgreSQL (one JSON array each; a history of
+#: up to this many messages is one statement, as the SDK's own stores read it).
+_HISTORY_PAGE = 5000
 #: How often a default-following operation resolves the default when it was deleted or
 #: archived between the resolve and the operation (docs/design.md §6.3, §11.2).
 _DEFAULT_ATTEMPTS = 3
@@ -178,7 +182,11 @@ def message_to_item(message: Message) -> dict[str, Any] | None:
 
 
 def _item_of(role: str, content: Any) -> dict[str, Any] | None:
-    block = find_block(content, ITEM_BLOCK_TYPE)
+    return _item_of_block(role, find_block(content, ITEM_BLOCK_TYPE), content)
+
+
+def _item_of_block(role: str, block: Any, content: Any) -> dict[str, Any] | None:
+    """The item of a message whose item block (or ``None``) is already found."""
     if block is not None:
         if "item" in block:
             return cast(dict[str, Any], block["item"])
@@ -534,6 +542,21 @@ def _read_items(pk: uuid.UUID, scope: Scope, limit: int | None) -> list[dict[str
     if limit is None:
         items: list[dict[str, Any]] = []
         after = 0
+        if history.serves(scope):  # a page per statement, decoded at once
+            while True:
+                count, after_next, entries = history.history_page(
+                    pk, scope, after=after, size=_HISTORY_PAGE, block_type=ITEM_BLOCK_TYPE
+                )
+                if not count and after == 0:
+                    _check_session(pk, scope)
+                items.extend(
+                    item
+                    for role, block, content in entries
+                    if (item := _item_of_block(role, block, content)) is not None
+                )
+                if count < _HISTORY_PAGE:
+                    return items
+                after = after_next
         while True:
             page = list(_rows(pk, scope).filter(seq__gt=after).order_by("seq")[:_PAGE])
             if not page and after == 0:

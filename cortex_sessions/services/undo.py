@@ -10,15 +10,21 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
+from django.db import connections
+from django.utils import timezone
+
 from ..exceptions import MessageNotFound
 from ..models import Message, Session
-from ..scope import Scope
+from ..scope import Scope, canonical_of
 from ..usage import totals_of
+from . import _pop_pg
 from ._common import (
+    _autocommit_write,
     _check_int,
     _check_live,
     _db_for_write,
     _locked_session,
+    _session_id,
     _write_transaction,
 )
 from .context import has_compaction
@@ -83,7 +89,10 @@ def pop_message(*, scope: Scope | str, session_id: uuid.UUID | str) -> PoppedMes
     """Remove and return the newest message of a session (docs/design.md §11.4).
 
     The session row is locked first, so concurrent pops queue and each returns a different
-    message; the counters move in the same transaction.
+    message; the counters move in the same transaction. On PostgreSQL that is one statement
+    whenever it can be (``_pop_pg``: a live session with messages, no concurrent writer, a
+    ``last_message`` SQL writes exactly); otherwise, and on every other database, a transaction
+    of the ORM's statements.
 
     Returns:
         :class:`PoppedMessage` with the removed message as it was stored.
@@ -94,6 +103,16 @@ def pop_message(*, scope: Scope | str, session_id: uuid.UUID | str) -> PoppedMes
         MessageNotFound: the session has no messages.
     """
     using = _db_for_write()
+    if connections[using].vendor == "postgresql":  # one statement when it can (docs/design.md §14)
+        with _autocommit_write(using):
+            popped = _pop_pg.pop_newest(
+                using,
+                canonical=canonical_of(scope),
+                session_id=_session_id(session_id),
+                now=timezone.now(),
+            )
+        if popped is not None:
+            return PoppedMessage(session=popped[0], message=popped[1])
     with _write_transaction(using):
         session = _check_live(_locked_session(scope, session_id))
         # Read in the transaction holding the row lock: a replica's newest message may be

@@ -1,4 +1,4 @@
-"""``CortexSessionService`` where ADK's own stores set the behaviour (issue 37, docs/design.md
+"""``CortexSessionService`` where ADK's own stores set the behaviour (docs/design.md
 §13.3, §19.4): the list's statements, ``last_update_time`` and the stale writer's error."""
 
 from __future__ import annotations
