@@ -8,6 +8,7 @@ columns, so no read-modify-write (an admin form, host code) can put stale counte
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.db import connections, models
@@ -31,6 +32,7 @@ __all__ = [
     "Message",
     "Session",
     "SessionQuerySet",
+    "not_expired_q",
 ]
 
 #: The columns a plain ``save()`` of an existing session may write (docs/design.md §7.1 update).
@@ -42,15 +44,30 @@ EDITABLE_SESSION_FIELDS = ("title", "metadata", "cwd", "updated_at", "expires_at
 EXTERNAL_ID_MAX_BYTES = 255
 
 
+def not_expired_q(now: datetime | None = None, *, prefix: str = "") -> Q:
+    """The sessions that have not expired at ``now`` (default: the current time): no
+    ``expires_at``, or one still ahead (docs/design.md §18.1). ``prefix`` reaches the session
+    through a relation (``"session__"`` from a message)."""
+    field = f"{prefix}expires_at"
+    return Q(**{f"{field}__isnull": True}) | Q(**{f"{field}__gt": now or timezone.now()})
+
+
 class SessionQuerySet(models.QuerySet["Session"]):
-    def within(self, scope: Scope | str, *, exact: bool = False) -> SessionQuerySet:
+    def within(
+        self, scope: Scope | str, *, exact: bool = False, expired: bool = False
+    ) -> SessionQuerySet:
         """Sessions at ``scope`` and beneath it, or exactly at it with ``exact`` (docs/design.md §2.3).
+
+        A session whose ``expires_at`` has passed is left out, as every read hides it until
+        the expiry sweep deletes it (docs/design.md §18.1); ``expired=True`` keeps it (the
+        sweep, erasure).
 
         Raises:
             NoScope: ``scope`` is missing or empty.
             InvalidScope: ``scope`` is not a canonical scope string.
         """
-        return self.filter(scope_q(scope, exact=exact))
+        queryset = self.filter(scope_q(scope, exact=exact))
+        return queryset if expired else queryset.filter(not_expired_q())
 
     def defaults_of(self, *, agent_id: str, scope: str) -> SessionQuerySet:
         """The default session of ``agent_id`` at exactly the canonical ``scope`` (docs/design.md §6).
@@ -147,19 +164,21 @@ class Session(models.Model):
             # archived ones have their own, and ``archived=any`` reads both. Without partial
             # indexes (MySQL/MariaDB) one index carries ``archived_at`` after the scope and
             # serves both (docs/design.md §15.3).
+            # Each ends with ``expires_at``, which every read filters on (docs/design.md §18.1),
+            # so a count is still answered from the index alone.
             PartialIndex(
-                fields=["scope", "-updated_at", "-id"],
+                fields=["scope", "-updated_at", "-id", "expires_at"],
                 where=Q(archived_at__isnull=True),
                 name="cortex_session_scope_idx",
-                fallback_fields=["scope", "archived_at", "-updated_at", "-id"],
+                fallback_fields=["scope", "archived_at", "-updated_at", "-id", "expires_at"],
             ),
             PartialIndex(
-                fields=["scope", "-updated_at", "-id"],
+                fields=["scope", "-updated_at", "-id", "expires_at"],
                 where=Q(archived_at__isnull=False),
                 name="cortex_session_archived_idx",
             ),
             models.Index(
-                fields=["agent_id", "scope", "-updated_at", "-id"],
+                fields=["agent_id", "scope", "-updated_at", "-id", "expires_at"],
                 name="cortex_session_agent_idx",
             ),
             # The newest page of a prefix (an org of 100,000 sessions, a project of 10,000):

@@ -9,7 +9,10 @@ The versions they replace (``_append_one_v4`` of ``0016``, ``_get_v1`` and ``_re
 Existing sessions get ``expires_at`` null (never expire) and ``legal_hold`` false. Adding a
 nullable column and a column with a constant default is a catalogue change on PostgreSQL 11+ and
 an instant ``ADD COLUMN`` on MariaDB 10.3+; building the expiry index reads the table once (on
-PostgreSQL and SQLite it holds only the sessions with an ``expires_at``).
+PostgreSQL and SQLite it holds only the sessions with an ``expires_at``). The scope, archived and
+agent indexes are built again ending with ``expires_at``, which every read now filters on, so a
+count stays an index-only scan: writes to the session table wait while each is built (about as
+long as building it took at install; plan a window for a table of millions of sessions).
 
 Deploying: code of this version calls the new functions, so run this migration before it serves
 (code of the previous release on a migrated database gets "function does not exist" on
@@ -75,6 +78,36 @@ class Migration(migrations.Migration):
             model_name="session",
             name="legal_hold",
             field=models.BooleanField(default=False, verbose_name="legal hold"),
+        ),
+        # The scope and agent indexes end with expires_at, which every read now filters on,
+        # so counts stay index-only scans (docs/performance.md).
+        migrations.RemoveIndex(model_name="session", name="cortex_session_scope_idx"),
+        migrations.AddIndex(
+            model_name="session",
+            index=cortex_sessions.constraints.PartialIndex(
+                fallback_fields=["scope", "archived_at", "-updated_at", "-id", "expires_at"],
+                fields=["scope", "-updated_at", "-id", "expires_at"],
+                name="cortex_session_scope_idx",
+                where=models.Q(("archived_at__isnull", True)),
+            ),
+        ),
+        migrations.RemoveIndex(model_name="session", name="cortex_session_archived_idx"),
+        migrations.AddIndex(
+            model_name="session",
+            index=cortex_sessions.constraints.PartialIndex(
+                fallback_fields=None,
+                fields=["scope", "-updated_at", "-id", "expires_at"],
+                name="cortex_session_archived_idx",
+                where=models.Q(("archived_at__isnull", False)),
+            ),
+        ),
+        migrations.RemoveIndex(model_name="session", name="cortex_session_agent_idx"),
+        migrations.AddIndex(
+            model_name="session",
+            index=models.Index(
+                fields=["agent_id", "scope", "-updated_at", "-id", "expires_at"],
+                name="cortex_session_agent_idx",
+            ),
         ),
         migrations.AddIndex(
             model_name="session",

@@ -7,7 +7,7 @@ columns. Every write that touches more than one row runs in one transaction on t
 router picks for the model (docs/design.md §10).
 
 Public import path: ``cortex_sessions.services``. The package keeps one concern per module
-(``sessions``, ``messages``, ``maintenance``, ``lifecycle``, ``undo``; ``filters`` holds
+(``sessions``, ``messages``, ``maintenance``, ``lifecycle``, ``undo``, ``retention``; ``filters`` holds
 :class:`SessionFilters`, the one value every session list and count takes); everything public is
 re-exported here, and every service that does I/O has an ``a``-prefixed async twin from ``aio``
 (docs/design.md §13.1).
@@ -25,6 +25,7 @@ from .aio import (
     adelete_message,
     adelete_messages_after,
     adelete_session,
+    aexpire_sessions,
     afork_session,
     aget_session,
     alist_messages,
@@ -36,6 +37,7 @@ from .aio import (
     aprune_idempotency_keys,
     arecount_sessions,
     aresolve_session,
+    aset_retention,
     aunarchive_session,
     aupdate_session,
 )
@@ -60,6 +62,7 @@ from .messages import (
     delete_message,
     list_messages,
 )
+from .retention import DEFAULT_BATCH_SIZE, ExpiryReport, expire_sessions, set_retention
 from .sessions import (
     count_sessions,
     create_session,
@@ -79,11 +82,13 @@ from .undo import (
 )
 
 __all__ = [
+    "DEFAULT_BATCH_SIZE",
     "MAX_INT64",
     "ORDERING_FIELDS",
     "PATCHABLE_FIELDS",
     "AppendResult",
     "CounterDrift",
+    "ExpiryReport",
     "MessageInput",
     "MessagesDeleted",
     "PoppedMessage",
@@ -97,6 +102,7 @@ __all__ = [
     "adelete_message",
     "adelete_messages_after",
     "adelete_session",
+    "aexpire_sessions",
     "afork_session",
     "aget_session",
     "alist_messages",
@@ -110,6 +116,7 @@ __all__ = [
     "archive_session",
     "arecount_sessions",
     "aresolve_session",
+    "aset_retention",
     "aunarchive_session",
     "aupdate_session",
     "check_agent_id",
@@ -121,6 +128,7 @@ __all__ = [
     "delete_message",
     "delete_messages_after",
     "delete_session",
+    "expire_sessions",
     "fork_session",
     "get_session",
     "list_messages",
@@ -133,6 +141,7 @@ __all__ = [
     "recount_sessions",
     "resolve_session",
     "session_queryset",
+    "set_retention",
     "unarchive_session",
     "update_session",
 ]

@@ -16,6 +16,7 @@ from ..scope import Scope
 from ._common import (
     _check_int,
     _check_live,
+    _check_not_held,
     _db_for_write,
     _locked_session,
     _write_transaction,
@@ -62,12 +63,13 @@ def delete_messages_after(
     Raises:
         NoScope, InvalidScope, SessionNotFound.
         SessionArchived: the session is archived.
+        LegalHold: the session is on legal hold; its messages are frozen (§18.1).
         InvalidFilter: ``after_seq`` is not an integer ``>= 0``.
     """
     _check_int(after_seq, field="after_seq", minimum=0)
     using = _db_for_write()
     with _write_transaction(using):
-        session = _check_live(_locked_session(scope, session_id))
+        session = _check_not_held(_check_live(_locked_session(scope, session_id)))
         deleted, _ = (
             Message.objects.using(using).filter(session=session, seq__gt=after_seq).delete()
         )
@@ -88,11 +90,12 @@ def pop_message(*, scope: Scope | str, session_id: uuid.UUID | str) -> PoppedMes
     Raises:
         NoScope, InvalidScope, SessionNotFound.
         SessionArchived: the session is archived.
+        LegalHold: the session is on legal hold; its messages are frozen (§18.1).
         MessageNotFound: the session has no messages.
     """
     using = _db_for_write()
     with _write_transaction(using):
-        session = _check_live(_locked_session(scope, session_id))
+        session = _check_not_held(_check_live(_locked_session(scope, session_id)))
         # Read in the transaction holding the row lock: a replica's newest message may be
         # one a concurrent pop has already removed (docs/design.md §17.1).
         message = Message.objects.using(using).filter(session=session).order_by("-seq").first()
