@@ -30,6 +30,7 @@ __all__ = [
     "InvalidThroughSeq",
     "InvalidUpToSeq",
     "InvalidUsage",
+    "LegalHold",
     "MessageNotFound",
     "MessageTooLarge",
     "NoScope",
@@ -130,6 +131,15 @@ class SessionArchived(CortexSessionsError):
 
     code = "session_archived"
     default_message = "The session is archived; unarchive it to change its messages."
+
+
+class LegalHold(CortexSessionsError):
+    """The session is on legal hold: no path deletes it, and its messages are frozen — message
+    deletes, clear, undo and pop are refused too (docs/design.md §18.1). Appends, reads,
+    archive and edits of its host-owned fields are not."""
+
+    code = "legal_hold"
+    default_message = "The session is on legal hold; it and its messages cannot be deleted."
 
 
 # -- bad input ------------------------------------------------------------------------------------

@@ -113,16 +113,9 @@ def _migration_0015():
     )
 
 
-def _latest():
+def _migration_0020():
     """The migration that holds the functions as the code describes them today."""
-    return importlib.import_module("cortex_sessions.migrations.0019_context_window")
-
-
-def _squash():
-    """The squash that created the previous versions (``_v4``, ``get_v1``, ``resolve_v1``)."""
-    return importlib.import_module(
-        "cortex_sessions.migrations.0012_squashed_0018_search_and_functions"
-    )
+    return importlib.import_module("cortex_sessions.migrations.0020_retention")
 
 
 def _signature(drop: str) -> str:
@@ -156,15 +149,23 @@ def _latest_functions(direction: str) -> None:
 #: The result type of the function the code calls: the narrow row as one value.
 NARROW = "text[]"
 
+#: Every function the code calls.
+FUNCTIONS = (_pg.APPEND_ONE, _pg.GET, _pg.RESOLVE)
+
 
 @on_postgresql
-def test_the_migration_creates_the_function_the_code_calls():
+def test_the_migration_creates_the_functions_the_code_calls():
     """The latest migration's frozen SQL is what the code describes today: a change to the
-    session's columns or to the append statement needs a migration that replaces the
-    function."""
-    create, drop = _pg.function_sql(_pg.APPEND_ONE)
-    assert (create, drop) == (_latest().CREATE_APPEND_ONE, _latest().DROP_APPEND_ONE)
-    assert _function_result() == NARROW  # the test database was migrated
+    session's columns or to a statement needs a migration that replaces the function."""
+    migration = _migration_0020()
+    assert _pg.function_sql(_pg.APPEND_ONE) == (
+        migration.CREATE_APPEND_ONE,
+        migration.DROP_APPEND_ONE,
+    )
+    assert _pg.function_sql(_pg.GET) == (migration.CREATE_GET, migration.DROP_GET)
+    assert _pg.function_sql(_pg.RESOLVE) == (migration.CREATE_RESOLVE, migration.DROP_RESOLVE)
+    for name in FUNCTIONS:  # the test database was migrated
+        assert _function_result(_signature(_pg.function_sql(name)[1])) == NARROW
 
 
 #: The functions of the earlier migrations (0013 to 0015), which 0018 drops before the release;
@@ -179,31 +180,48 @@ PREVIOUS = tuple(
 )
 
 
+def _previous_functions() -> list[str]:
+    """The functions 0020 replaces (0016's append, 0017's reads)."""
+    return [_signature(drop) for drop in _migration_0020()._previous()[1]]
+
+
+def _run_0020(*, forwards: bool) -> None:
+    """0020's function operation forward or backward (its columns stay)."""
+    operation = _migration_0020()._functions()
+    with connection.schema_editor() as editor:
+        if forwards:
+            operation.database_forwards("cortex_sessions", editor, None, None)
+        else:
+            operation.database_backwards("cortex_sessions", editor, None, None)
+
+
 @on_postgresql
-def test_0019_replaces_the_previous_functions_and_backward_restores_them(session):
-    """Each version of a function has a name of its own, so 0019 backward drops only its own
-    and creates the squash's again; forward the other way round. The pre-release versions are
-    not on a migrated database (0018 drops them)."""
-    assert _pg.APPEND_ONE.endswith("_v5") and not any(map(_function_exists, EARLIER))
-    assert not any(map(_function_exists, PREVIOUS))
-    _latest_functions("backwards")
-    assert not _function_exists() and all(map(_function_exists, PREVIOUS))
-    _latest_functions("forwards")
-    assert _function_result() == NARROW and not any(map(_function_exists, PREVIOUS))
-    assert not any(map(_function_exists, EARLIER))
+def test_0020_replaces_the_functions_and_backward_restores_the_previous_ones(session):
+    """Each version of a function has a name of its own, so 0020 backward drops only its own
+    and creates 0016's and 0017's again, and forward the reverse; the pre-release versions
+    are not on a migrated database (0018 drops them)."""
+    current = [_signature(_pg.function_sql(name)[1]) for name in FUNCTIONS]
+    assert _pg.APPEND_ONE.endswith("_v6") and not any(map(_function_exists, EARLIER))
+    assert all(map(_function_exists, current))
+    assert not any(map(_function_exists, _previous_functions()))
+    _run_0020(forwards=False)
+    assert not any(map(_function_exists, current))
+    assert all(map(_function_exists, _previous_functions()))
+    _run_0020(forwards=True)
+    assert all(map(_function_exists, current))
+    assert not any(map(_function_exists, _previous_functions() + list(EARLIER)))
 
 
 @on_postgresql
 @pytest.mark.django_db(transaction=True)
-def test_this_code_on_a_database_without_0019_writes_nothing():
+def test_this_code_on_a_database_without_0020_writes_nothing():
     # New code deployed before `migrate`: the call is refused at parse time, before the
     # function would write (an append runs in autocommit, so writing and then failing would
     # store a message the caller was told failed).
     from django.db import ProgrammingError
 
     session = services.create_session(scope=SCOPE, agent_id="agent-1")
-    with connection.cursor() as cursor:
-        cursor.execute(_latest().DROP_APPEND_ONE)
+    _run_0020(forwards=False)
     try:
         with pytest.raises(ProgrammingError, match="does not exist"):
             services.append_messages(
@@ -213,40 +231,11 @@ def test_this_code_on_a_database_without_0019_writes_nothing():
         assert (stored.message_count, stored.last_seq) == (0, 0)
         assert not Message.objects.filter(session=session).exists()
     finally:
-        with connection.cursor() as cursor:
-            cursor.execute(_latest().CREATE_APPEND_ONE)
+        _run_0020(forwards=True)
     result = services.append_messages(
         scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "y"}]
     )
     assert result.messages[0].seq == 1
-
-
-#: Every function the code calls.
-FUNCTIONS = (_pg.APPEND_ONE, _pg.GET, _pg.RESOLVE)
-
-
-@on_postgresql
-def test_0019_creates_the_read_functions_the_code_calls():
-    """Its frozen SQL is what the code describes today (a change to the session's columns
-    needs a migration with new functions), and the test database has both."""
-    migration = _latest()
-    assert _pg.function_sql(_pg.GET) == (migration.CREATE_GET, migration.DROP_GET)
-    assert _pg.function_sql(_pg.RESOLVE) == (migration.CREATE_RESOLVE, migration.DROP_RESOLVE)
-    for name in (_pg.GET, _pg.RESOLVE):
-        assert _function_result(_signature(_pg.function_sql(name)[1])) == NARROW
-
-
-@on_postgresql
-@pytest.mark.django_db(transaction=True)
-def test_0019_backward_and_forward_leave_the_code_working():
-    session = services.create_session(scope=SCOPE, agent_id="agent-1")
-    signatures = [_signature(_pg.function_sql(name)[1]) for name in FUNCTIONS]
-    _latest_functions("backwards")
-    try:
-        assert not any(map(_function_exists, signatures))
-    finally:
-        _latest_functions("forwards")
-    assert all(map(_function_exists, signatures))
     assert services.get_session(scope="org=acme", session_id=session.pk).pk == session.pk
     assert services.resolve_session(scope=SCOPE, agent_id="agent-1")[1] is True
 

@@ -55,6 +55,7 @@ ERROR_STATUS: dict[type[BaseException], int] = {
     core.MessageNotFound: status.HTTP_404_NOT_FOUND,
     core.DefaultConflict: status.HTTP_409_CONFLICT,
     core.SessionArchived: status.HTTP_409_CONFLICT,
+    core.LegalHold: status.HTTP_409_CONFLICT,
     core.IdempotencyKeyInProgress: status.HTTP_409_CONFLICT,
     core.WriteOutcomeUnknown: status.HTTP_503_SERVICE_UNAVAILABLE,
     core.IdempotencyKeyReused: status.HTTP_422_UNPROCESSABLE_ENTITY,

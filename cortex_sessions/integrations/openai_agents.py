@@ -60,7 +60,7 @@ from ..exceptions import (
     SessionArchived,
     SessionNotFound,
 )
-from ..models import Message, Session
+from ..models import Message, Session, not_expired_q
 from ..scope import Scope, as_scope, scope_q
 from . import openai_agents_history as history
 from .blocks import find_block, text_blocks, verbatim_block
@@ -479,7 +479,7 @@ def _rows(pk: uuid.UUID, scope: Scope) -> Any:
     using = routing.db_for_read(Message, scope=scope)
     return (
         Message.objects.using(using)
-        .filter(scope_q(scope), session_id=pk)
+        .filter(scope_q(scope), not_expired_q(prefix="session__"), session_id=pk)
         .values_list("seq", "role", "content")
     )
 
@@ -515,6 +515,9 @@ def _newest_sql(quote_name: Any, before: bool) -> str:
     return (
         f"SELECT seq, role, content FROM {quote_name(Message._meta.db_table)} "
         "WHERE session_id = %s AND scope >= %s AND scope < %s AND (scope = %s OR scope >= %s) "
+        # an expired session's messages are hidden until the sweep deletes them (§18.1)
+        f"AND NOT EXISTS (SELECT 1 FROM {quote_name(Session._meta.db_table)} s WHERE"
+        " s.id = session_id AND s.expires_at <= statement_timestamp()) "
         + ("AND seq < %s " if before else "")
         + "ORDER BY seq DESC LIMIT %s"
     )

@@ -7,7 +7,7 @@ columns. Every write that touches more than one row runs in one transaction on t
 router picks for the model (docs/design.md §10).
 
 Public import path: ``cortex_sessions.services``. The package keeps one concern per module
-(``sessions``, ``messages``, ``maintenance``, ``lifecycle``, ``undo``; ``filters`` holds
+(``sessions``, ``messages``, ``maintenance``, ``lifecycle``, ``undo``, ``retention``; ``filters`` holds
 :class:`SessionFilters`, the one value every session list and count takes); everything public is
 re-exported here, and every service that does I/O has an ``a``-prefixed async twin from ``aio``
 (docs/design.md §13.1).
@@ -27,6 +27,7 @@ from .aio import (
     adelete_message,
     adelete_messages_after,
     adelete_session,
+    aexpire_sessions,
     afork_session,
     aget_session,
     alist_messages,
@@ -38,6 +39,7 @@ from .aio import (
     aprune_idempotency_keys,
     arecount_sessions,
     aresolve_session,
+    aset_retention,
     aunarchive_session,
     aupdate_session,
 )
@@ -64,6 +66,7 @@ from .messages import (
     delete_message,
     list_messages,
 )
+from .retention import DEFAULT_BATCH_SIZE, ExpiryReport, expire_sessions, set_retention
 from .sessions import (
     count_sessions,
     create_session,
@@ -83,6 +86,7 @@ from .undo import (
 )
 
 __all__ = [
+    "DEFAULT_BATCH_SIZE",
     "MAX_CONTEXT_TOKENS",
     "MAX_INT64",
     "ORDERING_FIELDS",
@@ -90,6 +94,7 @@ __all__ = [
     "AppendResult",
     "ContextWindow",
     "CounterDrift",
+    "ExpiryReport",
     "MessageInput",
     "MessagesDeleted",
     "PoppedMessage",
@@ -105,6 +110,7 @@ __all__ = [
     "adelete_message",
     "adelete_messages_after",
     "adelete_session",
+    "aexpire_sessions",
     "afork_session",
     "aget_session",
     "alist_messages",
@@ -118,6 +124,7 @@ __all__ = [
     "archive_session",
     "arecount_sessions",
     "aresolve_session",
+    "aset_retention",
     "aunarchive_session",
     "aupdate_session",
     "check_agent_id",
@@ -131,6 +138,7 @@ __all__ = [
     "delete_message",
     "delete_messages_after",
     "delete_session",
+    "expire_sessions",
     "fork_session",
     "get_session",
     "list_messages",
@@ -143,6 +151,7 @@ __all__ = [
     "recount_sessions",
     "resolve_session",
     "session_queryset",
+    "set_retention",
     "unarchive_session",
     "update_session",
 ]

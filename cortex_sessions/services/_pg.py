@@ -105,12 +105,18 @@ def _columns(model: type[Model], prefix: str = "") -> str:
 _WITHIN = '(s."scope" >= %s AND s."scope" < %s AND (s."scope" = %s OR s."scope" >= %s))'
 
 
-#: :data:`_WITHIN` for a row found by its primary key, which the scope test only filters: the
-#: same test inside a ``CASE``, whose condition the planner does not estimate. Bare, the four
+#: A session that has not expired (docs/design.md §18.1): expired sessions are hidden from every
+#: read and refuse appends before the sweep deletes them. The server's clock at the start of the
+#: client's statement, as the ORM path compares ``expires_at`` with the app's clock.
+_NOT_EXPIRED = '(s."expires_at" IS NULL OR s."expires_at" > statement_timestamp())'
+
+
+#: :data:`_WITHIN` and :data:`_NOT_EXPIRED` for a row found by its primary key, which they only
+#: filter: the same tests inside a ``CASE``, whose condition the planner does not estimate. Bare, the four
 #: comparisons are estimated from the scope column's statistics (target 1,000) on every
 #: unprepared call: ~0.25 ms of planning at ``large`` for a statement that runs in ~0.02 ms
 #: (docs/performance.md). Same parameters as ``_WITHIN``.
-_WITHIN_FILTER = f"CASE WHEN {_WITHIN} THEN TRUE END"
+_WITHIN_FILTER = f"CASE WHEN {_WITHIN} AND {_NOT_EXPIRED} THEN TRUE END"
 
 
 def _scope_params(canonical: str) -> list[str]:
@@ -131,7 +137,9 @@ def _resolve_statement() -> str:
     """The statement :data:`RESOLVE` runs: :func:`_get_statement`'s array of the default
     session of an agent at exactly a scope (served by the partial unique index
     ``cortex_session_one_default``). Parameters: agent id, canonical scope."""
-    return _select_session('s."agent_id" = %s AND s."scope" = %s AND s."is_default"')
+    return _select_session(
+        f's."agent_id" = %s AND s."scope" = %s AND s."is_default" AND {_NOT_EXPIRED}'
+    )
 
 
 def _select_session(where: str) -> str:
@@ -188,14 +196,16 @@ def _sql_append() -> str:
 
 #: The PL/pgSQL function that appends one message (docs/design.md §14.1). Its name changes
 #: with its statement or result (``_v2``-``_v4``: migrations ``0014``-``0016``; ``_v5``: usage
-#: totals, ``usage`` and ``token_count``, ``0019``), so code and database on two sides of a
-#: migration fail at parse time, before writing; a later migration drops the old version.
-APPEND_ONE = "cortex_sessions_append_one_v5"
+#: totals, ``usage`` and ``token_count``, ``0019``; ``_v6``: ``expires_at`` and ``legal_hold``,
+#: an expired session refused, ``0020``), so code and database on two sides of a migration
+#: fail at parse time, before writing; a later migration drops the old version.
+APPEND_ONE = "cortex_sessions_append_one_v6"
 #: The PL/pgSQL functions that read one session by id within a scope, and the default session
 #: of an agent at a scope, each returning every column as one ``text[]`` (``NULL``: none);
-#: versioned as :data:`APPEND_ONE` (``_v2``: the usage totals, ``0019_context_window``).
-GET = "cortex_sessions_get_v2"
-RESOLVE = "cortex_sessions_resolve_v2"
+#: versioned as :data:`APPEND_ONE` (``_v2``: the usage totals, ``0019_context_window``;
+#: ``_v3``: ``expires_at``, ``legal_hold``, an expired session hidden, ``0020_retention``).
+GET = "cortex_sessions_get_v3"
+RESOLVE = "cortex_sessions_resolve_v3"
 
 
 class _Function(NamedTuple):

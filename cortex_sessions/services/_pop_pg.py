@@ -6,7 +6,8 @@ text left, update the counters. Here one statement does all of it — the sessio
 the newest message deleted and the counters (``message_count``, the usage totals and
 ``context_tokens``, docs/design.md §5, §16.1-§16.2) moved together — for the case it can do exactly:
 
-- the session exists in scope, is live and has a message, and holds no compaction summary
+- the session exists in scope, is live, not expired and not on legal hold (docs/design.md
+  §18.1), has a message, and holds no compaction summary
   (docs/design.md §16.3: there ``context_tokens`` is recomputed, which the ORM path does);
 - no other writer committed to the session between the statement's snapshot and its lock
   (every write of a session's messages updates the session row, so its ``xmin`` tells);
@@ -131,7 +132,7 @@ def _statement(quote_name: Any) -> str:
 
     return f"""
 WITH s AS (
-    SELECT id, archived_at, xmin::text AS version FROM {sessions}
+    SELECT id, archived_at, legal_hold, expires_at, xmin::text AS version FROM {sessions}
     WHERE id = %(pk)s AND scope >= %(scope)s AND scope < %(scope_end)s
       AND (scope = %(scope)s OR scope >= %(scope_below)s)
     FOR UPDATE
@@ -149,6 +150,8 @@ WITH s AS (
 ), chk AS (
     SELECT
         s.archived_at IS NULL AND s.version = seen.version AND m.id IS NOT NULL
+        AND NOT s.legal_hold
+        AND (s.expires_at IS NULL OR s.expires_at > statement_timestamp())
         AND NOT EXISTS (SELECT 1 FROM {messages} x WHERE x.session_id = %(pk)s
             AND x.role = 'user' AND x.source = 'checkpoint' AND x.compacts_through_seq IS NOT NULL)
         AND (last.text IS NULL OR char_length(last.text) <= %(limit)s

@@ -39,6 +39,7 @@ from ._common import (
     _check_int,
     _check_live,
     _check_metadata,
+    _check_not_held,
     _db_for_read,
     _db_for_write,
     _in_callers_transaction,
@@ -614,12 +615,13 @@ def delete_message(*, scope: Scope | str, session_id: uuid.UUID | str, seq: int)
     Raises:
         NoScope, InvalidScope, SessionNotFound, MessageNotFound.
         SessionArchived: the session is archived (docs/design.md §11.2).
+        LegalHold: the session is on legal hold; its messages are frozen (§18.1).
         InvalidFilter: ``seq`` is not an integer ``>= 1``.
     """
     _check_int(seq, field="seq", minimum=1)
     using = _db_for_write()
     with _write_transaction(using):
-        session = _check_live(_locked_session(scope, session_id))
+        session = _check_not_held(_check_live(_locked_session(scope, session_id)))
         doomed = Message.objects.using(using).filter(session=session, seq=seq)
         removed = _deleted_totals(doomed)
         compacted = has_compaction(session, using=using)
@@ -639,10 +641,11 @@ def clear_messages(*, scope: Scope | str, session_id: uuid.UUID | str) -> int:
     Raises:
         NoScope, InvalidScope, SessionNotFound.
         SessionArchived: the session is archived (docs/design.md §11.2).
+        LegalHold: the session is on legal hold; its messages are frozen (§18.1).
     """
     using = _db_for_write()
     with _write_transaction(using):
-        session = _check_live(_locked_session(scope, session_id))
+        session = _check_not_held(_check_live(_locked_session(scope, session_id)))
         deleted, _ = Message.objects.using(using).filter(session=session).delete()
         Session.objects.using(using).filter(pk=session.pk).update(
             message_count=0,

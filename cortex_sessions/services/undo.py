@@ -22,6 +22,7 @@ from ._common import (
     _autocommit_write,
     _check_int,
     _check_live,
+    _check_not_held,
     _db_for_write,
     _locked_session,
     _session_id,
@@ -70,12 +71,13 @@ def delete_messages_after(
     Raises:
         NoScope, InvalidScope, SessionNotFound.
         SessionArchived: the session is archived.
+        LegalHold: the session is on legal hold; its messages are frozen (§18.1).
         InvalidFilter: ``after_seq`` is not an integer ``>= 0``.
     """
     _check_int(after_seq, field="after_seq", minimum=0)
     using = _db_for_write()
     with _write_transaction(using):
-        session = _check_live(_locked_session(scope, session_id))
+        session = _check_not_held(_check_live(_locked_session(scope, session_id)))
         doomed = Message.objects.using(using).filter(session=session, seq__gt=after_seq)
         removed = _deleted_totals(doomed)
         compacted = has_compaction(session, using=using)
@@ -100,6 +102,7 @@ def pop_message(*, scope: Scope | str, session_id: uuid.UUID | str) -> PoppedMes
     Raises:
         NoScope, InvalidScope, SessionNotFound.
         SessionArchived: the session is archived.
+        LegalHold: the session is on legal hold; its messages are frozen (§18.1).
         MessageNotFound: the session has no messages.
     """
     using = _db_for_write()
@@ -114,7 +117,7 @@ def pop_message(*, scope: Scope | str, session_id: uuid.UUID | str) -> PoppedMes
         if popped is not None:
             return PoppedMessage(session=popped[0], message=popped[1])
     with _write_transaction(using):
-        session = _check_live(_locked_session(scope, session_id))
+        session = _check_not_held(_check_live(_locked_session(scope, session_id)))
         # Read in the transaction holding the row lock: a replica's newest message may be
         # one a concurrent pop has already removed (docs/design.md §17.1).
         message = Message.objects.using(using).filter(session=session).order_by("-seq").first()
