@@ -136,16 +136,6 @@ def _function_exists(signature: str | None = None) -> bool:
     return _function_result(signature) is not None
 
 
-def _latest_functions(direction: str) -> None:
-    """Run the function operations of the latest migration ``forwards`` or ``backwards``."""
-    operations = _latest()._functions()
-    if direction == "backwards":
-        operations = operations[::-1]
-    with connection.schema_editor() as editor:
-        for operation in operations:
-            getattr(operation, f"database_{direction}")("cortex_sessions", editor, None, None)
-
-
 #: The result type of the function the code calls: the narrow row as one value.
 NARROW = "text[]"
 
@@ -174,14 +164,10 @@ EARLIER = tuple(
     _signature(migration().DROP)
     for migration in (_migration_0013, _migration_0014, _migration_0015)
 )
-#: The versions 0019 replaces: the squash's append, get and resolve.
-PREVIOUS = tuple(
-    _signature(_squash().__dict__[f"DROP_{name}"]) for name in ("APPEND_ONE", "GET", "RESOLVE")
-)
 
 
 def _previous_functions() -> list[str]:
-    """The functions 0020 replaces (0016's append, 0017's reads)."""
+    """The functions 0020 replaces (0019_context_window's append, get and resolve)."""
     return [_signature(drop) for drop in _migration_0020()._previous()[1]]
 
 
@@ -198,7 +184,7 @@ def _run_0020(*, forwards: bool) -> None:
 @on_postgresql
 def test_0020_replaces_the_functions_and_backward_restores_the_previous_ones(session):
     """Each version of a function has a name of its own, so 0020 backward drops only its own
-    and creates 0016's and 0017's again, and forward the reverse; the pre-release versions
+    and creates 0019's again, and forward the reverse; the pre-release versions
     are not on a migrated database (0018 drops them)."""
     current = [_signature(_pg.function_sql(name)[1]) for name in FUNCTIONS]
     assert _pg.APPEND_ONE.endswith("_v6") and not any(map(_function_exists, EARLIER))
