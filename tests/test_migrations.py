@@ -657,9 +657,9 @@ def test_0013_backward_drops_the_append_function_and_forward_restores_appends(mi
 
     migrator.migrate(migrator.latest)
     assert _append_function_exists()
-    assert _append_one(session.pk, "three") == 3
+    assert _append_one(session.pk, "five") == 5
     stored = Session.objects.get(pk=session.pk)
-    assert (stored.message_count, stored.last_seq, stored.last_message) == (3, 3, "three")
+    assert (stored.message_count, stored.last_seq, stored.last_message) == (5, 5, "five")
 
 
 @pytest.mark.postgres_only
