@@ -31,18 +31,10 @@ from functools import cache
 from typing import Any, NamedTuple
 
 from django.db import connections
-from django.db.models import DateTimeField, Model
+from django.db.models import Model
 
 from ..models import IdempotencyKey, Message, Session
-from ._pg_run import (
-    TextPlan,
-    as_django_time,
-    built,
-    execute,
-    loaders,
-    text_plan,
-    text_values,
-)
+from ._pg_run import TextPlan, built, execute, instances, text_plan, text_values
 
 __all__ = [
     "APPEND_ONE",
@@ -486,7 +478,7 @@ def resolve_default(alias: str, *, canonical: str, agent_id: str) -> Session | N
 def keyed_append() -> str:
     """:data:`APPEND_ONE`'s call that also records an idempotency key (docs/design.md §12.1):
     the key's row (``status_code`` 0, ``response`` the new message's id as a JSON list, as
-    ``messages._append_once`` records it) is inserted in the append's own statement, after the
+    ``keyed_append.append_once`` records it) is inserted in the append's own statement, after the
     append and only when it wrote. A duplicate waits on the session's row lock, then fails on
     the key's unique index and rolls back whole. Parameters: :data:`APPEND_ONE`'s, then scope,
     endpoint, key, fingerprint, created_at."""
@@ -555,17 +547,13 @@ def append_rows(
         loaded = text_values(connection, array, session_zone, plan)
         values = dict(zip(plan.attnames, loaded, strict=True))
         values.update({"id": session_id, "archived_at": None})
+        session: Session = built(Session, alias, values)
         written = [(int(array[-2]), int(array[-1]))]
     elif not result:
         return None
     else:
-        fields = Session._meta.concrete_fields
-        first = list(result[0][: len(fields)])
-        for index, load in loaders(fields):
-            first[index] = load(first[index], None, connection)
-        values = {field.attname: value for field, value in zip(fields, first, strict=True)}
+        (session,) = instances(connection, alias, Session, [result[0][:-2]])
         written = [(columns[-2], columns[-1]) for columns in result]
-    session: Session = built(Session, alias, values)
     messages = []
     for row, (message_id, seq) in zip(rows, written, strict=True):
         common = {"id": message_id, "agent_id": session.agent_id, "scope": session.scope}
@@ -580,16 +568,8 @@ def _arrays(
 ) -> list[tuple[Any, ...]]:
     """The parallel arrays of :func:`_sql_append` (role … token count), transposed."""
     return [
-        (
-            row["role"],
-            row["source"],
-            content,
-            metadata,
-            row["created_at"],
-            usage,
-            row["token_count"],
-        )
-        for row, (content, metadata, usage) in zip(rows, json_texts, strict=True)
+        (r["role"], r["source"], content, metadata, r["created_at"], usage, r["token_count"])
+        for r, (content, metadata, usage) in zip(rows, json_texts, strict=True)
     ]
 
 
@@ -624,22 +604,9 @@ def newest_messages(
     result, _ = execute(connection, sql, params, c_times=True)
     if not result:
         return None
-    fields = Message._meta.concrete_fields
-    names = [field.attname for field in fields]
-    at = [field.name for field in fields].index(_PAGE_OMITS)  # the column the page omits
-    times = [i for i, field in enumerate(fields) if isinstance(field, DateTimeField)]
-    page_loaders = loaders(fields)
-    timezone = connection.timezone
-    messages = []
-    for row in result:
-        if row[0] is None:  # no message (within the bounds): the session's row of NULLs
-            continue
-        values = [*row[:at], session_id, *row[at:]]
-        for index in times:
-            values[index] = as_django_time(values[index], timezone)
-        for index, load in page_loaders:
-            values[index] = load(values[index], None, connection)
-        messages.append(Message.from_db(alias, names, values))
+    at = [field.name for field in Message._meta.concrete_fields].index(_PAGE_OMITS)
+    page = [row for row in result if row[0] is not None]  # none: the session's row of NULLs
+    messages: list[Message] = instances(connection, alias, Message, page, insert=(at, session_id))
     if not forward:
         messages.reverse()
     return messages

@@ -41,6 +41,7 @@ __all__ = [
     "built",
     "datetime_text",
     "execute",
+    "instances",
     "loaders",
     "text_plan",
     "text_values",
@@ -270,6 +271,33 @@ def text_values(
     for index, load in plan.loaders:
         values[index] = load(values[index], None, connection)
     return values
+
+
+def instances(
+    connection: Any,
+    alias: str,
+    model: type[Model],
+    rows: Sequence[Sequence[Any]],
+    insert: tuple[int, Any] | None = None,
+) -> list[Any]:
+    """``model`` instances of ``rows`` (every concrete field, in order; with ``insert``, the
+    row lacks the column at that position, whose value is given) as the ORM builds them read
+    from ``alias``: timestamps relabelled as Django's loader does (:func:`as_django_time`,
+    for rows read with ``c_times``; a no-op otherwise), each field's ``from_db_value``, then
+    ``Model.from_db``."""
+    fields = model._meta.concrete_fields
+    names = [field.attname for field in fields]
+    times = [i for i, field in enumerate(fields) if isinstance(field, DateTimeField)]
+    field_loaders, timezone = loaders(fields), connection.timezone
+    built_rows = []
+    for row in rows:
+        values = list(row) if insert is None else [*row[: insert[0]], insert[1], *row[insert[0] :]]
+        for index in times:
+            values[index] = as_django_time(values[index], timezone)
+        for index, load in field_loaders:
+            values[index] = load(values[index], None, connection)
+        built_rows.append(model.from_db(alias, names, values))
+    return built_rows
 
 
 def built(model: type[Model], alias: str, values: dict[str, Any]) -> Any:

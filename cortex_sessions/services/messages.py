@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple, NoReturn, cast
+from typing import Any, NamedTuple, NoReturn
 
-from django.db import IntegrityError, OperationalError, connections, router
+from django.db import connections
 from django.db.models import F
 from django.utils import timezone
 
@@ -26,8 +25,7 @@ from ..exceptions import (
     SessionNotFound,
     TooManyMessages,
 )
-from ..faults import is_lock_wait_timeout
-from ..models import IdempotencyKey, Message, Session
+from ..models import Message, Session
 from ..scope import Scope, canonical_of
 from ..search import check_query, filter_messages
 from ..search_limits import search_timeout
@@ -42,14 +40,13 @@ from ._common import (
     _check_not_held,
     _db_for_read,
     _db_for_write,
-    _in_callers_transaction,
     _locked_session,
     _send_on_commit,
     _session_id,
     _write_transaction,
 )
 from .context import has_compaction, refresh_context_tokens
-from .idempotency import check_idempotency_key, fingerprint, run_once
+from .keyed_append import append_once
 from .sessions import _get
 
 
@@ -352,94 +349,8 @@ def append_messages(
     now = timezone.now()
     rows = [_build_message(item, index, now) for index, item in enumerate(messages)]
     if idempotency_key is not None:
-        return _append_once(scope, session_id, rows, idempotency_key, now)
+        return append_once(scope, session_id, rows, idempotency_key, now)
     return _append_rows(scope, session_id, rows, now)
-
-
-#: Columns :func:`_build_message` derives from the input (the token counter's answer may
-#: change with the setting): not part of an idempotency key's fingerprint.
-_DERIVED = frozenset({"token_count", "compacts_through_seq"})
-
-
-def _append_once(
-    scope: Scope | str,
-    session_id: uuid.UUID | str,
-    rows: list[_BuiltMessage],
-    key: str,
-    now: datetime,
-) -> AppendResult:
-    """:func:`append_messages` with an idempotency key (docs/design.md §12.1)."""
-    pk = _session_id(session_id)
-    inputs = [
-        {
-            **{name: value for name, value in row.columns.items() if name not in _DERIVED},
-            "explicit_time": row.given_time is not None,
-            "created_at": row.given_time,
-        }
-        for row in rows
-    ]
-    for row, given in zip(rows, inputs, strict=True):
-        if row.columns["usage"] is None:  # as 1.0.0 fingerprinted a message without usage
-            del given["usage"]
-    endpoint, digest = f"service:append_messages:{pk}", fingerprint(inputs)
-    appended = _append_keyed_pg(scope, pk, rows, now, (endpoint, key, digest))
-    if appended is not None:
-        return appended
-    outcome = run_once(
-        scope=scope,
-        endpoint=endpoint,
-        key=key,
-        digest=digest,
-        write=lambda: _append_rows(scope, pk, rows, now),
-        record=lambda result: (0, json.dumps([message.pk for message in result.messages])),
-    )
-    if not outcome.replayed:
-        return cast(AppendResult, outcome.result)
-    # A replay reads where the first call wrote: a replica may not have its rows yet (§17.1).
-    using = _db_for_write()
-    written = Message.objects.using(using).filter(pk__in=json.loads(outcome.response))
-    session = _get(scope, pk, None, using=using)
-    return AppendResult(session=session, messages=list(written.order_by("seq")))
-
-
-def _append_keyed_pg(
-    scope: Scope | str,
-    pk: uuid.UUID,
-    rows: list[_BuiltMessage],
-    now: datetime,
-    keyed: tuple[str, str, str],
-) -> AppendResult | None:
-    """A keyed one-message append on PostgreSQL, outside a caller's transaction, in one
-    statement that also records the key (``_pg.keyed_append``, docs/design.md §12.1): the
-    :func:`~.idempotency.run_once` guarantees hold (a duplicate waits on the session's row
-    lock, then fails on the key and writes nothing), at the cost of one statement.
-
-    Returns:
-        The append, or ``None`` when :func:`~.idempotency.run_once` must serve the call: not
-        this case, the key's row exists (a replay, a reused or an expired key), or a lock wait
-        timed out (the key may be in progress: ``run_once`` tells).
-
-    Raises:
-        InvalidIdempotencyKey, and what :func:`_append_rows` raises.
-    """
-    alias = _db_for_write()
-    if (
-        len(rows) != 1
-        or not _pg.serves(alias)
-        or router.db_for_write(IdempotencyKey) != alias
-        or _in_callers_transaction(alias)
-    ):
-        return None
-    endpoint, key, digest = keyed
-    record = (canonical_of(scope), endpoint, check_idempotency_key(key), digest, timezone.now())
-    try:
-        return _append_rows(scope, pk, rows, now, key=record)
-    except IntegrityError:  # the key's unique index: nothing was written
-        return None
-    except OperationalError as exc:
-        if is_lock_wait_timeout(exc):
-            return None
-        raise
 
 
 def _append_rows(
