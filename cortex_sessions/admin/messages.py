@@ -66,6 +66,8 @@ class MessageAdmin(ReadOnlyModelAdmin):
         "message_text",
         "pretty_content",
         "pretty_metadata",
+        "pretty_usage",
+        "token_count",
         "created_at",
     )
     readonly_fields = fields
@@ -201,3 +203,8 @@ class MessageAdmin(ReadOnlyModelAdmin):
     def pretty_metadata(self, obj: Message) -> str:
         """The host's metadata as indented JSON, like the content."""
         return pretty_json(obj.metadata)
+
+    @admin.display(description=_("usage"))
+    def pretty_usage(self, obj: Message) -> str:
+        """The message's usage (docs/design.md §16.1) as indented JSON; "-" when it has none."""
+        return "-" if obj.usage is None else pretty_json(obj.usage)

@@ -7,7 +7,7 @@ columns. Every write that touches more than one row runs in one transaction on t
 router picks for the model (docs/design.md §10).
 
 Public import path: ``cortex_sessions.services``. The package keeps one concern per module
-(``sessions``, ``messages``, ``maintenance``, ``lifecycle``, ``undo``; ``filters`` holds
+(``sessions``, ``messages``, ``maintenance``, ``lifecycle``, ``undo``, ``totals``; ``filters`` holds
 :class:`SessionFilters`, the one value every session list and count takes); everything public is
 re-exported here, and every service that does I/O has an ``a``-prefixed async twin from ``aio``
 (docs/design.md §13.1).
@@ -38,6 +38,7 @@ from .aio import (
     aresolve_session,
     aunarchive_session,
     aupdate_session,
+    ausage_totals,
 )
 from .filters import SessionFilters
 from .idempotency import prune_idempotency_keys
@@ -71,6 +72,7 @@ from .sessions import (
     session_queryset,
     update_session,
 )
+from .totals import GROUP_BY, UsageTotals, usage_totals
 from .undo import (
     MessagesDeleted,
     PoppedMessage,
@@ -79,6 +81,7 @@ from .undo import (
 )
 
 __all__ = [
+    "GROUP_BY",
     "MAX_INT64",
     "ORDERING_FIELDS",
     "PATCHABLE_FIELDS",
@@ -89,6 +92,7 @@ __all__ = [
     "PoppedMessage",
     "SessionFilters",
     "SessionPage",
+    "UsageTotals",
     "aappend_messages",
     "aarchive_session",
     "aclear_messages",
@@ -112,6 +116,7 @@ __all__ = [
     "aresolve_session",
     "aunarchive_session",
     "aupdate_session",
+    "ausage_totals",
     "check_agent_id",
     "check_message_count",
     "check_messages",
@@ -135,4 +140,5 @@ __all__ = [
     "session_queryset",
     "unarchive_session",
     "update_session",
+    "usage_totals",
 ]

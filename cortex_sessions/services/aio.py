@@ -40,6 +40,7 @@ from .sessions import (
     resolve_session,
     update_session,
 )
+from .totals import usage_totals
 from .undo import delete_messages_after, pop_message
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "aresolve_session",
     "aunarchive_session",
     "aupdate_session",
+    "ausage_totals",
 ]
 
 P = ParamSpec("P")
@@ -119,3 +121,4 @@ afork_session = async_twin(fork_session)
 apatch_session = async_twin(patch_session)
 apop_message = async_twin(pop_message)
 aunarchive_session = async_twin(unarchive_session)
+ausage_totals = async_twin(usage_totals)
