@@ -67,6 +67,8 @@ class MessageAdmin(ReadOnlyModelAdmin):
         "message_text",
         "pretty_content",
         "pretty_metadata",
+        "pretty_usage",
+        "token_count",
         "created_at",
         "compaction",
     )
@@ -225,3 +227,8 @@ class MessageAdmin(ReadOnlyModelAdmin):
     def compaction(self, obj: Message) -> str:
         """Which seqs a compaction summary stands for (docs/design.md §16.3); else empty."""
         return compaction_label(obj)
+
+    @admin.display(description=_("usage"))
+    def pretty_usage(self, obj: Message) -> str:
+        """The message's usage (docs/design.md §16.1) as indented JSON; "-" when it has none."""
+        return "-" if obj.usage is None else pretty_json(obj.usage)

@@ -7,8 +7,8 @@ columns. Every write that touches more than one row runs in one transaction on t
 router picks for the model (docs/design.md §10).
 
 Public import path: ``cortex_sessions.services``. The package keeps one concern per module
-(``sessions``, ``messages``, ``maintenance``, ``lifecycle``, ``undo``, ``retention``; ``filters`` holds
-:class:`SessionFilters`, the one value every session list and count takes); everything public is
+(``sessions``, ``messages``, ``maintenance``, ``lifecycle``, ``undo``, ``retention``,
+``totals``; ``filters`` holds :class:`SessionFilters`, the one value every session list and count takes); everything public is
 re-exported here, and every service that does I/O has an ``a``-prefixed async twin from ``aio``
 (docs/design.md §13.1).
 """
@@ -42,6 +42,7 @@ from .aio import (
     aset_retention,
     aunarchive_session,
     aupdate_session,
+    ausage_totals,
 )
 from .compaction import compact_session
 from .context import MAX_CONTEXT_TOKENS, ContextWindow, context_messages
@@ -78,6 +79,7 @@ from .sessions import (
     session_queryset,
     update_session,
 )
+from .totals import GROUP_BY, UsageTotals, usage_totals
 from .undo import (
     MessagesDeleted,
     PoppedMessage,
@@ -87,6 +89,7 @@ from .undo import (
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
+    "GROUP_BY",
     "MAX_CONTEXT_TOKENS",
     "MAX_INT64",
     "ORDERING_FIELDS",
@@ -100,6 +103,7 @@ __all__ = [
     "PoppedMessage",
     "SessionFilters",
     "SessionPage",
+    "UsageTotals",
     "aappend_messages",
     "aarchive_session",
     "aclear_messages",
@@ -127,6 +131,7 @@ __all__ = [
     "aset_retention",
     "aunarchive_session",
     "aupdate_session",
+    "ausage_totals",
     "check_agent_id",
     "check_message_count",
     "check_messages",
@@ -154,4 +159,5 @@ __all__ = [
     "set_retention",
     "unarchive_session",
     "update_session",
+    "usage_totals",
 ]

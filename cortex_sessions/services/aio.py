@@ -43,6 +43,7 @@ from .sessions import (
     resolve_session,
     update_session,
 )
+from .totals import usage_totals
 from .undo import delete_messages_after, pop_message
 
 __all__ = [
@@ -71,6 +72,7 @@ __all__ = [
     "aset_retention",
     "aunarchive_session",
     "aupdate_session",
+    "ausage_totals",
 ]
 
 P = ParamSpec("P")
@@ -130,3 +132,4 @@ acompact_session = async_twin(compact_session)
 acontext_messages = async_twin(context_messages)
 aexpire_sessions = async_twin(expire_sessions)
 aset_retention = async_twin(set_retention)
+ausage_totals = async_twin(usage_totals)

@@ -14,6 +14,7 @@ from cortex_sessions.models import Session
 from .base import StrictSerializerMixin
 from .fields import (
     AgentIdField,
+    CostField,
     CwdField,
     MetadataField,
     ScopeTextField,
@@ -55,6 +56,10 @@ SESSION_READ_ONLY_FIELDS = frozenset(
         "forked_from",
         "forked_at_seq",
         "legal_hold",  # the admin's and the host's, never the client's (docs/design.md §18.1)
+        "input_tokens",
+        "output_tokens",
+        "cost",
+        "context_tokens",
         "match",  # of a search result (docs/design.md §11.5)
     }
 )
@@ -64,6 +69,7 @@ class SessionSerializer(PlannedRepresentationMixin, serializers.ModelSerializer[
     """A session as the API returns it (docs/design.md §3.1). Every field is read-only here."""
 
     metadata = MetadataField(read_only=True)
+    cost = CostField(help_text="Sum of the messages' usage.cost (docs/design.md §16.1).")
 
     class Meta:
         model = Session
@@ -85,6 +91,10 @@ class SessionSerializer(PlannedRepresentationMixin, serializers.ModelSerializer[
             "forked_at_seq",
             "expires_at",
             "legal_hold",
+            "input_tokens",
+            "output_tokens",
+            "cost",
+            "context_tokens",
         ]
         read_only_fields = fields
 
