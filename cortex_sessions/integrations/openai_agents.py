@@ -64,6 +64,7 @@ from ..models import Message, Session, not_expired_q
 from ..scope import Scope, as_scope, scope_q
 from . import openai_agents_history as history
 from .blocks import find_block, text_blocks, verbatim_block
+from .runtime_usage import attach_usage, openai_run_usage
 
 __all__ = [
     "ITEM_BLOCK_TYPE",
@@ -247,8 +248,12 @@ class CortexSession:
         agent_id: str,
         session_id: uuid.UUID | str | None = None,
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
+        record_usage: bool = False,
     ) -> None:
         self.scope = as_scope(scope)
+        #: Record the usage the SDK reports for a run on the messages of its answer
+        #: (docs/design.md §16.5): opt-in.
+        self.record_usage = record_usage
         self.agent_id = services.check_agent_id(agent_id)
         self._pinned = session_id
         #: The pinned session once checked (scope and agent), or the default as last resolved.
@@ -329,7 +334,9 @@ class CortexSession:
 
     # -- the Session protocol ---------------------------------------------------------------------
 
-    async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
+    async def get_items(
+        self, limit: int | None = None, wrapper: Any = None
+    ) -> list[dict[str, Any]]:
         """The conversation history, oldest first (the SDK's ``Session.get_items``).
 
         Args:
@@ -350,8 +357,15 @@ class CortexSession:
         scope = self.scope
         return await self._run(lambda pk: _read_items(pk, scope, effective))
 
-    async def add_items(self, items: list[Any]) -> None:
+    async def add_items(self, items: list[Any], wrapper: Any = None) -> None:
         """Append items, in order (the SDK's ``Session.add_items``).
+
+        Every operation takes the SDK's optional ``wrapper`` (its ``RunContextWrapper``), which
+        the SDK passes to a session whose four operations all accept it; only ``add_items``
+        uses it. With ``record_usage``, the usage the SDK's run reports (its ``RunContextWrapper``,
+        which the SDK passes as ``wrapper`` to a session that takes one) since it was last
+        recorded is stored as the ``usage`` of the batch's last ``assistant`` message
+        (docs/design.md §16.1, §16.5).
 
         Each item becomes one message (see the module docs); an empty list writes nothing.
         Up to ``MAX_MESSAGES_PER_APPEND`` items are one append, in one transaction. More are
@@ -373,6 +387,8 @@ class CortexSession:
             return
         with _items_are_json():
             messages = [item_to_message(item) for item in items]
+            if self.record_usage and wrapper is not None:
+                attach_usage(messages, openai_run_usage(wrapper))
             scope = self.scope
             batch = app_settings.MAX_MESSAGES_PER_APPEND
             if len(messages) > batch:
@@ -386,7 +402,7 @@ class CortexSession:
 
             await _settled(self._run(append))
 
-    async def pop_item(self) -> dict[str, Any] | None:
+    async def pop_item(self, wrapper: Any = None) -> dict[str, Any] | None:
         """Remove and return the newest item (the SDK's ``Session.pop_item``).
 
         Each removal is :func:`cortex_sessions.services.pop_message` (docs/design.md §11.4): the
@@ -407,7 +423,7 @@ class CortexSession:
         item = await _settled(self._run(lambda pk: _pop_item(pk, scope)))
         return item
 
-    async def clear_session(self) -> None:
+    async def clear_session(self, wrapper: Any = None) -> None:
         """Delete every item (the SDK's ``Session.clear_session``).
 
         The cortex session itself stays (with zero messages), so it remains listed in the

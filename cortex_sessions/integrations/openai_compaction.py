@@ -115,7 +115,9 @@ class CompactingCortexSession(CortexSession):
     ``OpenAIResponsesCompactionSession``: its compaction is a cortex compaction, never a delete
     (docs/design.md §16.5). Constructed like ``CortexSession``."""
 
-    async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
+    async def get_items(
+        self, limit: int | None = None, wrapper: Any = None
+    ) -> list[dict[str, Any]]:
         """The compacted history the model sees, oldest first: the newest summary's items,
         then every item added after what it stands for (the context read, docs/design.md
         §16.4); without a compaction, every item, as ``CortexSession.get_items``.

@@ -82,8 +82,11 @@ class CortexSessionService(BaseSessionService):
         ScopeForbidden: the mapped scope lies outside ``within``.
     """
 
-    def __init__(self, *, within: Scope | str | None = None) -> None:
+    def __init__(self, *, within: Scope | str | None = None, record_usage: bool = False) -> None:
         self.within = as_scope(within) if within is not None else None
+        #: Store an event's ``usage_metadata`` as its message's ``usage`` (docs/design.md
+        #: §16.1, §16.5): opt-in.
+        self.record_usage = record_usage
         #: The key of this service's ``app:`` state: the canonical ``within``, ``""`` unbound.
         self.tenant = self.within.canonical if self.within is not None else ""
 

@@ -23,6 +23,7 @@ from cortex_sessions.models import Session as CortexSession
 from cortex_sessions.scope import Scope
 from cortex_sessions.services._common import _signals_held, _write_transaction
 
+from ..runtime_usage import adk_usage
 from .events import _event_of, _timestamp, _when, event_to_message
 from .ids import _check_id, _nameable, _strip
 from .models import AdkSession, AdkUserState, session_key
@@ -312,7 +313,7 @@ def _append_sync(service: CortexSessionService, session: AdkSessionModel, event:
         )
         if marker is not None and marker != str(last_seq):
             raise StaleSessionError(STALE_SESSION_MESSAGE)
-        result = _store_event(scope, row.session_id, event)
+        result = _store_event(scope, row.session_id, event, record_usage=service.record_usage)
         if deltas["session"]:
             # Every ADK write of this state holds the cortex session's row lock (taken above),
             # so reading the stored state here and writing it back loses no concurrent key.
@@ -326,13 +327,17 @@ def _append_sync(service: CortexSessionService, session: AdkSessionModel, event:
     _set_marker(session, result.session.last_seq)
 
 
-def _store_event(scope: Scope, session_id: Any, event: Event) -> services.AppendResult:
+def _store_event(
+    scope: Scope, session_id: Any, event: Event, *, record_usage: bool = False
+) -> services.AppendResult:
     """Store ``event`` as the session's next message, in the caller's transaction, which holds
     the session's row lock. A compaction event (``event.actions.compaction``, ADK's
     ``EventsCompactionConfig``) is stored as a cortex compaction (docs/design.md §16.3, §16.5)
     standing for every message up to the compacted range's end, so the context read matches
-    what ADK sends its model; ADK still reads every event back, as from its own stores."""
+    what ADK sends its model; ADK still reads every event back, as from its own stores. With
+    ``record_usage`` the event's ``usage_metadata`` is the message's ``usage`` (§16.1)."""
     message = event_to_message(event)
+    usage = adk_usage(event.usage_metadata, event.model_version) if record_usage else None
     compaction = event.actions.compaction if event.actions else None
     if compaction is not None:
         through = (
@@ -349,9 +354,12 @@ def _store_event(scope: Scope, session_id: Any, event: Event) -> services.Append
                     session_id=session_id,
                     through_seq=through,
                     summary=message["content"],
+                    usage=usage,
                 )
             except InvalidThroughSeq:
                 pass  # not past the newest compaction: kept as an ordinary event
+    if usage is not None:
+        message["usage"] = usage
     return services.append_messages(scope=scope, session_id=session_id, messages=[message])
 
 
