@@ -1,7 +1,7 @@
 """The documented examples run as the docs say: ``migrate``, then ``python -m …`` (no network).
 
-docs/openai-agents.md, docs/adk.md and docs/langchain.md point at these modules; this runs them as a reader would,
-in a fresh process on a fresh SQLite database of the example project.
+docs/openai-agents.md, docs/adk.md, docs/langchain.md and docs/langgraph.md point at these modules;
+this runs them as a reader would, in a fresh process on a fresh SQLite database of the example project.
 """
 
 from __future__ import annotations
@@ -56,6 +56,12 @@ def example_env(tmp_path_factory):
             "langchain_core",
             "the model's second prompt: ['Answer in one line.', "
             "'Which city is the Golden Gate Bridge in?', 'San Francisco.', 'And which state?']",
+        ),
+        (
+            "example_project.runtimes.langgraph_example",
+            "langgraph",
+            "the model's second prompt: ['Which city is the Golden Gate Bridge in?', "
+            "'San Francisco.', 'And which state?']",
         ),
     ],
 )
