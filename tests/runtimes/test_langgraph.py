@@ -24,6 +24,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 from cortex_sessions import services
 from cortex_sessions.exceptions import (
     InvalidInput,
+    InvalidMetadata,
     ScopeForbidden,
     SessionArchived,
     SessionNotFound,
@@ -244,6 +245,15 @@ def test_overlong_names_are_refused_and_write_nothing():
     with pytest.raises(ValueTooLong):
         _put(saver, _config(uuid.uuid4()), {"c" * 256: 1})
     assert not Checkpoint.objects.exists()
+    assert not Session.objects.exists()
+
+
+@pytest.mark.parametrize("value", [float("nan"), "nul \x00", {1, 2}])
+def test_metadata_that_is_not_storable_json_is_refused_and_writes_nothing(value):
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    checkpoint = empty_checkpoint()
+    with pytest.raises(InvalidMetadata):
+        saver.put(_config(uuid.uuid4()), checkpoint, {"step": 0, "bad": [value]}, {})
     assert not Session.objects.exists()
 
 

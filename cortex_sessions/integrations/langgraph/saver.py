@@ -202,6 +202,7 @@ class CortexCheckpointSaver(BaseCheckpointSaver[str]):
             InvalidInput: no ``thread_id``, one that is not a UUID, or a new thread without
                 an ``agent_id``; ValueTooLong: a namespace, channel or id over its length.
             InvalidScope, ScopeForbidden: a bad ``scope`` key in the config.
+            InvalidMetadata: metadata that is not storable JSON (NaN, NUL, a lone surrogate).
             SessionNotFound: the thread id is a session outside the scope or another agent's.
             SessionArchived: the session is archived (docs/design.md §11.2).
             InvalidContent, MessageTooLarge: a mirrored message cannot be stored.

@@ -8,8 +8,9 @@ Values go through the saver's serializer (``dumps_typed`` / ``loads_typed``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from django.db import transaction
 from django.db.models import Q
@@ -26,9 +27,16 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ... import routing
-from ...exceptions import InvalidInput, SessionArchived, SessionNotFound, ValueTooLong
+from ...exceptions import (
+    InvalidInput,
+    InvalidMetadata,
+    SessionArchived,
+    SessionNotFound,
+    ValueTooLong,
+)
 from ...models import Session
 from ...scope import Scope, scope_q
+from ..blocks import is_storable
 from . import threads
 from .mirror import mirror_messages
 from .models import ID_CHARS, NAME_CHARS, Checkpoint, CheckpointBlob, CheckpointWrite
@@ -54,6 +62,25 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> dict[str, Any]:
             "checkpoint_id": checkpoint_id,
         }
     }
+
+
+def _json_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """``metadata`` as the JSON the metadata column stores (no NUL, lone surrogate or NaN).
+
+    Raises:
+        InvalidMetadata: it is not storable JSON (field ``metadata``).
+    """
+    try:
+        text = json.dumps(dict(metadata), allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as error:
+        raise InvalidMetadata(f"metadata is not valid JSON: {error}", field="metadata") from None
+    if not is_storable(json.loads(text)):
+        raise InvalidMetadata(
+            "metadata holds text the database cannot store (NUL, a lone surrogate) or is "
+            "nested too deep.",
+            field="metadata",
+        )
+    return cast(dict[str, Any], json.loads(text))
 
 
 def _live_session(target: threads.Target, alias: str, *, create: bool) -> Session:
@@ -85,7 +112,7 @@ def put_checkpoint(
         The stored checkpoint's config (thread id, namespace, checkpoint id).
 
     Raises:
-        InvalidInput, ValueTooLong, SessionNotFound, SessionArchived: see
+        InvalidInput, InvalidMetadata, ValueTooLong, SessionNotFound, SessionArchived: see
             :meth:`CortexCheckpointSaver.put`.
     """
     ns = _bounded(target.checkpoint_ns, NAME_CHARS, "checkpoint_ns")
@@ -101,7 +128,9 @@ def put_checkpoint(
             serde.dumps_typed(values[channel]) if channel in values else ("empty", None)
         )
         blob_rows.append((channel, _bounded(str(version), ID_CHARS, "version"), blob_kind, blob))
-    stored_metadata = get_serializable_checkpoint_metadata(config, dict(metadata))  # type: ignore[arg-type]
+    stored_metadata = _json_metadata(
+        get_serializable_checkpoint_metadata(config, dict(metadata))  # type: ignore[arg-type]
+    )
 
     alias = routing.db_for_write(Session)
     with transaction.atomic(using=alias):
