@@ -7,7 +7,7 @@ columns. Every write that touches more than one row runs in one transaction on t
 router picks for the model (docs/design.md §10).
 
 Public import path: ``cortex_sessions.services``. The package keeps one concern per module
-(``sessions``, ``messages``, ``maintenance``, ``lifecycle``, ``undo``; ``filters`` holds
+(``sessions``, ``messages``, ``maintenance``, ``lifecycle``, ``undo``, ``retention``; ``filters`` holds
 :class:`SessionFilters`, the one value every session list and count takes); everything public is
 re-exported here, and every service that does I/O has an ``a``-prefixed async twin from ``aio``
 (docs/design.md §13.1).
@@ -20,11 +20,14 @@ from .aio import (
     aappend_messages,
     aarchive_session,
     aclear_messages,
+    acompact_session,
+    acontext_messages,
     acount_sessions,
     acreate_session,
     adelete_message,
     adelete_messages_after,
     adelete_session,
+    aexpire_sessions,
     afork_session,
     aget_session,
     alist_messages,
@@ -36,9 +39,12 @@ from .aio import (
     aprune_idempotency_keys,
     arecount_sessions,
     aresolve_session,
+    aset_retention,
     aunarchive_session,
     aupdate_session,
 )
+from .compaction import compact_session
+from .context import MAX_CONTEXT_TOKENS, ContextWindow, context_messages
 from .filters import SessionFilters
 from .idempotency import prune_idempotency_keys
 from .keyset import SessionPage, list_sessions_page
@@ -60,6 +66,7 @@ from .messages import (
     delete_message,
     list_messages,
 )
+from .retention import DEFAULT_BATCH_SIZE, ExpiryReport, expire_sessions, set_retention
 from .sessions import (
     count_sessions,
     create_session,
@@ -79,11 +86,15 @@ from .undo import (
 )
 
 __all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "MAX_CONTEXT_TOKENS",
     "MAX_INT64",
     "ORDERING_FIELDS",
     "PATCHABLE_FIELDS",
     "AppendResult",
+    "ContextWindow",
     "CounterDrift",
+    "ExpiryReport",
     "MessageInput",
     "MessagesDeleted",
     "PoppedMessage",
@@ -92,11 +103,14 @@ __all__ = [
     "aappend_messages",
     "aarchive_session",
     "aclear_messages",
+    "acompact_session",
+    "acontext_messages",
     "acount_sessions",
     "acreate_session",
     "adelete_message",
     "adelete_messages_after",
     "adelete_session",
+    "aexpire_sessions",
     "afork_session",
     "aget_session",
     "alist_messages",
@@ -110,17 +124,21 @@ __all__ = [
     "archive_session",
     "arecount_sessions",
     "aresolve_session",
+    "aset_retention",
     "aunarchive_session",
     "aupdate_session",
     "check_agent_id",
     "check_message_count",
     "check_messages",
     "clear_messages",
+    "compact_session",
+    "context_messages",
     "count_sessions",
     "create_session",
     "delete_message",
     "delete_messages_after",
     "delete_session",
+    "expire_sessions",
     "fork_session",
     "get_session",
     "list_messages",
@@ -133,6 +151,7 @@ __all__ = [
     "recount_sessions",
     "resolve_session",
     "session_queryset",
+    "set_retention",
     "unarchive_session",
     "update_session",
 ]

@@ -25,11 +25,14 @@ from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 
+from .compaction import compact_session
+from .context import context_messages
 from .idempotency import prune_idempotency_keys
 from .keyset import list_sessions_page
 from .lifecycle import archive_session, fork_session, patch_session, unarchive_session
 from .maintenance import recount_sessions
 from .messages import append_messages, clear_messages, delete_message, list_messages
+from .retention import expire_sessions, set_retention
 from .sessions import (
     count_sessions,
     create_session,
@@ -46,11 +49,14 @@ __all__ = [
     "aappend_messages",
     "aarchive_session",
     "aclear_messages",
+    "acompact_session",
+    "acontext_messages",
     "acount_sessions",
     "acreate_session",
     "adelete_message",
     "adelete_messages_after",
     "adelete_session",
+    "aexpire_sessions",
     "afork_session",
     "aget_session",
     "alist_messages",
@@ -62,6 +68,7 @@ __all__ = [
     "aprune_idempotency_keys",
     "arecount_sessions",
     "aresolve_session",
+    "aset_retention",
     "aunarchive_session",
     "aupdate_session",
 ]
@@ -119,3 +126,7 @@ afork_session = async_twin(fork_session)
 apatch_session = async_twin(patch_session)
 apop_message = async_twin(pop_message)
 aunarchive_session = async_twin(unarchive_session)
+acompact_session = async_twin(compact_session)
+acontext_messages = async_twin(context_messages)
+aexpire_sessions = async_twin(expire_sessions)
+aset_retention = async_twin(set_retention)

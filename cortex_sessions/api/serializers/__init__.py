@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from .base import *  # noqa: F403
 from .base import __all__ as _base_all
+from .context import *  # noqa: F403
+from .context import __all__ as _context_all
 from .fields import *  # noqa: F403
 from .fields import __all__ as _fields_all
 from .messages import *  # noqa: F403
@@ -30,4 +32,4 @@ from .references import __all__ as _references_all
 from .sessions import *  # noqa: F403
 from .sessions import __all__ as _sessions_all
 
-__all__ = _base_all + _fields_all + _sessions_all + _messages_all + _references_all
+__all__ = _base_all + _fields_all + _sessions_all + _messages_all + _references_all + _context_all

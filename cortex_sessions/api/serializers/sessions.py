@@ -21,6 +21,7 @@ from .fields import (
     StrictUUIDField,
     TitleField,
 )
+from .rendering import PlannedRepresentationMixin
 
 __all__ = [
     "SESSION_READ_ONLY_FIELDS",
@@ -53,12 +54,13 @@ SESSION_READ_ONLY_FIELDS = frozenset(
         "archived_at",
         "forked_from",
         "forked_at_seq",
+        "legal_hold",  # the admin's and the host's, never the client's (docs/design.md §18.1)
         "match",  # of a search result (docs/design.md §11.5)
     }
 )
 
 
-class SessionSerializer(serializers.ModelSerializer[Session]):
+class SessionSerializer(PlannedRepresentationMixin, serializers.ModelSerializer[Session]):
     """A session as the API returns it (docs/design.md §3.1). Every field is read-only here."""
 
     metadata = MetadataField(read_only=True)
@@ -81,11 +83,13 @@ class SessionSerializer(serializers.ModelSerializer[Session]):
             "archived_at",
             "forked_from",
             "forked_at_seq",
+            "expires_at",
+            "legal_hold",
         ]
         read_only_fields = fields
 
 
-class SearchMatchSerializer(serializers.Serializer[Any]):
+class SearchMatchSerializer(PlannedRepresentationMixin, serializers.Serializer[Any]):
     """Why a result matched ``q`` (docs/design.md §11.5): ``{snippet, seq, rank}``."""
 
     snippet = serializers.CharField(
@@ -137,6 +141,20 @@ class ListedSessionSerializer(SearchResultMixin, SessionSerializer):
         read_only_fields = fields
 
 
+def expires_at_field() -> serializers.DateTimeField:
+    """The writable ``expires_at`` of a request body (docs/design.md §18.1): ISO 8601, or
+    ``null`` for never; a bad format is 400 ``invalid`` naming it, nothing written."""
+    return serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text=(
+            "When the session expires (ISO 8601; give the UTC offset), or null for never. "
+            "From then on every read hides it, and the expiry sweep deletes it unless it is "
+            "on legal hold."
+        ),
+    )
+
+
 class SessionCreateSerializer(StrictSerializerMixin, serializers.Serializer[Any]):
     """Body of ``POST /sessions/``: the host-owned fields, the agent and an optional scope."""
 
@@ -146,6 +164,7 @@ class SessionCreateSerializer(StrictSerializerMixin, serializers.Serializer[Any]
     title = TitleField(required=False, default="")
     metadata = MetadataField(required=False, default=dict)
     cwd = CwdField(required=False, default=None)
+    expires_at = expires_at_field()
     scope = ScopeTextField(
         required=False,
         help_text=(
@@ -156,7 +175,8 @@ class SessionCreateSerializer(StrictSerializerMixin, serializers.Serializer[Any]
 
 
 class SessionUpdateSerializer(StrictSerializerMixin, serializers.Serializer[Any]):
-    """Body of ``PUT``/``PATCH /sessions/{id}/``: only ``title``, ``metadata`` and ``cwd``.
+    """Body of ``PUT``/``PATCH /sessions/{id}/``: only ``title``, ``metadata``, ``cwd`` and
+    ``expires_at``.
 
     Fields left out are not changed, with ``PUT`` as with ``PATCH``. The other fields of a
     session as read (``id``, ``agent_id``, ``scope``, counters, …) are accepted and ignored, so
@@ -168,6 +188,7 @@ class SessionUpdateSerializer(StrictSerializerMixin, serializers.Serializer[Any]
     title = TitleField(required=False)
     metadata = MetadataField(required=False)
     cwd = CwdField(required=False)
+    expires_at = expires_at_field()
 
 
 @extend_schema_field({"type": "object", "additionalProperties": True, "nullable": True})
@@ -178,7 +199,7 @@ class MetadataPatchField(serializers.JSONField):
 class SessionMergePatchSerializer(StrictSerializerMixin, serializers.Serializer[Any]):
     """Body of ``PATCH /sessions/{id}/`` sent as ``application/merge-patch+json`` (§11.3).
 
-    ``title`` and ``cwd`` are replaced when present; ``metadata`` is merged into the stored
+    ``title``, ``cwd`` and ``expires_at`` are replaced when present; ``metadata`` is merged into the stored
     object by RFC 7386 (a ``null`` member deletes that key; ``"metadata": null`` empties it).
     Read-only fields are accepted and ignored; any other key is 400 ``unknown_field``.
     """
@@ -188,6 +209,7 @@ class SessionMergePatchSerializer(StrictSerializerMixin, serializers.Serializer[
     title = TitleField(required=False)
     metadata = MetadataPatchField(required=False, allow_null=True)
     cwd = CwdField(required=False)
+    expires_at = expires_at_field()
 
 
 @extend_schema_field({"type": "integer", "minimum": 0, "maximum": 2**63 - 1})
@@ -226,7 +248,7 @@ class ResolveSerializer(StrictSerializerMixin, serializers.Serializer[Any]):
     )
 
 
-class CountSerializer(serializers.Serializer[Any]):
+class CountSerializer(PlannedRepresentationMixin, serializers.Serializer[Any]):
     """Response of ``GET /sessions/count/``."""
 
     count = serializers.IntegerField(min_value=0)

@@ -1,0 +1,94 @@
+"""The HTTP bench (``python -m bench.http``): at a tiny size it prints every endpoint with its
+ratio to the floor (needs gunicorn, wrk and PostgreSQL; skipped otherwise), and the profile
+mode prints where each endpoint's time goes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+psycopg = pytest.importorskip("psycopg")  # the bench drives psycopg 3 (its `bench` extra)
+
+from bench import http as bench_http  # noqa: E402
+from bench.http_load import missing_tools  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVER = os.environ.get("BENCH_SERVER_URL", "postgres://postgres@127.0.0.1:5432")
+NAMES = [endpoint.name for endpoint in bench_http.endpoints({"agent": "a"})]
+
+
+@pytest.fixture(scope="module")
+def prefix() -> str:
+    try:
+        psycopg.connect(f"{SERVER}/postgres", connect_timeout=5).close()
+    except psycopg.Error:
+        pytest.skip(f"no PostgreSQL at {SERVER}")
+    return f"cortex_bench_t{os.getpid()}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_database(prefix: str):
+    yield
+    with psycopg.connect(f"{SERVER}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{prefix}_http" WITH (FORCE)')
+
+
+def _bench(prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
+    # Without the tests' DJANGO_SETTINGS_MODULE, which pytest-django exports.
+    inherited = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    return subprocess.run(
+        [sys.executable, "-m", "bench.http", "--sessions", "60", *args],
+        cwd=ROOT,
+        env={**inherited, "PYTHONPATH": str(ROOT), "BENCH_DB_PREFIX": prefix},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def test_every_endpoint_is_timed_against_the_floor(prefix: str):
+    if missing := missing_tools():
+        pytest.skip("needs " + " and ".join(missing))
+    result = _bench(prefix, "--rounds", "1", "--duration", "1", "--kinds", "sync,gthread")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| sync |")]
+    timed = {line.split(" | ")[1] for line in rows if "×" in line}
+    skipped = {line.split(" | ")[1] for line in rows if "skipped:" in line}
+    assert timed | skipped == {*NAMES, "Idempotency-Key cost (app append+key / append)"}
+    assert {"append", "append+key", "newest 50", "get", "resolve", "list agent"} <= timed
+    assert {"count", "search q"} <= timed
+    assert any(
+        line.startswith("| gthread | get |") and "×" in line for line in result.stdout.splitlines()
+    )
+
+
+def test_the_profile_mode_shows_where_each_endpoint_spends_its_time(prefix: str):
+    result = _bench(prefix, "--profile", "--requests", "5")
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in NAMES:
+        assert f"== {name}:" in result.stdout
+    assert "own time by package:" in result.stdout
+    assert "rest_framework" in result.stdout
+
+
+@pytest.mark.django_db
+def test_the_floor_writes_a_session_and_a_message_as_the_api_does():
+    # The floor is a fair one only if its bodies are the API's.
+    from rest_framework.renderers import JSONRenderer
+
+    from bench.http_floor import message_dict, session_dict
+    from cortex_sessions import services
+    from cortex_sessions.api.serializers import MessageSerializer, SessionSerializer
+
+    session = services.create_session(scope="org=a", agent_id="bot", metadata={"k": "é"})
+    result = services.append_messages(
+        scope="org=a", session_id=session.id, messages=[{"role": "user", "content": "hi"}]
+    )
+    render = JSONRenderer().render
+    assert render(session_dict(result.session)) == render(SessionSerializer(result.session).data)
+    message = result.messages[0]
+    assert render(message_dict(message)) == render(MessageSerializer(message).data)
