@@ -7,7 +7,7 @@ columns. Every write that touches more than one row runs in one transaction on t
 router picks for the model (docs/design.md §10).
 
 Public import path: ``cortex_sessions.services``. The package keeps one concern per module
-(``sessions``, ``messages``, ``maintenance``, ``lifecycle``, ``undo``; ``filters`` holds
+(``sessions``, ``messages``, ``maintenance``, ``lifecycle``, ``undo``, ``erasure``; ``filters`` holds
 :class:`SessionFilters`, the one value every session list and count takes); everything public is
 re-exported here, and every service that does I/O has an ``a``-prefixed async twin from ``aio``
 (docs/design.md §13.1).
@@ -25,7 +25,9 @@ from .aio import (
     adelete_message,
     adelete_messages_after,
     adelete_session,
+    aerase_scope,
     afork_session,
+    aget_erasure,
     aget_session,
     alist_messages,
     alist_sessions,
@@ -36,9 +38,11 @@ from .aio import (
     aprune_idempotency_keys,
     arecount_sessions,
     aresolve_session,
+    aresume_erasure,
     aunarchive_session,
     aupdate_session,
 )
+from .erasure import ERASURE_BATCH, erase_scope, get_erasure, resume_erasure
 from .filters import SessionFilters
 from .idempotency import prune_idempotency_keys
 from .keyset import SessionPage, list_sessions_page
@@ -79,6 +83,7 @@ from .undo import (
 )
 
 __all__ = [
+    "ERASURE_BATCH",
     "MAX_INT64",
     "ORDERING_FIELDS",
     "PATCHABLE_FIELDS",
@@ -97,7 +102,9 @@ __all__ = [
     "adelete_message",
     "adelete_messages_after",
     "adelete_session",
+    "aerase_scope",
     "afork_session",
+    "aget_erasure",
     "aget_session",
     "alist_messages",
     "alist_sessions",
@@ -110,6 +117,7 @@ __all__ = [
     "archive_session",
     "arecount_sessions",
     "aresolve_session",
+    "aresume_erasure",
     "aunarchive_session",
     "aupdate_session",
     "check_agent_id",
@@ -121,7 +129,9 @@ __all__ = [
     "delete_message",
     "delete_messages_after",
     "delete_session",
+    "erase_scope",
     "fork_session",
+    "get_erasure",
     "get_session",
     "list_messages",
     "list_sessions",
@@ -132,6 +142,7 @@ __all__ = [
     "prune_idempotency_keys",
     "recount_sessions",
     "resolve_session",
+    "resume_erasure",
     "session_queryset",
     "unarchive_session",
     "update_session",

@@ -25,6 +25,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 
+from .erasure import erase_scope, get_erasure, resume_erasure
 from .idempotency import prune_idempotency_keys
 from .keyset import list_sessions_page
 from .lifecycle import archive_session, fork_session, patch_session, unarchive_session
@@ -51,7 +52,9 @@ __all__ = [
     "adelete_message",
     "adelete_messages_after",
     "adelete_session",
+    "aerase_scope",
     "afork_session",
+    "aget_erasure",
     "aget_session",
     "alist_messages",
     "alist_sessions",
@@ -62,6 +65,7 @@ __all__ = [
     "aprune_idempotency_keys",
     "arecount_sessions",
     "aresolve_session",
+    "aresume_erasure",
     "aunarchive_session",
     "aupdate_session",
 ]
@@ -119,3 +123,6 @@ afork_session = async_twin(fork_session)
 apatch_session = async_twin(patch_session)
 apop_message = async_twin(pop_message)
 aunarchive_session = async_twin(unarchive_session)
+aerase_scope = async_twin(erase_scope)
+aget_erasure = async_twin(get_erasure)
+aresume_erasure = async_twin(resume_erasure)
