@@ -13,7 +13,7 @@ input serializers.
 
 The package is split by resource: :mod:`.fields` (schema patterns, strict and JSON-valued
 fields), :mod:`.base` (strict bodies, the empty body, the error body), :mod:`.sessions`,
-:mod:`.messages` and :mod:`.references`. Every public name is re-exported here; import from
+:mod:`.messages`, :mod:`.references` and :mod:`.erasures`. Every public name is re-exported here; import from
 ``cortex_sessions.api.serializers``.
 """
 
@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from .base import *  # noqa: F403
 from .base import __all__ as _base_all
+from .erasures import *  # noqa: F403
+from .erasures import __all__ as _erasures_all
 from .fields import *  # noqa: F403
 from .fields import __all__ as _fields_all
 from .messages import *  # noqa: F403
@@ -30,4 +32,4 @@ from .references import __all__ as _references_all
 from .sessions import *  # noqa: F403
 from .sessions import __all__ as _sessions_all
 
-__all__ = _base_all + _fields_all + _sessions_all + _messages_all + _references_all
+__all__ = _base_all + _fields_all + _sessions_all + _messages_all + _references_all + _erasures_all

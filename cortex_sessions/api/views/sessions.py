@@ -47,6 +47,7 @@ from ..serializers import (
     SessionUpdateSerializer,
     refuse_body,
 )
+from .export import SessionExportMixin
 from .messages import SessionMessagesMixin
 from .references import SessionReferencesMixin
 
@@ -55,7 +56,11 @@ __all__ = ["SessionViewSet"]
 
 @extend_schema(tags=["sessions"], parameters=SCOPE_PARAMETERS)
 class SessionViewSet(
-    SessionMessagesMixin, SessionReferencesMixin, CortexAPIMixin, viewsets.GenericViewSet[Session]
+    SessionMessagesMixin,
+    SessionReferencesMixin,
+    SessionExportMixin,
+    CortexAPIMixin,
+    viewsets.GenericViewSet[Session],
 ):
     """Sessions and their messages at the request's scope (docs/design.md §7.3)."""
 
@@ -72,6 +77,7 @@ class SessionViewSet(
         "messages.get": frozenset({"limit", "after_seq", "before_seq", "q"}),
         "messages.delete": frozenset({"after_seq"}),
         "reference_candidates": frozenset({"q", "limit"}),
+        "export": frozenset({"agent_id"}),
     }
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
