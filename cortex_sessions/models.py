@@ -35,7 +35,9 @@ __all__ = [
 ]
 
 #: The columns a plain ``save()`` of an existing session may write (docs/design.md §7.1 update).
-EDITABLE_SESSION_FIELDS = ("title", "metadata", "cwd", "updated_at")
+#: ``expires_at`` and ``legal_hold`` are host-owned (docs/design.md §18.1): the admin and host code
+#: write them with ``save()``; the REST API's client may set ``expires_at`` but never ``legal_hold``.
+EDITABLE_SESSION_FIELDS = ("title", "metadata", "cwd", "updated_at", "expires_at", "legal_hold")
 #: Longest external conversation id, in UTF-8 bytes: it is indexed with the agent id and scope,
 #: and the three together must stay under PostgreSQL's B-tree entry limit.
 EXTERNAL_ID_MAX_BYTES = 255
@@ -105,6 +107,12 @@ class Session(models.Model):
     forked_at_seq = models.BigIntegerField(
         _("forked at seq"), null=True, blank=True, editable=False
     )
+    #: When the session expires (docs/design.md §18.1): from then on every read hides it, and
+    #: ``manage.py cortex_sessions_expire`` deletes it (unless it is on legal hold).
+    expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
+    #: A session on legal hold is never deleted by any path, and its messages are frozen
+    #: (docs/design.md §18.1). Set by the admin and host code, never by the REST API's client.
+    legal_hold = models.BooleanField(_("legal hold"), default=False)
 
     objects = SessionQuerySet.as_manager()
 
@@ -160,6 +168,15 @@ class Session(models.Model):
             # scope is a key column so the prefix range is checked in the index, and only the
             # rows of the page are read from the table (docs/performance.md).
             models.Index(fields=["-updated_at", "-id", "scope"], name="cortex_session_recent_idx"),
+            # The expiry sweep (docs/design.md §18.1) walks the sessions whose ``expires_at``
+            # has passed, oldest first; most sessions have none, so where partial indexes exist
+            # the index holds only those that have one.
+            PartialIndex(
+                fields=["expires_at", "id"],
+                where=Q(expires_at__isnull=False),
+                name="cortex_session_expires_idx",
+                fallback_fields=["expires_at", "id"],
+            ),
         ]
 
     def __str__(self) -> str:

@@ -211,3 +211,60 @@ def test_command_refuses_bad_input(args, message):
     with pytest.raises(CommandError, match=message):
         call_command("cortex_sessions_erase", *args)
     assert Session.objects.count() == len(TENANTS) * 2 * 3
+
+
+# -- legal hold (docs/design.md §18.1) ------------------------------------------------------------
+
+
+def test_held_sessions_and_what_serves_them_are_kept_and_reported():
+    populate()
+    held = Session.objects.get(scope="org=acme/user=1", agent_id="adk")  # with ADK rows
+    Session.objects.filter(pk=held.pk).update(legal_hold=True)
+    before = snapshot()
+    planned = erasure.erase_scope(scope="org=acme", dry_run=True)
+    record = erasure.erase_scope(scope="org=acme", batch_size=2)
+    after = snapshot()
+    deleted = _deleted(before, after)
+
+    assert record.skipped_held == planned.skipped_held == 1
+    assert Erasure.objects.get().skipped_held == 1
+    assert Session.objects.filter(pk=held.pk).exists()
+    kept = {
+        label: {pk for pk in rows if pk in after[label]}
+        for label, rows in before.items()
+        if label.startswith("cortex")
+    }
+    # In the scope only the held session, its ADK row, the user state at its scope and the app
+    # state of its tenant stay (the idempotency records and the legacy message go).
+    in_scope_kept = {
+        label: sorted(
+            after[label][pk][0] if label == "cortex_adk.AdkSession" else pk
+            for pk in pks
+            if within(scope_of(label, after[label][pk], before), "org=acme")
+        )
+        for label, pks in kept.items()
+    }
+    assert {label: len(pks) for label, pks in in_scope_kept.items() if pks} == {
+        "cortex_sessions.Session": 1,
+        "cortex_adk.AdkSession": 1,
+        "cortex_adk.AdkUserState": 1,
+        "cortex_adk.AdkAppState": 1,
+    }
+    counts = {label: len(rows) for label, rows in deleted.items() if rows}
+    assert record.counts == planned.counts == counts
+    assert counts["cortex_sessions.Session"] == 7
+    assert counts["cortex_adk.AdkUserState"] == 1  # user=2's
+
+
+def test_a_session_held_while_the_erasure_runs_is_kept():
+    populate(sessions_per_user=3)
+    last = Session.objects.within("org=acme").filter(message_count=3).order_by("-pk").first()
+
+    def hold_the_last(record: Erasure) -> None:
+        if record.counts.get("cortex_sessions.Session") == 2:
+            Session.objects.filter(pk=last.pk).update(legal_hold=True)
+
+    record = erasure.erase_scope(scope="org=acme", batch_size=2, on_batch=hold_the_last)
+    assert list(Session.objects.within("org=acme")) == [last]
+    assert Message.objects.filter(session=last).count() == last.message_count > 0
+    assert record.skipped_held == 1

@@ -112,9 +112,9 @@ def _migration_0015():
     )
 
 
-def _migration_0016():
-    """The migration that holds the function as the code describes it today."""
-    return importlib.import_module("cortex_sessions.migrations.0016_append_one_returns_an_array")
+def _migration_0020():
+    """The migration that holds the functions as the code describes them today."""
+    return importlib.import_module("cortex_sessions.migrations.0020_retention")
 
 
 def _signature(drop: str) -> str:
@@ -138,15 +138,23 @@ def _function_exists(signature: str | None = None) -> bool:
 #: The result type of the function the code calls: the narrow row as one value.
 NARROW = "text[]"
 
+#: Every function the code calls.
+FUNCTIONS = (_pg.APPEND_ONE, _pg.GET, _pg.RESOLVE)
+
 
 @on_postgresql
-def test_the_migration_creates_the_function_the_code_calls():
+def test_the_migration_creates_the_functions_the_code_calls():
     """The latest migration's frozen SQL is what the code describes today: a change to the
-    session's columns or to the append statement needs a migration that replaces the
-    function."""
-    create, drop = _pg.function_sql(_pg.APPEND_ONE)
-    assert (create, drop) == (_migration_0016().CREATE, _migration_0016().DROP)
-    assert _function_result() == NARROW  # the test database was migrated
+    session's columns or to a statement needs a migration that replaces the function."""
+    migration = _migration_0020()
+    assert _pg.function_sql(_pg.APPEND_ONE) == (
+        migration.CREATE_APPEND_ONE,
+        migration.DROP_APPEND_ONE,
+    )
+    assert _pg.function_sql(_pg.GET) == (migration.CREATE_GET, migration.DROP_GET)
+    assert _pg.function_sql(_pg.RESOLVE) == (migration.CREATE_RESOLVE, migration.DROP_RESOLVE)
+    for name in FUNCTIONS:  # the test database was migrated
+        assert _function_result(_signature(_pg.function_sql(name)[1])) == NARROW
 
 
 #: The functions of the earlier migrations (0013 to 0015), which 0018 drops before the release;
@@ -157,33 +165,48 @@ EARLIER = tuple(
 )
 
 
+def _previous_functions() -> list[str]:
+    """The functions 0020 replaces (0016's append, 0017's reads)."""
+    return [_signature(drop) for drop in _migration_0020()._previous()[1]]
+
+
+def _run_0020(*, forwards: bool) -> None:
+    """0020's function operation forward or backward (its columns stay)."""
+    operation = _migration_0020()._functions()
+    with connection.schema_editor() as editor:
+        if forwards:
+            operation.database_forwards("cortex_sessions", editor, None, None)
+        else:
+            operation.database_backwards("cortex_sessions", editor, None, None)
+
+
 @on_postgresql
-def test_0016_touches_only_its_own_function_and_the_pre_release_ones_are_gone(session):
-    """Each version of the function has a name of its own, so 0016 backward and forward touch
-    only its own; the pre-release versions are not on a migrated database (0018 drops them,
-    and ``tests/test_squashed_migrations.py`` shows 0018 backward bringing them back)."""
-    assert _pg.APPEND_ONE.endswith("_v4") and not any(map(_function_exists, EARLIER))
-    latest = _migration_0016().AppendOneReturnsAnArray()
-    with connection.schema_editor() as editor:
-        latest.database_backwards("cortex_sessions", editor, None, None)
-    assert not _function_exists() and not any(map(_function_exists, EARLIER))
-    with connection.schema_editor() as editor:
-        latest.database_forwards("cortex_sessions", editor, None, None)
-    assert _function_result() == NARROW and not any(map(_function_exists, EARLIER))
+def test_0020_replaces_the_functions_and_backward_restores_the_previous_ones(session):
+    """Each version of a function has a name of its own, so 0020 backward drops only its own
+    and creates 0016's and 0017's again, and forward the reverse; the pre-release versions
+    are not on a migrated database (0018 drops them)."""
+    current = [_signature(_pg.function_sql(name)[1]) for name in FUNCTIONS]
+    assert _pg.APPEND_ONE.endswith("_v5") and not any(map(_function_exists, EARLIER))
+    assert all(map(_function_exists, current))
+    assert not any(map(_function_exists, _previous_functions()))
+    _run_0020(forwards=False)
+    assert not any(map(_function_exists, current))
+    assert all(map(_function_exists, _previous_functions()))
+    _run_0020(forwards=True)
+    assert all(map(_function_exists, current))
+    assert not any(map(_function_exists, _previous_functions() + list(EARLIER)))
 
 
 @on_postgresql
 @pytest.mark.django_db(transaction=True)
-def test_this_code_on_a_database_without_0016_writes_nothing():
+def test_this_code_on_a_database_without_0020_writes_nothing():
     # New code deployed before `migrate`: the call is refused at parse time, before the
     # function would write (an append runs in autocommit, so writing and then failing would
     # store a message the caller was told failed).
     from django.db import ProgrammingError
 
     session = services.create_session(scope=SCOPE, agent_id="agent-1")
-    latest = _migration_0016().AppendOneReturnsAnArray()
-    with connection.schema_editor() as editor:
-        latest.database_backwards("cortex_sessions", editor, None, None)
+    _run_0020(forwards=False)
     try:
         with pytest.raises(ProgrammingError, match="does not exist"):
             services.append_messages(
@@ -193,49 +216,11 @@ def test_this_code_on_a_database_without_0016_writes_nothing():
         assert (stored.message_count, stored.last_seq) == (0, 0)
         assert not Message.objects.filter(session=session).exists()
     finally:
-        with connection.schema_editor() as editor:
-            latest.database_forwards("cortex_sessions", editor, None, None)
+        _run_0020(forwards=True)
     result = services.append_messages(
         scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "y"}]
     )
     assert result.messages[0].seq == 1
-
-
-def _migration_0017():
-    """The migration of the session-read functions."""
-    return importlib.import_module("cortex_sessions.migrations.0017_get_and_resolve_functions")
-
-
-#: Every function the code calls.
-FUNCTIONS = (_pg.APPEND_ONE, _pg.GET, _pg.RESOLVE)
-
-
-@on_postgresql
-def test_0017_creates_the_read_functions_the_code_calls():
-    """Its frozen SQL is what the code describes today (a change to the session's columns
-    needs a migration with new functions), and the test database has both."""
-    migration = _migration_0017()
-    assert _pg.function_sql(_pg.GET) == (migration.CREATE_GET, migration.DROP_GET)
-    assert _pg.function_sql(_pg.RESOLVE) == (migration.CREATE_RESOLVE, migration.DROP_RESOLVE)
-    for name in (_pg.GET, _pg.RESOLVE):
-        assert _function_result(_signature(_pg.function_sql(name)[1])) == NARROW
-
-
-@on_postgresql
-@pytest.mark.django_db(transaction=True)
-def test_0017_backward_drops_the_read_functions_and_forward_restores_them():
-    session = services.create_session(scope=SCOPE, agent_id="agent-1")
-    operation = _migration_0017().GetAndResolveFunctions()
-    signatures = [_signature(_pg.function_sql(name)[1]) for name in (_pg.GET, _pg.RESOLVE)]
-    with connection.schema_editor() as editor:
-        operation.database_backwards("cortex_sessions", editor, None, None)
-    try:
-        assert not any(map(_function_exists, signatures))
-        assert _function_exists()  # the append's stays
-    finally:
-        with connection.schema_editor() as editor:
-            operation.database_forwards("cortex_sessions", editor, None, None)
-    assert all(map(_function_exists, signatures))
     assert services.get_session(scope="org=acme", session_id=session.pk).pk == session.pk
     assert services.resolve_session(scope=SCOPE, agent_id="agent-1")[1] is True
 

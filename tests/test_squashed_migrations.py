@@ -54,6 +54,8 @@ ORIGINALS = (
     "0017_get_and_resolve_functions",
     "0018_drop_pre_release_append_functions",
 )
+#: The app's migrations after the squashes, in order.
+LATER = ("0020_retention",)
 ADK = "cortex_adk"
 ADK_SQUASH = "0001_squashed_0003_adk_state"
 ADK_ORIGINALS = (
@@ -78,7 +80,7 @@ def _squash(name: str) -> Any:
 def test_the_squashes_replace_every_original_in_order():
     loader = _loader()
     on_disk = sorted(name for app, name in loader.disk_migrations if app == APP)
-    assert on_disk == sorted(ORIGINALS + SQUASHES)
+    assert on_disk == sorted(ORIGINALS + SQUASHES + LATER)
     replaced = [
         name for squash in SQUASHES for _, name in loader.disk_migrations[(APP, squash)].replaces
     ]
@@ -110,7 +112,7 @@ def test_the_squashes_create_each_table_index_and_function_once():
     assert sorted(models) == ["IdempotencyKey", "ImportedConversation", "Message", "Session"]
     statements = [sql for operation in operations for sql in _sql(operation)]
     functions = re.findall(r"CREATE OR REPLACE FUNCTION (\w+)\(", "\n".join(statements))
-    assert sorted(functions) == sorted([_pg.APPEND_ONE, _pg.GET, _pg.RESOLVE])
+    assert sorted(functions) == sorted(_replaced_by_0020())
     adk = loader.disk_migrations[(ADK, ADK_SQUASH)].operations
     assert [(type(op).__name__, op.name) for op in adk] == [
         ("CreateModel", "AdkAppState"),
@@ -119,13 +121,20 @@ def test_the_squashes_create_each_table_index_and_function_once():
     ]
 
 
-def test_the_squash_holds_the_function_sql_the_code_describes():
-    """Its frozen SQL is what the code describes today: a change to a function needs a new
-    migration that adds it under a new name (docs/design.md §14.1)."""
+def _replaced_by_0020() -> list[str]:
+    """The names of the functions the squash creates and ``0020_retention`` replaces."""
+    drops = _squash("0020_retention")._previous()[1]
+    return [re.findall(r"EXISTS (\w+)\(", drop)[0] for drop in drops]
+
+
+def test_the_squash_holds_the_function_sql_of_its_originals():
+    """Its frozen SQL is that of ``0016`` and ``0017``, which ``0020_retention`` replaces
+    with the functions the code calls today (``tests/test_hot_paths.py``; docs/design.md
+    §14.1)."""
     squash = _squash(SQUASHES[1])
-    assert _pg.function_sql(_pg.APPEND_ONE) == (squash.CREATE_APPEND_ONE, squash.DROP_APPEND_ONE)
-    assert _pg.function_sql(_pg.GET) == (squash.CREATE_GET, squash.DROP_GET)
-    assert _pg.function_sql(_pg.RESOLVE) == (squash.CREATE_RESOLVE, squash.DROP_RESOLVE)
+    creates, drops = _squash("0020_retention")._previous()
+    assert creates == [squash.CREATE_APPEND_ONE, squash.CREATE_GET, squash.CREATE_RESOLVE]
+    assert drops == [squash.DROP_APPEND_ONE, squash.DROP_GET, squash.DROP_RESOLVE]
 
 
 @pytest.mark.django_db
@@ -199,7 +208,7 @@ def test_a_new_database_through_the_squashes_has_the_schema_of_the_originals(res
     targets = executor.loader.graph.leaf_nodes(APP) + executor.loader.graph.leaf_nodes(ADK)
     plan = executor.migration_plan(targets)
     assert [(migration.name, backwards) for migration, backwards in plan] == [
-        (name, False) for name in (*SQUASHES, ADK_SQUASH)
+        (name, False) for name in (*SQUASHES, *LATER, ADK_SQUASH)
     ]
     executor.migrate(targets)
     squashed = _schema()
@@ -213,7 +222,7 @@ def test_a_new_database_through_the_squashes_has_the_schema_of_the_originals(res
     targets = executor.loader.graph.leaf_nodes(APP) + executor.loader.graph.leaf_nodes(ADK)
     plan = executor.migration_plan(targets)
     assert [(migration.name, backwards) for migration, backwards in plan] == [
-        (name, False) for name in (*ORIGINALS, *ADK_ORIGINALS)
+        (name, False) for name in (*ORIGINALS, *LATER, *ADK_ORIGINALS)
     ]
     executor.migrate(targets)
     assert _schema() == squashed
@@ -283,7 +292,7 @@ def test_a_database_at_an_original_finishes_with_the_originals_and_keeps_its_row
     executor = MigrationExecutor(connection)
     plan = executor.migration_plan(executor.loader.graph.leaf_nodes(APP))
     assert [(migration.name, backwards) for migration, backwards in plan] == [
-        (name, False) for name in rest
+        (name, False) for name in (*rest, *LATER)
     ]
 
     call_command("migrate", verbosity=0)  # what the host runs on upgrading
@@ -350,4 +359,4 @@ def test_back_from_the_squashes_to_an_original_and_forward_again_keeps_the_rows(
         scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "three"}]
     )
     assert [m.seq for m in result.messages] == [3]
-    assert MigrationExecutor(connection).loader.graph.leaf_nodes(APP) == [(APP, SQUASHES[1])]
+    assert MigrationExecutor(connection).loader.graph.leaf_nodes(APP) == [(APP, LATER[-1])]

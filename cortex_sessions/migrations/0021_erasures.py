@@ -10,7 +10,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("cortex_sessions", "0018_drop_pre_release_append_functions"),
+        ("cortex_sessions", "0020_retention"),
     ]
 
     operations = [

@@ -128,12 +128,18 @@ def _columns(model: type[Model], prefix: str = "") -> str:
 _WITHIN = '(s."scope" >= %s AND s."scope" < %s AND (s."scope" = %s OR s."scope" >= %s))'
 
 
-#: :data:`_WITHIN` for a row found by its primary key, which the scope test only filters: the
-#: same test inside a ``CASE``, whose condition the planner does not estimate. Bare, the four
+#: A session that has not expired (docs/design.md §18.1): expired sessions are hidden from every
+#: read and refuse appends before the sweep deletes them. The server's clock at the start of the
+#: client's statement, as the ORM path compares ``expires_at`` with the app's clock.
+_NOT_EXPIRED = '(s."expires_at" IS NULL OR s."expires_at" > statement_timestamp())'
+
+
+#: :data:`_WITHIN` and :data:`_NOT_EXPIRED` for a row found by its primary key, which they only
+#: filter: the same tests inside a ``CASE``, whose condition the planner does not estimate. Bare, the four
 #: comparisons are estimated from the scope column's statistics (target 1,000) on every
 #: unprepared call: ~0.25 ms of planning at ``large`` for a statement that runs in ~0.02 ms
 #: (docs/performance.md). Same parameters as ``_WITHIN``.
-_WITHIN_FILTER = f"CASE WHEN {_WITHIN} THEN TRUE END"
+_WITHIN_FILTER = f"CASE WHEN {_WITHIN} AND {_NOT_EXPIRED} THEN TRUE END"
 
 
 def _scope_params(canonical: str) -> list[str]:
@@ -154,7 +160,9 @@ def _resolve_statement() -> str:
     """The statement :data:`RESOLVE` runs: :func:`_get_statement`'s array of the default
     session of an agent at exactly a scope (served by the partial unique index
     ``cortex_session_one_default``). Parameters: agent id, canonical scope."""
-    return _select_session('s."agent_id" = %s AND s."scope" = %s AND s."is_default"')
+    return _select_session(
+        f's."agent_id" = %s AND s."scope" = %s AND s."is_default" AND {_NOT_EXPIRED}'
+    )
 
 
 def _select_session(where: str) -> str:
@@ -213,13 +221,17 @@ def _sql_append() -> str:
 #: before writing instead of after: code calling a function the database does not have yet
 #: is refused at parse time, and the previous version stays for the code of the previous
 #: release until a later migration drops it.
-APPEND_ONE = "cortex_sessions_append_one_v4"
+#: ``_v5`` (migration ``0020_retention``): the session's ``expires_at`` and ``legal_hold`` in the
+#: row, and an expired session refused (docs/design.md §18.1).
+APPEND_ONE = "cortex_sessions_append_one_v5"
 #: The PL/pgSQL functions that read one session by id within a scope, and the default session
 #: of an agent at a scope (migration ``0017_get_and_resolve_functions``), each returning every
 #: column as one ``text[]`` value (``NULL``: no such session). Named by version as
 #: :data:`APPEND_ONE` is: a change to the session's columns needs new ones.
-GET = "cortex_sessions_get_v1"
-RESOLVE = "cortex_sessions_resolve_v1"
+#: ``_v2`` (migration ``0020_retention``): ``expires_at`` and ``legal_hold`` in the array, and an
+#: expired session not returned (docs/design.md §18.1).
+GET = "cortex_sessions_get_v2"
+RESOLVE = "cortex_sessions_resolve_v2"
 
 
 class _Function(NamedTuple):

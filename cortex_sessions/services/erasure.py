@@ -95,10 +95,8 @@ def erasure_participants(hook: str) -> list[Callable[..., Mapping[str, int]]]:
 
 
 def _held() -> Q:
-    """Sessions on legal hold; nothing while the field does not exist."""
-    if any(field.name == "legal_hold" for field in Session._meta.get_fields()):
-        return Q(legal_hold=True)
-    return Q(pk__in=[])
+    """Sessions on legal hold (docs/design.md §18.1): erasure never deletes them."""
+    return Q(legal_hold=True)
 
 
 def _add(total: Counts, more: Mapping[str, int]) -> None:
