@@ -132,3 +132,13 @@ def test_erasure_records_cannot_be_listed_changed_or_deleted(client_for, operato
     response = getattr(client_for(operator), method)(url, {}, format="json")
     assert response.status_code == 405
     assert Erasure.objects.get() == record
+
+
+def test_the_erasure_views_are_exempt_from_atomic_requests():
+    """Each batch commits on its own even when the host sets ``ATOMIC_REQUESTS``."""
+    from django.db import DEFAULT_DB_ALIAS
+    from django.urls import resolve
+
+    for path in (URL, f"{URL}0190f5a0-0000-7000-8000-000000000000/"):
+        view = resolve(path).func
+        assert DEFAULT_DB_ALIAS in getattr(view, "_non_atomic_requests", set())

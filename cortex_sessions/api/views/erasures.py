@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.db import transaction
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status, viewsets
@@ -41,6 +44,12 @@ class ErasureViewSet(CortexAPIMixin, viewsets.GenericViewSet[Erasure]):
     permission_classes = [CanEraseScope]
     common_query_parameters = frozenset({"format"})
     lookup_value_regex = "[^/]+"  # any id reaches the view, so a malformed one is a JSON 404
+
+    @transaction.non_atomic_requests
+    def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        """DRF's dispatch, exempt from ``ATOMIC_REQUESTS``: an erasure commits batch by batch
+        (docs/design.md §18.2), which one transaction around the request would undo."""
+        return super().dispatch(request, *args, **kwargs)
 
     @extend_schema(
         summary="Erase a scope",
