@@ -258,13 +258,15 @@ def test_held_sessions_and_what_serves_them_are_kept_and_reported():
 
 def test_a_session_held_while_the_erasure_runs_is_kept():
     populate(sessions_per_user=3)
-    last = Session.objects.within("org=acme").filter(message_count=3).order_by("-pk").first()
+    held: list[Session] = []
 
-    def hold_the_last(record: Erasure) -> None:
-        if record.counts.get("cortex_sessions.Session") == 2:
-            Session.objects.filter(pk=last.pk).update(legal_hold=True)
+    def hold_one_left(record: Erasure) -> None:
+        if record.counts.get("cortex_sessions.Session") == 2 and not held:
+            left = Session.objects.within("org=acme").filter(message_count=3).first()
+            Session.objects.filter(pk=left.pk).update(legal_hold=True)
+            held.append(left)
 
-    record = erasure.erase_scope(scope="org=acme", batch_size=2, on_batch=hold_the_last)
-    assert list(Session.objects.within("org=acme")) == [last]
-    assert Message.objects.filter(session=last).count() == last.message_count > 0
+    record = erasure.erase_scope(scope="org=acme", batch_size=2, on_batch=hold_one_left)
+    assert list(Session.objects.within("org=acme")) == held
+    assert Message.objects.filter(session=held[0]).count() == 3
     assert record.skipped_held == 1

@@ -9,7 +9,7 @@ that is killed (a worker restart, SIGKILL) leaves a ``running`` record that
 :func:`resume_erasure` finishes: what was deleted is gone and counted, what was not is found
 again. The order of the work:
 
-1. Sessions, ``batch_size`` at a time in id order, skipping those on legal hold: their messages
+1. Sessions, ``batch_size`` at a time (each batch locked in id order), skipping those on legal hold: their messages
    first, ``batch_size`` rows per transaction with the batch's sessions locked, then the
    sessions themselves in one transaction with every row that cascades from them (import
    records, the ADK integration's ``AdkSession`` rows, any host model with a ``CASCADE`` foreign
@@ -188,7 +188,9 @@ def _delete_messages(erasure: Erasure, pks: list[uuid.UUID], using: str, batch: 
         with transaction.atomic(using=using):
             live = _lock_sessions(pks, using)
             rows = Message.objects.using(using).filter(session_id__in=live)
-            ids = list(rows.order_by("pk").values_list("pk", flat=True)[:batch])
+            # No ORDER BY: the database stops at the batch, never sorting every message of
+            # the sessions (a session may hold millions).
+            ids = list(rows.order_by().values_list("pk", flat=True)[:batch])
             if not ids:
                 return
             deleted = Message.objects.using(using).filter(pk__in=ids).delete()[1]
@@ -215,7 +217,7 @@ def _delete_in_batches(
     """Delete the rows of queryset ``rows`` (no cascades), ``batch`` per transaction."""
     while True:
         with transaction.atomic(using=using):
-            ids = list(rows.order_by("pk").values_list("pk", flat=True)[:batch])
+            ids = list(rows.order_by().values_list("pk", flat=True)[:batch])  # any batch
             if not ids:
                 return
             _record(erasure, using, rows.model.objects.using(using).filter(pk__in=ids).delete()[1])
@@ -231,7 +233,9 @@ def _run(erasure: Erasure, using: str, batch: int, on_batch: OnBatch | None) -> 
     while True:
         # Until a batch finds nothing: a concurrent erasure of the same scope may have taken
         # rows from under this one's batch, so a short batch does not mean the end.
-        pks = list(sessions.order_by("pk").values_list("pk", flat=True)[:batch])
+        # Any batch, read through the scope index without sorting the scope; the batch is
+        # locked in id order (_lock_sessions), so concurrent erasures never deadlock.
+        pks = list(sessions.order_by().values_list("pk", flat=True)[:batch])
         if not pks:
             break
         _delete_messages(erasure, pks, using, batch)
