@@ -14,6 +14,7 @@ __all__ = [
     "CortexSessionsError",
     "DefaultConflict",
     "EmptyContent",
+    "ErasureNotFound",
     "IdempotencyKeyInProgress",
     "IdempotencyKeyReused",
     "InvalidAgentId",
@@ -109,6 +110,13 @@ class SessionNotFound(CortexSessionsError):
 
     code = "session_not_found"
     default_message = "Session not found."
+
+
+class ErasureNotFound(CortexSessionsError):
+    """No erasure record has this id (docs/design.md §18.2); the API answers 404."""
+
+    code = "erasure_not_found"
+    default_message = "Erasure not found."
 
 
 class MessageNotFound(CortexSessionsError):

@@ -30,6 +30,7 @@ from .scope import Scope, scope_q
 __all__ = [
     "EDITABLE_SESSION_FIELDS",
     "EXTERNAL_ID_MAX_BYTES",
+    "Erasure",
     "IdempotencyKey",
     "ImportedConversation",
     "Message",
@@ -408,3 +409,47 @@ class IdempotencyKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} ({self.endpoint})"
+
+
+class Erasure(models.Model):
+    """One erasure of a scope: what was asked, by whom, and what it deleted (docs/design.md §18.2).
+
+    Written by :func:`cortex_sessions.services.erasure.erase_scope` only: each batch's deletes and the
+    increment of ``counts`` commit together, so the record is exact at every moment and a run
+    killed mid-way resumes from it. It keeps no content: the scope, counts, who and when.
+
+    Attributes:
+        scope: the canonical scope erased (sessions at and beneath it).
+        status: ``pending`` (recorded, not started), ``running`` (some batches done, or killed
+            mid-run: resume it), ``done``.
+        counts: rows deleted per table, ``{"app_label.Model": n}`` (Django's model labels).
+        skipped_held: sessions at or beneath ``scope`` kept because of their legal hold.
+        requested_by: who asked (a user's primary key or a free string such as
+            ``"cli:ops"``), never content.
+        created_at, finished_at: when it was asked for and when it was done (``None`` until then).
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", _("pending")
+        RUNNING = "running", _("running")
+        DONE = "done", _("done")
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    scope = ScopeField(_("scope"), editable=False)
+    status = models.CharField(
+        _("status"), max_length=16, choices=Status.choices, default=Status.PENDING, editable=False
+    )
+    counts = models.JSONField(_("deleted rows per table"), default=dict, editable=False)
+    skipped_held = models.BigIntegerField(_("held sessions skipped"), default=0, editable=False)
+    requested_by = models.CharField(_("requested by"), max_length=255, blank=True, default="")
+    created_at = models.DateTimeField(_("created at"), default=timezone.now, editable=False)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True, editable=False)
+
+    class Meta:
+        verbose_name = _("erasure")
+        verbose_name_plural = _("erasures")
+        ordering = ["-created_at", "-id"]
+        permissions = [("erase_scope", _("Can erase every session of a scope"))]
+
+    def __str__(self) -> str:
+        return f"{self.scope} ({self.status})"

@@ -53,6 +53,7 @@ ERROR_STATUS: dict[type[BaseException], int] = {
     core.ScopeForbidden: status.HTTP_403_FORBIDDEN,
     core.SessionNotFound: status.HTTP_404_NOT_FOUND,
     core.MessageNotFound: status.HTTP_404_NOT_FOUND,
+    core.ErasureNotFound: status.HTTP_404_NOT_FOUND,
     core.DefaultConflict: status.HTTP_409_CONFLICT,
     core.SessionArchived: status.HTTP_409_CONFLICT,
     core.LegalHold: status.HTTP_409_CONFLICT,

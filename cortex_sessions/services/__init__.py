@@ -8,7 +8,7 @@ router picks for the model (docs/design.md §10).
 
 Public import path: ``cortex_sessions.services``. The package keeps one concern per module
 (``sessions``, ``messages``, ``maintenance``, ``lifecycle``, ``undo``, ``retention``,
-``totals``; ``filters`` holds :class:`SessionFilters`, the one value every session list and count takes); everything public is
+``totals``, ``erasure``; ``filters`` holds :class:`SessionFilters`, the one value every session list and count takes); everything public is
 re-exported here, and every service that does I/O has an ``a``-prefixed async twin from ``aio``
 (docs/design.md §13.1).
 """
@@ -27,8 +27,10 @@ from .aio import (
     adelete_message,
     adelete_messages_after,
     adelete_session,
+    aerase_scope,
     aexpire_sessions,
     afork_session,
+    aget_erasure,
     aget_session,
     alist_messages,
     alist_sessions,
@@ -39,6 +41,7 @@ from .aio import (
     aprune_idempotency_keys,
     arecount_sessions,
     aresolve_session,
+    aresume_erasure,
     aset_retention,
     aunarchive_session,
     aupdate_session,
@@ -46,6 +49,7 @@ from .aio import (
 )
 from .compaction import compact_session
 from .context import MAX_CONTEXT_TOKENS, ContextWindow, context_messages
+from .erasure import ERASURE_BATCH, erase_scope, get_erasure, resume_erasure
 from .filters import SessionFilters
 from .idempotency import prune_idempotency_keys
 from .keyset import SessionPage, list_sessions_page
@@ -89,6 +93,7 @@ from .undo import (
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
+    "ERASURE_BATCH",
     "GROUP_BY",
     "MAX_CONTEXT_TOKENS",
     "MAX_INT64",
@@ -114,8 +119,10 @@ __all__ = [
     "adelete_message",
     "adelete_messages_after",
     "adelete_session",
+    "aerase_scope",
     "aexpire_sessions",
     "afork_session",
+    "aget_erasure",
     "aget_session",
     "alist_messages",
     "alist_sessions",
@@ -128,6 +135,7 @@ __all__ = [
     "archive_session",
     "arecount_sessions",
     "aresolve_session",
+    "aresume_erasure",
     "aset_retention",
     "aunarchive_session",
     "aupdate_session",
@@ -143,8 +151,10 @@ __all__ = [
     "delete_message",
     "delete_messages_after",
     "delete_session",
+    "erase_scope",
     "expire_sessions",
     "fork_session",
+    "get_erasure",
     "get_session",
     "list_messages",
     "list_sessions",
@@ -155,6 +165,7 @@ __all__ = [
     "prune_idempotency_keys",
     "recount_sessions",
     "resolve_session",
+    "resume_erasure",
     "session_queryset",
     "set_retention",
     "unarchive_session",

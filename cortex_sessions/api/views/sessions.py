@@ -58,6 +58,7 @@ from ..serializers import (
     refuse_body,
 )
 from .context import SessionContextMixin
+from .export import SessionExportMixin
 from .messages import SessionMessagesMixin
 from .references import SessionReferencesMixin
 
@@ -69,6 +70,7 @@ class SessionViewSet(
     SessionContextMixin,
     SessionMessagesMixin,
     SessionReferencesMixin,
+    SessionExportMixin,
     CortexAPIMixin,
     viewsets.GenericViewSet[Session],
 ):
@@ -89,6 +91,7 @@ class SessionViewSet(
         "messages.delete": frozenset({"after_seq"}),
         "reference_candidates": frozenset({"q", "limit"}),
         "context": frozenset({"max_tokens"}),
+        "export": frozenset({"agent_id"}),
     }
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
