@@ -91,9 +91,7 @@ def test_usage_travels_through_export_and_import_and_the_totals_follow():
     (line,) = exported.splitlines()
     messages = json.loads(line)["messages"]
     assert "usage" not in messages[0] and messages[1]["usage"] == USAGE
-    report = transfer.import_conversations(
-        io.StringIO(exported), scope="org=other", agent_id="a"
-    )
+    report = transfer.import_conversations(io.StringIO(exported), scope="org=other", agent_id="a")
     assert report.imported == 1
     copy = Session.objects.get(scope="org=other")
     assert (copy.input_tokens, copy.output_tokens, copy.cost) == (12, 3, Decimal("0.0012"))
@@ -106,9 +104,7 @@ def test_usage_travels_through_export_and_import_and_the_totals_follow():
 
 @pytest.mark.django_db
 def test_an_import_with_bad_usage_imports_nothing_of_that_conversation():
-    line = json.dumps(
-        {"messages": [{"role": "assistant", "content": "x", "usage": {"cost": 0.1}}]}
-    )
+    line = json.dumps({"messages": [{"role": "assistant", "content": "x", "usage": {"cost": 0.1}}]})
     with pytest.raises(InvalidUsage, match=r"messages\[0\]"):
         transfer.parse_conversation(line)
     report = transfer.import_conversations(io.StringIO(line + "\n"), scope=SCOPE, agent_id="a")
@@ -189,9 +185,9 @@ def test_0019_gives_existing_messages_their_token_counts_and_sessions_their_cont
     for pk, session_texts in texts.items():
         counts = [estimate_tokens("user", [{"type": "text", "text": t}]) for t in session_texts]
         stored = list(
-            Message.objects.filter(session_id=pk).order_by("seq").values_list(
-                "token_count", flat=True
-            )
+            Message.objects.filter(session_id=pk)
+            .order_by("seq")
+            .values_list("token_count", flat=True)
         )
         assert stored == counts
         assert Session.objects.get(pk=pk).context_tokens == sum(counts)
