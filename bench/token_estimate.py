@@ -46,7 +46,9 @@ def main() -> None:
     cuts = statistics.quantiles(ratios, n=20)
     print(f"messages: {messages:,}")
     print(f"estimate / rule of thumb, whole corpus: {estimated / reference:.3f}")
-    print(f"per message: p5 {cuts[0]:.2f}, median {statistics.median(ratios):.2f}, p95 {cuts[-1]:.2f}")
+    print(
+        f"per message: p5 {cuts[0]:.2f}, median {statistics.median(ratios):.2f}, p95 {cuts[-1]:.2f}"
+    )
 
 
 if __name__ == "__main__":
