@@ -26,6 +26,10 @@ SESSION_FIELDS = {
     "archived_at",
     "forked_from",
     "forked_at_seq",
+    "input_tokens",
+    "output_tokens",
+    "cost",
+    "context_tokens",
 }
 
 
