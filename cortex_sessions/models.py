@@ -154,7 +154,7 @@ class Session(models.Model):
     expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
     #: A session on legal hold is never deleted by any path, and its messages are frozen
     #: (docs/design.md §18.1). Set by the admin and host code, never by the REST API's client.
-    legal_hold = models.BooleanField(_("legal hold"), default=False)
+    legal_hold = models.BooleanField(_("legal hold"), default=False, db_default=False)
 
     objects = SessionQuerySet.as_manager()
 
