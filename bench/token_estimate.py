@@ -6,7 +6,7 @@ No real tokenizer can be loaded here (tiktoken downloads its encodings at run ti
 reference is OpenAI's documented rule of thumb for English: a token is about 3/4 of a word
 (``words * 4 / 3`` tokens), plus the same per-message overhead. It prints the ratio of the
 estimate to that reference over the whole corpus and the spread of the per-message ratios
-(percentiles), for the messages as the demo imports them. Figures: docs/context.md.
+(percentiles), for the messages as the demo imports them. Figures: docs/context-window.md.
 """
 
 from __future__ import annotations

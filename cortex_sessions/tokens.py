@@ -6,7 +6,7 @@ int``; ``content`` is the list of content blocks as stored). The default,
 :func:`estimate_tokens`, needs no dependency and no download: the UTF-8 bytes of the text
 blocks divided by four, rounded up, plus :data:`MESSAGE_OVERHEAD_TOKENS` for the role and
 the message's framing. Its error against a real tokenizer on real text is in
-docs/context.md ("Token counts").
+docs/context-window.md ("Token counts").
 """
 
 from __future__ import annotations
