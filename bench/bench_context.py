@@ -29,7 +29,7 @@ from pathlib import Path
 # The repository root instead of bench/ itself, whose http.py would shadow the standard library's.
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from bench.bench_lifecycle import setup_django
+from bench.bench_lifecycle import setup_django  # noqa: E402
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/cortex_bench_context"
 SCOPE = "org=bench-context/user=1"

@@ -40,10 +40,13 @@ SESSION_TABLE = "cortex_sessions_session"
 MESSAGE_TABLE = "cortex_sessions_message"
 SESSION_COLUMNS = (
     "id, agent_id, scope, title, metadata, cwd, message_count, last_message, last_seq, "
-    "is_default, backfilled_by, created_at, updated_at"
+    "is_default, backfilled_by, created_at, updated_at, "
+    "input_tokens, output_tokens, cost, context_tokens"
 )
-MESSAGE_COLUMNS = "session_id, agent_id, scope, seq, role, source, content, metadata, created_at"
-LEGACY_COLUMNS = "agent_id, scope, role, source, content, metadata, created_at"
+MESSAGE_COLUMNS = (
+    "session_id, agent_id, scope, seq, role, source, content, metadata, created_at, token_count"
+)
+LEGACY_COLUMNS = "agent_id, scope, role, source, content, metadata, created_at, token_count"
 BIG_SESSION_TITLE = "bench: big session"
 PEER_SESSION_TITLE = "bench: peer-size session"
 CHUNK_SESSIONS = 5_000
@@ -233,6 +236,14 @@ def _content(text: str) -> str:
     return json.dumps([{"type": "text", "text": text}])
 
 
+def _tokens(role: str, text: str) -> int:
+    """The ``token_count`` the app's default ``TOKEN_COUNTER`` gives the message
+    (docs/design.md §16.2), so the context read (§16.4) walks realistic budgets."""
+    from cortex_sessions.tokens import estimate_tokens
+
+    return estimate_tokens(role, [{"type": "text", "text": text}])
+
+
 def _session_rows(scale: Scale, seed: int) -> Iterator[tuple[tuple, list[tuple]]]:
     """Yield ``(session_row, message_rows)`` for every generated session, deterministically."""
     rng = random.Random(seed)
@@ -261,8 +272,13 @@ def _session(
     messages = []
     last_text = ""
     updated = created
+    context_tokens = 0
     for seq, role, source, text, moment in _conversation(rng, count, created):
-        messages.append((session_id, agent, scope, seq, role, source, _content(text), "{}", moment))
+        tokens = _tokens(role, text)
+        context_tokens += tokens
+        messages.append(
+            (session_id, agent, scope, seq, role, source, _content(text), "{}", moment, tokens)
+        )
         if role in ("user", "assistant"):
             last_text = text
         updated = moment
@@ -284,6 +300,10 @@ def _session(
         "",
         created,
         updated,
+        0,
+        0,
+        0,
+        context_tokens,
     )
     return row, messages
 
@@ -384,7 +404,7 @@ def load_legacy(url: str, *, rows: int, per_pair: int = 100, default_share: int 
             for pair in range(0, pairs, default_share):
                 agent, scope = _legacy_pair(pair)
                 row = (uuid.uuid4(), agent, scope, "Default", "{}", None, 0, "", 0, True, "")
-                copy.write_row((*row, EPOCH, EPOCH))
+                copy.write_row((*row, EPOCH, EPOCH, 0, 0, 0, 0))
                 existing += 1
         with conn.cursor().copy(f"COPY {MESSAGE_TABLE} ({LEGACY_COLUMNS}) FROM STDIN") as copy:
             moment = EPOCH
@@ -394,7 +414,8 @@ def load_legacy(url: str, *, rows: int, per_pair: int = 100, default_share: int 
                 text = text_of_length(rng, message_length(rng, role))
                 moment += timedelta(milliseconds=rng.randint(1, 2000))
                 source = "user" if role == "user" else "host"
-                copy.write_row((agent, scope, role, source, _content(text), "{}", moment))
+                tokens = _tokens(role, text)
+                copy.write_row((agent, scope, role, source, _content(text), "{}", moment, tokens))
         restore_indexes(conn, restore)
         conn.commit()
     _vacuum(url, (SESSION_TABLE, MESSAGE_TABLE))

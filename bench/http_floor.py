@@ -57,6 +57,10 @@ def session_dict(session: Session) -> dict[str, Any]:
         "archived_at": _time(session.archived_at),
         "forked_from": None if session.forked_from is None else str(session.forked_from),
         "forked_at_seq": session.forked_at_seq,
+        "input_tokens": session.input_tokens,
+        "output_tokens": session.output_tokens,
+        "cost": f"{session.cost:.6f}",
+        "context_tokens": session.context_tokens,
     }
 
 
@@ -71,6 +75,9 @@ def message_dict(message: Message) -> dict[str, Any]:
         "content": message.content,
         "metadata": message.metadata,
         "created_at": _time(message.created_at),
+        "usage": message.usage,
+        "token_count": message.token_count,
+        "compacts_through_seq": message.compacts_through_seq,
     }
 
 
@@ -194,10 +201,31 @@ def count(request: HttpRequest) -> HttpResponse:
     return _json({"count": services.count_sessions(scope=scope, filters=_filters(request))})
 
 
+def context(request: HttpRequest, pk: str) -> HttpResponse:
+    """The context read (docs/design.md §16.4), whole or within ``max_tokens``."""
+    try:
+        scope = _scope(request)
+    except PermissionError:
+        return _refused()
+    budget = request.GET.get("max_tokens")
+    window = services.context_messages(
+        scope=scope, session_id=pk, max_tokens=None if budget is None else int(budget)
+    )
+    return _json(
+        {
+            "messages": [message_dict(message) for message in window.messages],
+            "compacted_through_seq": window.compacted_through_seq,
+            "tokens": window.tokens,
+            "truncated": window.truncated,
+        }
+    )
+
+
 urlpatterns = [
     path("sessions/", listing),
     path("sessions/count/", count),
     path("sessions/resolve/", resolve),
     path("sessions/<str:pk>/", detail),
     path("sessions/<str:pk>/messages/", messages),
+    path("sessions/<str:pk>/context/", context),
 ]

@@ -16,6 +16,8 @@ IDs:
 - ``cortex_sessions.E020``: ``READ_REPLICAS`` is not a list of aliases in ``DATABASES`` other
   than ``default`` (docs/design.md §17.2).
 - ``cortex_sessions.E021``: ``REPLICA_MAX_LAG`` is not a positive, finite number of seconds.
+- ``cortex_sessions.E022``: ``TOKEN_COUNTER`` cannot be imported, is not callable, or does not
+  return an int from 0 to 2**31 - 1 for a sample message (docs/design.md §16.2).
 - ``cortex_sessions.E018``: ``MAX_MESSAGES_PER_APPEND`` is not an integer of at least 2.
 - ``cortex_sessions.E019``: ``MAX_JSON_KEYS`` is not an integer of at least 100.
 - ``cortex_sessions.E014`` (database check): PostgreSQL has no text search configuration
@@ -52,6 +54,7 @@ from .conf import (
     MIN_MESSAGES_PER_APPEND,
     app_settings,
 )
+from .tokens import MAX_TOKEN_COUNT
 
 __all__ = ["check_database_collation", "check_search_config", "check_settings"]
 
@@ -196,7 +199,41 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     )
     errors.extend(_check_request_bounds())
     errors.extend(_check_replicas())
+    errors.extend(_check_token_counter())
     return errors
+
+
+#: The message :func:`_check_token_counter` counts: a counter must answer it with an int.
+_SAMPLE_MESSAGE = ("user", [{"type": "text", "text": "How many tokens is this?"}])
+
+
+def _check_token_counter() -> list[CheckMessage]:
+    """``E022``: ``TOKEN_COUNTER`` names a callable that counts a sample message as an int
+    from 0 to 2**31 - 1 (docs/design.md §16.2); a counter that raises is reported too."""
+    try:
+        counter = app_settings.TOKEN_COUNTER
+    except ImportError as exc:
+        problem = f"cannot be imported ({exc})"
+    else:
+        problem = "" if callable(counter) else "is not callable"
+    if not problem:
+        try:
+            count = counter(*_SAMPLE_MESSAGE)
+        except Exception as exc:  # any error of the host's counter is reported
+            problem = f"raised {type(exc).__name__} ({exc}) counting a sample message"
+        else:
+            if type(count) is not int or not 0 <= count <= MAX_TOKEN_COUNT:
+                problem = f"returned {count!r} for a sample message, not an int"
+    if not problem:
+        return []
+    return [
+        Error(
+            f"CORTEX_SESSIONS['TOKEN_COUNTER'] {problem}.",
+            hint="Give a dotted path to a callable (role, content) -> int, content being a "
+            "list of content blocks; the default is 'cortex_sessions.tokens.estimate_tokens'.",
+            id="cortex_sessions.E022",
+        )
+    ]
 
 
 def _check_request_bounds() -> list[CheckMessage]:

@@ -28,6 +28,11 @@ set: ``archived_at`` (ISO 8601; the imported session is archived at that time) a
 provenance ``forked_from`` (the source session's id *in the exporting database*, kept as given:
 like the column itself it is a plain id, never resolved) with ``forked_at_seq`` (an integer
 ``>= 0``); the two come together or not at all. Re-importing a file stays idempotent.
+
+A message's ``usage`` (docs/design.md §16.1) travels as an optional key, written only when set
+and checked on import by the rules of the services (``invalid_usage``); the session totals are
+the app's, recomputed from the imported messages, never read from the file. ``token_count``
+is not carried: the importing database counts with its own ``TOKEN_COUNTER``.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from .models import EXTERNAL_ID_MAX_BYTES, ImportedConversation, Message, Sessio
 from .scope import Scope, canonical_of
 from .services._common import _signals_held, _write_transaction
 from .services.lifecycle import record_fork_provenance
+from .usage import check_usage
 
 __all__ = [
     "CONVERSATION_KEYS",
@@ -69,7 +75,7 @@ CONVERSATION_KEYS = frozenset(
     {"id", "title", "metadata", "cwd", "messages", "archived_at", "forked_from", "forked_at_seq"}
 )
 #: Keys a message object may have.
-MESSAGE_KEYS = frozenset({"role", "content", "source", "metadata", "created_at"})
+MESSAGE_KEYS = frozenset({"role", "content", "source", "metadata", "created_at", "usage"})
 #: Messages handed to one ``append_messages`` call during an import (fewer when
 #: ``MAX_MESSAGES_PER_APPEND`` is lower).
 APPEND_BATCH = 500
@@ -190,6 +196,7 @@ def _message(item: Any, index: int) -> services.MessageInput:
         )
     try:
         normalize_content(item.get("content"))
+        usage = check_usage(item.get("usage"))
     except CortexSessionsError as exc:
         exc.message = f"{where}: {exc.message}"
         exc.args = (exc.message,)
@@ -200,6 +207,7 @@ def _message(item: Any, index: int) -> services.MessageInput:
         source=source,
         metadata=item.get("metadata"),
         created_at=_created_at(item.get("created_at"), where),
+        usage=usage,
     )
 
 
@@ -470,6 +478,20 @@ def dump_conversation(conversation: Mapping[str, Any], *, ensure_ascii: bool = F
     return _dumps(conversation, ensure_ascii) + "\n"
 
 
+def _exported_message(row: Mapping[str, Any]) -> dict[str, Any]:
+    """One message of the export, ``usage`` only when it has one (docs/design.md §16.1)."""
+    message = {
+        "role": row["role"],
+        "source": row["source"],
+        "content": row["content"],
+        "metadata": row["metadata"],
+        "created_at": _isoformat(row["created_at"]),
+    }
+    if row["usage"] is not None:
+        message["usage"] = row["usage"]
+    return message
+
+
 def _message_pages(
     session_pk: uuid.UUID, chunk_size: int, using: str
 ) -> Iterator[list[dict[str, Any]]]:
@@ -479,19 +501,12 @@ def _message_pages(
             Message.objects.using(using)
             .filter(session_id=session_pk, seq__gt=last_seq)
             .order_by("seq")
-            .values("seq", "role", "source", "content", "metadata", "created_at")[:chunk_size]
+            .values("seq", "role", "source", "content", "metadata", "created_at", "usage")[
+                :chunk_size
+            ]
         )
         if rows:
-            yield [
-                {
-                    "role": row["role"],
-                    "source": row["source"],
-                    "content": row["content"],
-                    "metadata": row["metadata"],
-                    "created_at": _isoformat(row["created_at"]),
-                }
-                for row in rows
-            ]
+            yield [_exported_message(row) for row in rows]
         if len(rows) < chunk_size:
             return
         last_seq = cast(int, rows[-1]["seq"])  # messages of a session always have one

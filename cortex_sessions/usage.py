@@ -16,8 +16,10 @@ from .exceptions import InvalidUsage
 
 __all__ = [
     "COST_PATTERN",
+    "MAX_USAGE_TOKENS",
     "MODEL_MAX_CHARS",
     "TOKEN_KEYS",
+    "TOTAL_COST_PATTERN",
     "USAGE_KEYS",
     "Totals",
     "check_usage",
@@ -30,11 +32,15 @@ TOKEN_KEYS = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning
 #: Every key a usage may carry.
 USAGE_KEYS = frozenset({*TOKEN_KEYS, "model", "cost"})
 MODEL_MAX_CHARS = 255
-#: Largest token count in a usage: what the session's 64-bit totals can add up safely.
-MAX_USAGE_TOKENS = 2**53 - 1
-#: A cost: a non-negative decimal, at most 14 integer digits and 6 fractional ones (the
-#: session's ``cost`` column is ``numeric(20, 6)``), no sign, exponent or spaces.
-COST_PATTERN = re.compile(r"(?:0|[1-9][0-9]{0,13})(?:\.[0-9]{1,6})?")
+#: Largest token count in a usage (a trillion): far above any model's, and low enough that a
+#: session's 64-bit totals hold the sum of millions of such messages.
+MAX_USAGE_TOKENS = 10**12
+#: A message's cost: a non-negative decimal below 10^10, at most 6 fractional digits, no sign,
+#: exponent or spaces. The session's ``cost`` (``numeric(20, 6)``) holds sums below 10^14:
+#: ten thousand messages of the largest cost.
+COST_PATTERN = re.compile(r"(?:0|[1-9][0-9]{0,9})(?:\.[0-9]{1,6})?")
+#: A session's cost as a text key (a list cursor): up to 14 integer digits.
+TOTAL_COST_PATTERN = re.compile(r"(?:0|[1-9][0-9]{0,13})(?:\.[0-9]{1,6})?")
 
 
 class Totals(NamedTuple):
@@ -55,10 +61,10 @@ def check_usage(usage: Any, *, field: str = "usage") -> dict[str, Any] | None:
     Args:
         usage: ``None``, or a mapping with any of the keys ``input_tokens``,
             ``output_tokens``, ``cached_input_tokens``, ``reasoning_tokens`` (integers from 0
-            to 2**53 - 1, never ``bool``), ``model`` (a string of at most 255 characters) and
-            ``cost`` (a string: a non-negative decimal with at most 6 fractional digits and 14
-            integer ones, e.g. ``"0.0123"``; a JSON number is refused, as binary floats
-            cannot carry money exactly).
+            to 10**12, never ``bool``), ``model`` (a string of at most 255 characters) and
+            ``cost`` (a string: a non-negative decimal below 10**10 with at most 6 fractional
+            digits, e.g. ``"0.0123"``; a JSON number is refused, as binary floats cannot
+            carry money exactly).
         field: the input field named in the error.
 
     Returns:

@@ -67,6 +67,8 @@ class MessageAdmin(ReadOnlyModelAdmin):
         "message_text",
         "pretty_content",
         "pretty_metadata",
+        "pretty_usage",
+        "token_count",
         "created_at",
         "compaction",
     )
@@ -203,6 +205,11 @@ class MessageAdmin(ReadOnlyModelAdmin):
     def pretty_metadata(self, obj: Message) -> str:
         """The host's metadata as indented JSON, like the content."""
         return pretty_json(obj.metadata)
+
+    @admin.display(description=_("usage"))
+    def pretty_usage(self, obj: Message) -> str:
+        """The message's usage (docs/design.md §16.1) as indented JSON; "-" when it has none."""
+        return "-" if obj.usage is None else pretty_json(obj.usage)
 
     @admin.display(description=_("compaction"))
     def compaction(self, obj: Message) -> str:

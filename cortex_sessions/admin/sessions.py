@@ -53,6 +53,10 @@ _APP_OWNED_FIELDS = (
     "archived_at",
     "fork_source",
     "forked_at_seq",
+    "input_tokens",
+    "output_tokens",
+    "cost",
+    "context_tokens",
     "created_at",
     "updated_at",
 )

@@ -7,7 +7,7 @@ columns. Every write that touches more than one row runs in one transaction on t
 router picks for the model (docs/design.md §10).
 
 Public import path: ``cortex_sessions.services``. The package keeps one concern per module
-(``sessions``, ``messages``, ``maintenance``, ``lifecycle``, ``undo``; ``filters`` holds
+(``sessions``, ``messages``, ``maintenance``, ``lifecycle``, ``undo``, ``totals``; ``filters`` holds
 :class:`SessionFilters`, the one value every session list and count takes); everything public is
 re-exported here, and every service that does I/O has an ``a``-prefixed async twin from ``aio``
 (docs/design.md §13.1).
@@ -40,6 +40,7 @@ from .aio import (
     aresolve_session,
     aunarchive_session,
     aupdate_session,
+    ausage_totals,
 )
 from .compaction import compact_session
 from .context import MAX_CONTEXT_TOKENS, ContextWindow, context_messages
@@ -75,6 +76,7 @@ from .sessions import (
     session_queryset,
     update_session,
 )
+from .totals import GROUP_BY, UsageTotals, usage_totals
 from .undo import (
     MessagesDeleted,
     PoppedMessage,
@@ -83,6 +85,7 @@ from .undo import (
 )
 
 __all__ = [
+    "GROUP_BY",
     "MAX_CONTEXT_TOKENS",
     "MAX_INT64",
     "ORDERING_FIELDS",
@@ -95,6 +98,7 @@ __all__ = [
     "PoppedMessage",
     "SessionFilters",
     "SessionPage",
+    "UsageTotals",
     "aappend_messages",
     "aarchive_session",
     "aclear_messages",
@@ -120,6 +124,7 @@ __all__ = [
     "aresolve_session",
     "aunarchive_session",
     "aupdate_session",
+    "ausage_totals",
     "check_agent_id",
     "check_message_count",
     "check_messages",
@@ -145,4 +150,5 @@ __all__ = [
     "session_queryset",
     "unarchive_session",
     "update_session",
+    "usage_totals",
 ]

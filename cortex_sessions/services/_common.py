@@ -32,7 +32,17 @@ from ..models import Session
 from ..scope import Scope
 
 #: Orderings a session list accepts, each optionally prefixed with ``-`` (docs/design.md §7.2).
-ORDERING_FIELDS = ("created_at", "updated_at", "title", "message_count")
+ORDERING_FIELDS = (
+    "created_at",
+    "updated_at",
+    "title",
+    "message_count",
+    # The usage totals (docs/design.md §16.1-§16.2).
+    "input_tokens",
+    "output_tokens",
+    "cost",
+    "context_tokens",
+)
 DEFAULT_ORDERING = "-updated_at"
 TITLE_MAX_CHARS = 500
 #: Largest integer a filter, page bound or ``seq`` may be (a signed 64-bit column).

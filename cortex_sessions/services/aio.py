@@ -42,6 +42,7 @@ from .sessions import (
     resolve_session,
     update_session,
 )
+from .totals import usage_totals
 from .undo import delete_messages_after, pop_message
 
 __all__ = [
@@ -68,6 +69,7 @@ __all__ = [
     "aresolve_session",
     "aunarchive_session",
     "aupdate_session",
+    "ausage_totals",
 ]
 
 P = ParamSpec("P")
@@ -125,3 +127,4 @@ apop_message = async_twin(pop_message)
 aunarchive_session = async_twin(unarchive_session)
 acompact_session = async_twin(compact_session)
 acontext_messages = async_twin(context_messages)
+ausage_totals = async_twin(usage_totals)

@@ -13,7 +13,7 @@ input serializers.
 
 The package is split by resource: :mod:`.fields` (schema patterns, strict and JSON-valued
 fields), :mod:`.base` (strict bodies, the empty body, the error body), :mod:`.sessions`,
-:mod:`.messages` and :mod:`.references`. Every public name is re-exported here; import from
+:mod:`.messages`, :mod:`.references` and :mod:`.usage`. Every public name is re-exported here; import from
 ``cortex_sessions.api.serializers``.
 """
 
@@ -31,5 +31,15 @@ from .references import *  # noqa: F403
 from .references import __all__ as _references_all
 from .sessions import *  # noqa: F403
 from .sessions import __all__ as _sessions_all
+from .usage import *  # noqa: F403
+from .usage import __all__ as _usage_all
 
-__all__ = _base_all + _fields_all + _sessions_all + _messages_all + _references_all + _context_all
+__all__ = (
+    _base_all
+    + _fields_all
+    + _sessions_all
+    + _messages_all
+    + _references_all
+    + _usage_all
+    + _context_all
+)

@@ -19,6 +19,7 @@ from .fields import (
     ReferencesField,
     StrictBooleanField,
     StrictChoiceField,
+    UsageField,
 )
 from .sessions import SearchMatchSerializer, SearchResultMixin, SessionSerializer
 
@@ -39,7 +40,7 @@ __all__ = [
 
 #: Fields of a stored message that only the app writes; a message sent back may carry them.
 MESSAGE_READ_ONLY_FIELDS = frozenset(
-    {"id", "session", "seq", "created_at", "match", "compacts_through_seq"}
+    {"id", "session", "seq", "created_at", "match", "token_count", "compacts_through_seq"}
 )
 
 
@@ -49,6 +50,11 @@ class MessageSerializer(serializers.ModelSerializer[Message]):
     session = serializers.UUIDField(source="session_id", read_only=True, allow_null=True)
     content = BlocksField(read_only=True)
     metadata = MetadataField(read_only=True)
+    usage = UsageField(read_only=True)
+    token_count = serializers.IntegerField(
+        read_only=True,
+        help_text="The tokens the message takes in a model's context (TOKEN_COUNTER; §16.2).",
+    )
 
     class Meta:
         model = Message
@@ -61,6 +67,8 @@ class MessageSerializer(serializers.ModelSerializer[Message]):
             "content",
             "metadata",
             "created_at",
+            "usage",
+            "token_count",
             "compacts_through_seq",
         ]
         read_only_fields = fields
@@ -122,6 +130,7 @@ class MessageInputSerializer(StrictSerializerMixin, serializers.Serializer[Any])
         ),
     )
     metadata = MetadataField(required=False)
+    usage = UsageField(required=False, allow_null=True)
 
 
 class MessageWithReferencesInputSerializer(MessageInputSerializer):

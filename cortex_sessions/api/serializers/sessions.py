@@ -14,6 +14,7 @@ from cortex_sessions.models import Session
 from .base import StrictSerializerMixin
 from .fields import (
     AgentIdField,
+    CostField,
     CwdField,
     MetadataField,
     ScopeTextField,
@@ -53,6 +54,10 @@ SESSION_READ_ONLY_FIELDS = frozenset(
         "archived_at",
         "forked_from",
         "forked_at_seq",
+        "input_tokens",
+        "output_tokens",
+        "cost",
+        "context_tokens",
         "match",  # of a search result (docs/design.md §11.5)
     }
 )
@@ -62,6 +67,7 @@ class SessionSerializer(serializers.ModelSerializer[Session]):
     """A session as the API returns it (docs/design.md §3.1). Every field is read-only here."""
 
     metadata = MetadataField(read_only=True)
+    cost = CostField(help_text="Sum of the messages' usage.cost (docs/design.md §16.1).")
 
     class Meta:
         model = Session
@@ -81,6 +87,10 @@ class SessionSerializer(serializers.ModelSerializer[Session]):
             "archived_at",
             "forked_from",
             "forked_at_seq",
+            "input_tokens",
+            "output_tokens",
+            "cost",
+            "context_tokens",
         ]
         read_only_fields = fields
 

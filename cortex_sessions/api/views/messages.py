@@ -330,6 +330,7 @@ class SessionMessagesMixin(SessionReferencesMixin):
                     content=item["content"],
                     source=item.get("source"),
                     metadata=item.get("metadata"),
+                    usage=item.get("usage"),
                 )
                 for item in items
             ],
@@ -349,6 +350,7 @@ class SessionMessagesMixin(SessionReferencesMixin):
             references=data.get("references", ()),
             metadata=data.get("metadata"),
             deadline=self._reference_deadline(),
+            usage=data.get("usage"),
         )
         return self._append_response(result)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import Http404
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import UnsupportedMediaType
@@ -46,6 +46,7 @@ from ..serializers import (
     SessionMergePatchSerializer,
     SessionSerializer,
     SessionUpdateSerializer,
+    UsageReportSerializer,
     refuse_body,
 )
 from .context import SessionContextMixin
@@ -75,6 +76,7 @@ class SessionViewSet(
     query_parameters = {
         "list": frozenset({*SessionFilter.base_filters, "limit", "offset", "cursor"}),
         "count": frozenset(SessionFilter.base_filters),
+        "usage": frozenset({*SessionFilter.base_filters, "group_by"}),
         "messages.get": frozenset({"limit", "after_seq", "before_seq", "q"}),
         "messages.delete": frozenset({"after_seq"}),
         "reference_candidates": frozenset({"q", "limit"}),
@@ -183,6 +185,44 @@ class SessionViewSet(
         )
         total = services.count_sessions(scope=self.scope, filters=filterset.session_filters)
         return Response({"count": total})
+
+    @extend_schema(
+        summary="Usage totals",
+        filters=True,
+        parameters=[
+            OpenApiParameter(
+                "group_by",
+                str,
+                enum=[*services.GROUP_BY],
+                description=(
+                    "Group the sums by agent_id, or by the scope level directly beneath the "
+                    "request's scope (per tenant); absent: one total."
+                ),
+            )
+        ],
+        responses={200: UsageReportSerializer, **errors(text=SEARCH_503)},
+    )
+    @action(detail=False, methods=["get"])
+    def usage(self, request: Request) -> Response:
+        """``{"group_by", "totals", "groups"}``: the sums of the usage totals of the sessions
+        the list with the same filters shows, whole or grouped (``group_by=agent_id|scope``),
+        in one statement (docs/design.md §16.1; ``ordering`` is accepted and ignored).
+
+        Errors as the list; 400 ``invalid_filter`` for another ``group_by``.
+        """
+        filterset = SessionFilterBackend().get_validated_filterset(
+            request, self.get_queryset(), self
+        )
+        group_by = request.query_params.get("group_by")
+        with search_timeout(self.get_queryset().db, active="q" in request.query_params):
+            found = services.usage_totals(
+                scope=self.scope, filters=filterset.session_filters, group_by=group_by
+            )
+        groups = found if isinstance(found, list) else None
+        totals = found if not isinstance(found, list) else _summed(found)
+        return Response(
+            UsageReportSerializer({"group_by": group_by, "totals": totals, "groups": groups}).data
+        )
 
     @extend_schema(
         summary="Resolve the session a run uses",
@@ -402,6 +442,14 @@ class SessionViewSet(
         """Unarchive the session (docs/design.md §11.2). Errors: 404 ``session_not_found``."""
         refuse_body(request)
         return self._session_response(services.unarchive_session(scope=self.scope, session_id=pk))
+
+
+def _summed(groups: list[services.UsageTotals]) -> dict[str, Any]:
+    """The sums over ``groups`` (the totals of a grouped usage answer, with no second query)."""
+    names = ("sessions", "message_count", "input_tokens", "output_tokens", "cost")
+    summed: dict[str, Any] = {name: sum(getattr(group, name) for group in groups) for name in names}
+    summed["context_tokens"] = sum(group.context_tokens for group in groups)
+    return summed
 
 
 def _is_merge_patch(request: Request) -> bool:
