@@ -1,8 +1,9 @@
 """Benchmark: the context read of a 100,000-message session (docs/design.md §16.4).
 
-Prints figures; it is not a test. Run from the repository root:
+Prints figures; it is not a test. Run from the repository root as a module (with ``bench/``
+itself on ``sys.path``, its ``http.py`` would shadow the standard library's):
 
-    python bench/bench_context.py [--messages 100000] [--max-tokens 8000] [--reps 200]
+    python -m bench.bench_context [--messages 100000] [--max-tokens 8000] [--reps 200]
 
 ``BENCH_DATABASE_URL`` names the PostgreSQL database (default
 ``postgres://postgres@127.0.0.1:5432/cortex_bench_context``); it is created and migrated if
@@ -22,12 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
-
-# The repository root instead of bench/ itself, whose http.py would shadow the standard library's.
-sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from bench.bench_lifecycle import setup_django  # noqa: E402
 

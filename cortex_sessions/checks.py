@@ -20,6 +20,10 @@ IDs:
   return an int from 0 to 2**31 - 1 for a sample message (docs/design.md §16.2).
 - ``cortex_sessions.E018``: ``MAX_MESSAGES_PER_APPEND`` is not an integer of at least 2.
 - ``cortex_sessions.E019``: ``MAX_JSON_KEYS`` is not an integer of at least 100.
+- ``cortex_sessions.E023``: ``RETENTION`` is not a list, or a policy is not a dict, has a
+  missing or unknown key, an unknown action, an ``after`` that is not a positive integer or a
+  bad ``agent_id`` (docs/design.md §18.1).
+- ``cortex_sessions.E024``: a ``RETENTION`` policy's scope does not parse.
 - ``cortex_sessions.E014`` (database check): PostgreSQL has no text search configuration
   ``SEARCH_CONFIG`` (``pg_ts_config``), so message search cannot parse a query.
 - ``cortex_sessions.W002`` (database check): the message search column was built with another
@@ -54,6 +58,7 @@ from .conf import (
     MIN_MESSAGES_PER_APPEND,
     app_settings,
 )
+from .retention import PolicyError, parse_policies, parse_policy
 from .tokens import MAX_TOKEN_COUNT
 
 __all__ = ["check_database_collation", "check_search_config", "check_settings"]
@@ -199,8 +204,43 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     )
     errors.extend(_check_request_bounds())
     errors.extend(_check_replicas())
+    errors.extend(_check_retention())
     errors.extend(_check_token_counter())
     return errors
+
+
+def _check_retention() -> list[CheckMessage]:
+    """``E023`` and ``E024``: every problem of the ``RETENTION`` policies, one error per bad
+    policy (docs/design.md §18.1)."""
+    value = app_settings.RETENTION
+    if not isinstance(value, list | tuple):
+        try:
+            parse_policies(value)
+        except PolicyError as exc:
+            return [_policy_error(exc)]
+    errors: list[CheckMessage] = []
+    for index, policy in enumerate(value):
+        try:
+            parse_policy(policy, index)
+        except PolicyError as exc:
+            errors.append(_policy_error(exc))
+    return errors
+
+
+def _policy_error(exc: PolicyError) -> CheckMessage:
+    if exc.scope_error:
+        return Error(
+            f"CORTEX_SESSIONS['RETENTION']: {exc}",
+            hint="Give a canonical scope such as 'org=acme' (never empty: a policy for "
+            "everything is not expressible).",
+            id="cortex_sessions.E024",
+        )
+    return Error(
+        f"CORTEX_SESSIONS['RETENTION']: {exc}",
+        hint='Use a list of {"scope": "org=acme", "after": 2592000, "action": "delete" or '
+        '"archive"} dicts, with an optional "agent_id".',
+        id="cortex_sessions.E023",
+    )
 
 
 #: The message :func:`_check_token_counter` counts: a counter must answer it with an int.

@@ -54,6 +54,7 @@ DEFAULTS: dict[str, Any] = {
     "MAX_MESSAGES_PER_APPEND": 1000,
     "MAX_JSON_KEYS": 1000,
     "TOKEN_COUNTER": "cortex_sessions.tokens.estimate_tokens",
+    "RETENTION": [],
 }
 
 #: Least ``MAX_MESSAGES_PER_APPEND``: a message with its session-reference context is one
@@ -209,6 +210,13 @@ class AppSettings:
         """Seconds a replica may be behind its primary and still serve reads (default 10; a
         positive number; docs/design.md §17.2)."""
         return cast(float, self._get("REPLICA_MAX_LAG"))  # validated by the system checks
+
+    @property
+    def RETENTION(self) -> list[dict[str, Any]]:
+        """Retention policies ``{"scope", "agent_id"?, "after", "action"}`` that
+        ``manage.py cortex_sessions_expire`` applies (default none; docs/design.md §18.1,
+        :mod:`cortex_sessions.retention`)."""
+        return cast(list[dict[str, Any]], self._get("RETENTION"))  # validated by the checks
 
     @property
     def TOKEN_COUNTER(self) -> Callable[[str, Any], int]:

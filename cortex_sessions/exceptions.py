@@ -14,6 +14,7 @@ __all__ = [
     "CortexSessionsError",
     "DefaultConflict",
     "EmptyContent",
+    "ErasureNotFound",
     "IdempotencyKeyInProgress",
     "IdempotencyKeyReused",
     "InvalidAgentId",
@@ -30,6 +31,7 @@ __all__ = [
     "InvalidThroughSeq",
     "InvalidUpToSeq",
     "InvalidUsage",
+    "LegalHold",
     "MessageNotFound",
     "MessageTooLarge",
     "NoScope",
@@ -110,6 +112,13 @@ class SessionNotFound(CortexSessionsError):
     default_message = "Session not found."
 
 
+class ErasureNotFound(CortexSessionsError):
+    """No erasure record has this id (docs/design.md §18.2); the API answers 404."""
+
+    code = "erasure_not_found"
+    default_message = "Erasure not found."
+
+
 class MessageNotFound(CortexSessionsError):
     """The message does not exist in the session."""
 
@@ -130,6 +139,15 @@ class SessionArchived(CortexSessionsError):
 
     code = "session_archived"
     default_message = "The session is archived; unarchive it to change its messages."
+
+
+class LegalHold(CortexSessionsError):
+    """The session is on legal hold: no path deletes it, and its messages are frozen — message
+    deletes, clear, undo and pop are refused too (docs/design.md §18.1). Appends, reads,
+    archive and edits of its host-owned fields are not."""
+
+    code = "legal_hold"
+    default_message = "The session is on legal hold; it and its messages cannot be deleted."
 
 
 # -- bad input ------------------------------------------------------------------------------------

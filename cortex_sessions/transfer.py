@@ -27,7 +27,9 @@ The thread lifecycle (docs/design.md §11.1, §11.2) travels too, as optional ke
 set: ``archived_at`` (ISO 8601; the imported session is archived at that time) and the fork
 provenance ``forked_from`` (the source session's id *in the exporting database*, kept as given:
 like the column itself it is a plain id, never resolved) with ``forked_at_seq`` (an integer
-``>= 0``); the two come together or not at all. Re-importing a file stays idempotent.
+``>= 0``); the two come together or not at all. Re-importing a file stays idempotent. So does
+``expires_at`` (docs/design.md §18.1; ISO 8601, UTC without an offset); ``legal_hold`` is the
+host's decision about a database's rows and does not travel.
 
 A message's ``usage`` (docs/design.md §16.1) travels as an optional key, written only when set
 and checked on import by the rules of the services (``invalid_usage``); the session totals are
@@ -72,7 +74,17 @@ __all__ = [
 
 #: Keys a conversation object may have.
 CONVERSATION_KEYS = frozenset(
-    {"id", "title", "metadata", "cwd", "messages", "archived_at", "forked_from", "forked_at_seq"}
+    {
+        "id",
+        "title",
+        "metadata",
+        "cwd",
+        "messages",
+        "archived_at",
+        "forked_from",
+        "forked_at_seq",
+        "expires_at",
+    }
 )
 #: Keys a message object may have.
 MESSAGE_KEYS = frozenset({"role", "content", "source", "metadata", "created_at", "usage"})
@@ -97,6 +109,7 @@ class Conversation:
     archived_at: datetime | None = None
     forked_from: uuid.UUID | None = None
     forked_at_seq: int | None = None
+    expires_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -262,6 +275,7 @@ def parse_conversation(line: str | bytes) -> Conversation:
         archived_at=_created_at(data.get("archived_at"), "conversation", key="archived_at"),
         forked_from=forked_from,
         forked_at_seq=forked_at_seq,
+        expires_at=_created_at(data.get("expires_at"), "conversation", key="expires_at"),
     )
 
 
@@ -375,6 +389,10 @@ def import_conversation(
             if conversation.archived_at is not None:
                 session = services.archive_session(
                     scope=canonical, session_id=session.pk, at=conversation.archived_at
+                )
+            if conversation.expires_at is not None:  # last: an expired session takes no append
+                session = services.set_retention(
+                    scope=canonical, session_id=session.pk, expires_at=conversation.expires_at
                 )
     except IntegrityError:
         # A concurrent import of the same conversation committed first.
@@ -562,6 +580,7 @@ def export_conversations(
                 "archived_at",
                 "forked_from",
                 "forked_at_seq",
+                "expires_at",
             )[:chunk_size]
         )
         for row in rows:
@@ -573,6 +592,8 @@ def export_conversations(
             }
             if row["archived_at"] is not None:
                 head["archived_at"] = _isoformat(row["archived_at"])
+            if row["expires_at"] is not None:
+                head["expires_at"] = _isoformat(row["expires_at"])
             if row["forked_from"] is not None:
                 head["forked_from"] = str(row["forked_from"])
                 head["forked_at_seq"] = row["forked_at_seq"]

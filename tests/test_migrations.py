@@ -642,8 +642,8 @@ def _append_one(session_id: Any, text: str) -> int:
 @pytest.mark.django_db(transaction=True)
 def test_0013_backward_drops_the_append_function_and_forward_restores_appends(migrator):
     """0013 on PostgreSQL through the executor, on a session with messages: back to 0012 the
-    function is gone (this code needs the columns of 0019 too, so it does not write there),
-    forward it is back and appends continue the session's seqs."""
+    function is gone (this code needs the columns of later migrations, so it is not called
+    there), forward it is back and appends continue the session's seqs."""
     session = services.create_session(scope="org=x", agent_id="a")
     assert [_append_one(session.pk, text) for text in ("one", "two")] == [1, 2]
     services.append_messages(

@@ -54,8 +54,8 @@ ORIGINALS = (
     "0017_get_and_resolve_functions",
     "0018_drop_pre_release_append_functions",
 )
-#: The migrations after the squashes, which every database runs after them.
-LATER = ("0019_context_window",)
+#: The migrations after the squashes, which every database runs after them, in order.
+LATER = ("0019_context_window", "0020_retention", "0021_erasures")
 ADK = "cortex_adk"
 ADK_SQUASH = "0001_squashed_0003_adk_state"
 ADK_ORIGINALS = (

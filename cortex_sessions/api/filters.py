@@ -392,6 +392,21 @@ class SessionFilter(django_filters.FilterSet):
         model = Session
         fields: list[str] = []
 
+    #: The form class of each filterset class, built on first use (:meth:`get_form_class`).
+    _form_classes: dict[type, type[forms.Form]] = {}
+
+    def get_form_class(self) -> type[forms.Form]:
+        """The form of the parameters, built once per filterset class (django-filter builds a
+        new form class, and a form field per filter, on every request). Sharing the class is
+        Django's own model: each form instance deep-copies the class's base fields
+        (docs/design.md §14.3)."""
+        cls = type(self)
+        form_class = SessionFilter._form_classes.get(cls)
+        if form_class is None:
+            form_class = super().get_form_class()
+            SessionFilter._form_classes[cls] = form_class
+        return form_class
+
     @cached_property
     def session_filters(self) -> services.SessionFilters:
         """The validated parameters as the services'

@@ -60,8 +60,9 @@ from ..exceptions import (
     SessionArchived,
     SessionNotFound,
 )
-from ..models import Message, Session
+from ..models import Message, Session, not_expired_q
 from ..scope import Scope, as_scope, scope_q
+from . import openai_agents_history as history
 from .blocks import find_block, text_blocks, verbatim_block
 from .runtime_usage import attach_usage, openai_run_usage
 
@@ -77,6 +78,9 @@ __all__ = [
 ITEM_BLOCK_TYPE = "openai_agents_item"
 #: Messages read per query when the whole history is asked for.
 _PAGE = 1000
+#: Messages per statement of a whole history on PostgreSQL (one JSON array each; a history of
+#: up to this many messages is one statement, as the SDK's own stores read it).
+_HISTORY_PAGE = 5000
 #: How often a default-following operation resolves the default when it was deleted or
 #: archived between the resolve and the operation (docs/design.md §6.3, §11.2).
 _DEFAULT_ATTEMPTS = 3
@@ -179,7 +183,11 @@ def message_to_item(message: Message) -> dict[str, Any] | None:
 
 
 def _item_of(role: str, content: Any) -> dict[str, Any] | None:
-    block = find_block(content, ITEM_BLOCK_TYPE)
+    return _item_of_block(role, find_block(content, ITEM_BLOCK_TYPE), content)
+
+
+def _item_of_block(role: str, block: Any, content: Any) -> dict[str, Any] | None:
+    """The item of a message whose item block (or ``None``) is already found."""
     if block is not None:
         if "item" in block:
             return cast(dict[str, Any], block["item"])
@@ -487,7 +495,7 @@ def _rows(pk: uuid.UUID, scope: Scope) -> Any:
     using = routing.db_for_read(Message, scope=scope)
     return (
         Message.objects.using(using)
-        .filter(scope_q(scope), session_id=pk)
+        .filter(scope_q(scope), not_expired_q(prefix="session__"), session_id=pk)
         .values_list("seq", "role", "content")
     )
 
@@ -523,6 +531,9 @@ def _newest_sql(quote_name: Any, before: bool) -> str:
     return (
         f"SELECT seq, role, content FROM {quote_name(Message._meta.db_table)} "
         "WHERE session_id = %s AND scope >= %s AND scope < %s AND (scope = %s OR scope >= %s) "
+        # an expired session's messages are hidden until the sweep deletes them (§18.1)
+        f"AND NOT EXISTS (SELECT 1 FROM {quote_name(Session._meta.db_table)} s WHERE"
+        " s.id = session_id AND s.expires_at <= statement_timestamp()) "
         + ("AND seq < %s " if before else "")
         + "ORDER BY seq DESC LIMIT %s"
     )
@@ -550,6 +561,21 @@ def _read_items(pk: uuid.UUID, scope: Scope, limit: int | None) -> list[dict[str
     if limit is None:
         items: list[dict[str, Any]] = []
         after = 0
+        if history.serves(scope):  # a page per statement, decoded at once
+            while True:
+                count, after_next, entries = history.history_page(
+                    pk, scope, after=after, size=_HISTORY_PAGE, block_type=ITEM_BLOCK_TYPE
+                )
+                if not count and after == 0:
+                    _check_session(pk, scope)
+                items.extend(
+                    item
+                    for role, block, content in entries
+                    if (item := _item_of_block(role, block, content)) is not None
+                )
+                if count < _HISTORY_PAGE:
+                    return items
+                after = after_next
         while True:
             page = list(_rows(pk, scope).filter(seq__gt=after).order_by("seq")[:_PAGE])
             if not page and after == 0:

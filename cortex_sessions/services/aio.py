@@ -27,11 +27,13 @@ from asgiref.sync import sync_to_async
 
 from .compaction import compact_session
 from .context import context_messages
+from .erasure import erase_scope, get_erasure, resume_erasure
 from .idempotency import prune_idempotency_keys
 from .keyset import list_sessions_page
 from .lifecycle import archive_session, fork_session, patch_session, unarchive_session
 from .maintenance import recount_sessions
 from .messages import append_messages, clear_messages, delete_message, list_messages
+from .retention import expire_sessions, set_retention
 from .sessions import (
     count_sessions,
     create_session,
@@ -56,7 +58,10 @@ __all__ = [
     "adelete_message",
     "adelete_messages_after",
     "adelete_session",
+    "aerase_scope",
+    "aexpire_sessions",
     "afork_session",
+    "aget_erasure",
     "aget_session",
     "alist_messages",
     "alist_sessions",
@@ -67,6 +72,8 @@ __all__ = [
     "aprune_idempotency_keys",
     "arecount_sessions",
     "aresolve_session",
+    "aresume_erasure",
+    "aset_retention",
     "aunarchive_session",
     "aupdate_session",
     "ausage_totals",
@@ -127,4 +134,9 @@ apop_message = async_twin(pop_message)
 aunarchive_session = async_twin(unarchive_session)
 acompact_session = async_twin(compact_session)
 acontext_messages = async_twin(context_messages)
+aexpire_sessions = async_twin(expire_sessions)
+aset_retention = async_twin(set_retention)
 ausage_totals = async_twin(usage_totals)
+aerase_scope = async_twin(erase_scope)
+aget_erasure = async_twin(get_erasure)
+aresume_erasure = async_twin(resume_erasure)

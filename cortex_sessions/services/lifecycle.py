@@ -28,6 +28,7 @@ from ..usage import sums_of
 from ._common import (
     MAX_INT64,
     _check_cwd,
+    _check_expires_at,
     _check_title,
     _db_for_write,
     _locked_session,
@@ -47,7 +48,7 @@ __all__ = [
 ]
 
 #: The fields a merge patch of a session may change (the host-owned ones, docs/design.md §3.1).
-PATCHABLE_FIELDS = frozenset({"title", "metadata", "cwd"})
+PATCHABLE_FIELDS = frozenset({"title", "metadata", "cwd", "expires_at"})
 
 #: Message columns a fork does not copy from the source row: the fork's own id, session and seq
 #: are written by the ``INSERT … SELECT`` itself.
@@ -292,7 +293,8 @@ def patch_session(
 ) -> Session:
     """Apply a JSON Merge Patch (RFC 7386) to a session's host-owned fields (§11.3).
 
-    ``title`` and ``cwd`` are replaced when present. ``metadata`` is merged into the stored
+    ``title``, ``cwd`` and ``expires_at`` (ISO 8601 with offset, or ``null``: never expires;
+    docs/design.md §18.1) are replaced when present. ``metadata`` is merged into the stored
     object key by key, recursively; a ``null`` member deletes that key, and ``"metadata": null``
     empties it. The session row is locked while the patch is read, merged and written, so two
     concurrent patches of different keys both survive. App-owned fields cannot be patched.
@@ -300,14 +302,15 @@ def patch_session(
     Args:
         scope: the caller's scope; the session must lie at or beneath it.
         session_id: the session.
-        patch: a JSON object with any of ``title``, ``metadata``, ``cwd``.
+        patch: a JSON object with any of ``title``, ``metadata``, ``cwd``, ``expires_at``.
 
     Returns:
         The session as stored after the patch.
 
     Raises:
         NoScope, InvalidScope, SessionNotFound.
-        InvalidInput: ``patch`` is not an object or names another field.
+        InvalidInput: ``patch`` is not an object or names another field, or ``expires_at``
+            is not an ISO 8601 date-time with offset nor ``null``.
         InvalidMetadata: the ``metadata`` member is neither an object nor ``null``, is
             nested deeper than ``content.MAX_JSON_DEPTH``, or the merged metadata is not
             storable.
@@ -332,6 +335,8 @@ def patch_session(
         changes["title"] = _check_title(patch["title"])
     if "cwd" in patch:
         changes["cwd"] = _check_cwd(patch["cwd"])
+    if "expires_at" in patch:
+        changes["expires_at"] = _check_expires_at(patch["expires_at"])
     metadata_patch = patch.get("metadata", {})
     if metadata_patch is not None and not isinstance(metadata_patch, Mapping):
         raise InvalidMetadata(

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple, NoReturn, cast
+from typing import Any, NamedTuple, NoReturn
 
 from django.db import connections
 from django.db.models import F
@@ -38,6 +37,7 @@ from ._common import (
     _check_int,
     _check_live,
     _check_metadata,
+    _check_not_held,
     _db_for_read,
     _db_for_write,
     _locked_session,
@@ -46,7 +46,7 @@ from ._common import (
     _write_transaction,
 )
 from .context import has_compaction, refresh_context_tokens
-from .idempotency import fingerprint, run_once
+from .keyed_append import append_once
 from .sessions import _get
 
 
@@ -349,54 +349,17 @@ def append_messages(
     now = timezone.now()
     rows = [_build_message(item, index, now) for index, item in enumerate(messages)]
     if idempotency_key is not None:
-        return _append_once(scope, session_id, rows, idempotency_key, now)
+        return append_once(scope, session_id, rows, idempotency_key, now)
     return _append_rows(scope, session_id, rows, now)
 
 
-#: Columns :func:`_build_message` derives from the input (the token counter's answer may
-#: change with the setting): not part of an idempotency key's fingerprint.
-_DERIVED = frozenset({"token_count", "compacts_through_seq"})
-
-
-def _append_once(
+def _append_rows(
     scope: Scope | str,
     session_id: uuid.UUID | str,
-    rows: list[_BuiltMessage],
-    key: str,
+    built: list[_BuiltMessage],
     now: datetime,
-) -> AppendResult:
-    """:func:`append_messages` with an idempotency key (docs/design.md §12.1)."""
-    pk = _session_id(session_id)
-    inputs = [
-        {
-            **{name: value for name, value in row.columns.items() if name not in _DERIVED},
-            "explicit_time": row.given_time is not None,
-            "created_at": row.given_time,
-        }
-        for row in rows
-    ]
-    for row, given in zip(rows, inputs, strict=True):
-        if row.columns["usage"] is None:  # as 1.0.0 fingerprinted a message without usage
-            del given["usage"]
-    outcome = run_once(
-        scope=scope,
-        endpoint=f"service:append_messages:{pk}",
-        key=key,
-        digest=fingerprint(inputs),
-        write=lambda: _append_rows(scope, pk, rows, now),
-        record=lambda result: (0, json.dumps([message.pk for message in result.messages])),
-    )
-    if not outcome.replayed:
-        return cast(AppendResult, outcome.result)
-    # A replay reads where the first call wrote: a replica may not have its rows yet (§17.1).
-    using = _db_for_write()
-    written = Message.objects.using(using).filter(pk__in=json.loads(outcome.response))
-    session = _get(scope, pk, None, using=using)
-    return AppendResult(session=session, messages=list(written.order_by("seq")))
-
-
-def _append_rows(
-    scope: Scope | str, session_id: uuid.UUID | str, built: list[_BuiltMessage], now: datetime
+    *,
+    key: tuple[Any, ...] = (),
 ) -> AppendResult:
     """Write validated messages at the end of the session, in one transaction (docs/design.md
     §5); ``now`` (the time :func:`append_messages` read) is the session's new ``updated_at`` on
@@ -407,7 +370,7 @@ def _append_rows(
         texts = [
             (message.content_json, message.metadata_json, message.usage_json) for message in built
         ]
-        return _append_pg(alias, scope, session_id, rows, texts, now)
+        return _append_pg(alias, scope, session_id, rows, texts, now, key)
     with _write_transaction(alias):
         session = _check_live(_locked_session(scope, session_id))
         created = Message.objects.using(alias).bulk_create(
@@ -452,8 +415,10 @@ def _append_pg(
     rows: list[dict[str, Any]],
     texts: list[tuple[str, str, str | None]],
     now: datetime,
+    key: tuple[Any, ...] = (),
 ) -> AppendResult:
-    """:func:`append_messages` on PostgreSQL: the same checks, one statement (``_pg``)."""
+    """:func:`append_messages` on PostgreSQL: the same checks, one statement (``_pg``; with
+    ``key``, it records that idempotency key too)."""
     canonical = canonical_of(scope)
     last = None
     for row in reversed(rows):
@@ -472,6 +437,7 @@ def _append_pg(
                 last_message=last,
                 updated_at=now if attempt == 0 else timezone.now(),
                 totals=_totals_of(rows),
+                key=key,
             )
         if appended is not None:
             break
@@ -560,12 +526,13 @@ def delete_message(*, scope: Scope | str, session_id: uuid.UUID | str, seq: int)
     Raises:
         NoScope, InvalidScope, SessionNotFound, MessageNotFound.
         SessionArchived: the session is archived (docs/design.md §11.2).
+        LegalHold: the session is on legal hold; its messages are frozen (§18.1).
         InvalidFilter: ``seq`` is not an integer ``>= 1``.
     """
     _check_int(seq, field="seq", minimum=1)
     using = _db_for_write()
     with _write_transaction(using):
-        session = _check_live(_locked_session(scope, session_id))
+        session = _check_not_held(_check_live(_locked_session(scope, session_id)))
         doomed = Message.objects.using(using).filter(session=session, seq=seq)
         removed = _deleted_totals(doomed)
         compacted = has_compaction(session, using=using)
@@ -585,10 +552,11 @@ def clear_messages(*, scope: Scope | str, session_id: uuid.UUID | str) -> int:
     Raises:
         NoScope, InvalidScope, SessionNotFound.
         SessionArchived: the session is archived (docs/design.md §11.2).
+        LegalHold: the session is on legal hold; its messages are frozen (§18.1).
     """
     using = _db_for_write()
     with _write_transaction(using):
-        session = _check_live(_locked_session(scope, session_id))
+        session = _check_not_held(_check_live(_locked_session(scope, session_id)))
         deleted, _ = Message.objects.using(using).filter(session=session).delete()
         Session.objects.using(using).filter(pk=session.pk).update(
             message_count=0,

@@ -1,4 +1,4 @@
-"""``CortexSessionService`` where ADK's own stores set the behaviour (issue 37, docs/design.md
+"""``CortexSessionService`` where ADK's own stores set the behaviour (docs/design.md
 §13.3, §19.4): the list's statements, ``last_update_time`` and the stale writer's error."""
 
 from __future__ import annotations
@@ -96,3 +96,11 @@ async def test_a_stale_writer_gets_adks_error_and_text(service):
         await service.append_event(stale, Event(author="user", invocation_id="two"))
     with pytest.raises(ValueError, match="Please reload the session"):
         await service.append_event(stale, Event(author="user", invocation_id="two"))
+
+
+@async_test
+async def test_the_service_is_an_async_context_manager_as_adks_database_store():
+    async with CortexSessionService() as service:
+        session = await service.create_session(app_name=APP, user_id="u")
+    assert await service.get_session(app_name=APP, user_id="u", session_id=session.id)
+    await service.close()

@@ -1,7 +1,8 @@
 """The documented examples run as the docs say: ``migrate``, then ``python -m …`` (no network).
 
-docs/openai-agents.md, docs/adk.md and docs/langchain.md point at these modules; this runs them as a reader would,
-in a fresh process on a fresh SQLite database of the example project.
+docs/openai-agents.md, docs/adk.md, docs/langchain.md, docs/langgraph.md and docs/pydantic-ai.md
+point at these modules; this runs them as a reader would, in a fresh process on a fresh SQLite
+database of the example project.
 """
 
 from __future__ import annotations
@@ -56,6 +57,18 @@ def example_env(tmp_path_factory):
             "langchain_core",
             "the model's second prompt: ['Answer in one line.', "
             "'Which city is the Golden Gate Bridge in?', 'San Francisco.', 'And which state?']",
+        ),
+        (
+            "example_project.runtimes.langgraph_example",
+            "langgraph",
+            "the model's second prompt: ['Which city is the Golden Gate Bridge in?', "
+            "'San Francisco.', 'And which state?']",
+        ),
+        (
+            "example_project.runtimes.pydantic_ai_example",
+            "pydantic_ai",
+            "the model's second prompt: ['Which city is the Golden Gate Bridge in?', "
+            "'San Francisco.', 'And which state?']",
         ),
     ],
 )

@@ -1,5 +1,5 @@
-"""``CortexSession`` where the OpenAI Agents SDK's own stores set the behaviour (issue 37,
-docs/design.md §13.2, §19.4): settings, items that are not JSON, and the ``Session``
+"""``CortexSession`` where the OpenAI Agents SDK's own stores set the behaviour
+(docs/design.md §13.2, §19.4): settings, items that are not JSON, and the ``Session``
 protocol check."""
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ from typing import Any
 from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail
 
+from .shared import SharedFieldsMixin
+
 __all__ = [
     "EmptyBodySerializer",
     "ErrorItemSerializer",
@@ -19,8 +21,10 @@ __all__ = [
 ]
 
 
-class StrictSerializerMixin:
+class StrictSerializerMixin(SharedFieldsMixin):
     """A body field the serializer does not define is a 400 naming it (docs/design.md §12.4).
+
+    Its fields are built once per class (:class:`~.shared.SharedFieldsMixin`, §14.3).
 
     Each unknown key gets an error ``{"code": "unknown_field"}`` under its own name, together
     with the other field errors. Keys in ``ignored_fields`` (the read-only fields of
@@ -34,7 +38,7 @@ class StrictSerializerMixin:
         """DRF's validation plus the unknown-key check; all errors are reported together."""
         unknown: dict[str, list[ErrorDetail]] = {}
         if isinstance(data, Mapping):
-            known = set(self.fields) | self.ignored_fields  # type: ignore[attr-defined]
+            known = set(self.fields) | self.ignored_fields
             unknown = {
                 str(key): [ErrorDetail("Unknown field.", code="unknown_field")]
                 for key in data

@@ -21,6 +21,7 @@ from .fields import (
     StrictChoiceField,
     UsageField,
 )
+from .rendering import PlannedRepresentationMixin
 from .sessions import SearchMatchSerializer, SearchResultMixin, SessionSerializer
 
 __all__ = [
@@ -40,11 +41,11 @@ __all__ = [
 
 #: Fields of a stored message that only the app writes; a message sent back may carry them.
 MESSAGE_READ_ONLY_FIELDS = frozenset(
-    {"id", "session", "seq", "created_at", "match", "token_count", "compacts_through_seq"}
+    {"id", "session", "seq", "created_at", "match", "compacts_through_seq", "token_count"}
 )
 
 
-class MessageSerializer(serializers.ModelSerializer[Message]):
+class MessageSerializer(PlannedRepresentationMixin, serializers.ModelSerializer[Message]):
     """A stored message (docs/design.md §3.2)."""
 
     session = serializers.UUIDField(source="session_id", read_only=True, allow_null=True)
@@ -67,9 +68,9 @@ class MessageSerializer(serializers.ModelSerializer[Message]):
             "content",
             "metadata",
             "created_at",
+            "compacts_through_seq",
             "usage",
             "token_count",
-            "compacts_through_seq",
         ]
         read_only_fields = fields
 
@@ -157,7 +158,7 @@ class MessageWithReferencesInputSerializer(MessageInputSerializer):
     )
 
 
-class MessageAppendResultSerializer(serializers.Serializer[Any]):
+class MessageAppendResultSerializer(PlannedRepresentationMixin, serializers.Serializer[Any]):
     """Response of ``POST /sessions/{id}/messages/``: the stored rows and the session's new
     counters."""
 
@@ -165,7 +166,7 @@ class MessageAppendResultSerializer(serializers.Serializer[Any]):
     messages = MessageSerializer(many=True)
 
 
-class MessagesDeletedSerializer(serializers.Serializer[Any]):
+class MessagesDeletedSerializer(PlannedRepresentationMixin, serializers.Serializer[Any]):
     """Response of the message deletes (docs/design.md §11.4): the session's new counters and
     how many messages went."""
 
@@ -173,7 +174,7 @@ class MessagesDeletedSerializer(serializers.Serializer[Any]):
     deleted = serializers.IntegerField(min_value=0)
 
 
-class PoppedMessageSerializer(serializers.Serializer[Any]):
+class PoppedMessageSerializer(PlannedRepresentationMixin, serializers.Serializer[Any]):
     """Response of ``POST /sessions/{id}/messages/pop/`` (docs/design.md §11.4): the removed
     message and the session's new counters."""
 
@@ -181,7 +182,7 @@ class PoppedMessageSerializer(serializers.Serializer[Any]):
     message = MessageSerializer()
 
 
-class MessagePageSerializer(serializers.Serializer[Any]):
+class MessagePageSerializer(PlannedRepresentationMixin, serializers.Serializer[Any]):
     """Response of ``GET /sessions/{id}/messages/``: one page, chronological (by ``seq``)."""
 
     results = ListedMessageSerializer(many=True)

@@ -32,7 +32,15 @@ from ..idempotency import IDEMPOTENCY_PARAMETER, idempotent
 from ..mixins import CortexAPIMixin
 from ..pagination import SessionPagination
 from ..parsers import MERGE_PATCH_MEDIA_TYPE, JSONObjectParser, MergePatchParser
-from ..schema import ARCHIVED_409, BODY_ERRORS, ID_PARAMETER, SCOPE_PARAMETERS, SEARCH_503, errors
+from ..schema import (
+    ARCHIVED_409,
+    BODY_ERRORS,
+    HELD_409,
+    ID_PARAMETER,
+    SCOPE_PARAMETERS,
+    SEARCH_503,
+    errors,
+)
 from ..scoping import narrow_scope
 from ..serializers import (
     CompactSerializer,
@@ -50,6 +58,7 @@ from ..serializers import (
     refuse_body,
 )
 from .context import SessionContextMixin
+from .export import SessionExportMixin
 from .messages import SessionMessagesMixin
 from .references import SessionReferencesMixin
 
@@ -61,6 +70,7 @@ class SessionViewSet(
     SessionContextMixin,
     SessionMessagesMixin,
     SessionReferencesMixin,
+    SessionExportMixin,
     CortexAPIMixin,
     viewsets.GenericViewSet[Session],
 ):
@@ -81,6 +91,7 @@ class SessionViewSet(
         "messages.delete": frozenset({"after_seq"}),
         "reference_candidates": frozenset({"q", "limit"}),
         "context": frozenset({"max_tokens"}),
+        "export": frozenset({"agent_id"}),
     }
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
@@ -94,9 +105,14 @@ class SessionViewSet(
             raise UnsupportedMediaType(MERGE_PATCH_MEDIA_TYPE)
 
     def get_queryset(self) -> Any:
-        """The sessions at and beneath the request's scope (none before it is resolved)."""
+        """The sessions at and beneath the request's scope (none before it is resolved).
+
+        The list and the count get an empty base instead: their ``SessionFilter`` builds the
+        whole query from the scope and the parameters (``filter_queryset``), so a scoped base
+        would be built only to be replaced (docs/design.md §14.3).
+        """
         scope = getattr(self.request, "cortex_scope", None)
-        if scope is None:
+        if scope is None or self.action in ("list", "count"):
             return Session.objects.none()
         return services.session_queryset(scope=scope)
 
@@ -320,7 +336,11 @@ class SessionViewSet(
             return self.update(request, pk, partial=True)
         serializer = SessionMergePatchSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        patch = {name: request.data[name] for name in serializer.validated_data}
+        # The members as sent (a null in metadata deletes a key), expires_at as parsed.
+        patch = {
+            name: value if name == "expires_at" else request.data[name]
+            for name, value in serializer.validated_data.items()
+        }
         return self._session_response(
             services.patch_session(scope=self.scope, session_id=pk, patch=patch)
         )
@@ -328,12 +348,15 @@ class SessionViewSet(
     @extend_schema(
         summary="Delete a session and its messages",
         parameters=[ID_PARAMETER],
-        responses={204: OpenApiResponse(description="Deleted."), **errors(404)},
+        responses={
+            204: OpenApiResponse(description="Deleted."),
+            **errors(404, 409, text={409: HELD_409}),
+        },
     )
     def destroy(self, request: Request, pk: str) -> Response:
         """Delete the session with its messages (deleting the default is allowed, §6.3).
 
-        Errors: 404 ``session_not_found``.
+        Errors: 404 ``session_not_found``; 409 ``legal_hold`` (docs/design.md §18.1).
         """
         services.delete_session(scope=self.scope, session_id=pk)
         return Response(status=status.HTTP_204_NO_CONTENT)

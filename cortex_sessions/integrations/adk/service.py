@@ -90,6 +90,20 @@ class CortexSessionService(BaseSessionService):
         #: The key of this service's ``app:`` state: the canonical ``within``, ``""`` unbound.
         self.tenant = self.within.canonical if self.within is not None else ""
 
+    # -- lifecycle, as ADK's database store ------------------------------------------------------
+
+    async def close(self) -> None:
+        """Nothing to release: the service holds no engine or connection of its own (Django owns
+        the connections). ADK's ``DatabaseSessionService.close()`` disposes its engine."""
+
+    async def __aenter__(self) -> CortexSessionService:
+        """``async with CortexSessionService() as service:``, as with ADK's database store."""
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Leave the ``async with`` block (:meth:`close`)."""
+        await self.close()
+
     # -- mapping ----------------------------------------------------------------------------------
 
     def scope_for(self, app_name: str, user_id: str) -> Scope:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any, cast
 
-from django.db.models import CharField, F, Value
+from django.db.models import CharField, Value
+from django.db.models.functions import Cast
 from google.adk.sessions import _session_util
 from google.adk.sessions.state import State
 
@@ -91,7 +92,12 @@ def _shared_states(
     user = (
         AdkUserState.objects.using(using)
         .filter(key__in=list(keys), app_name=app_name)
-        .annotate(kind=Value(State.USER_PREFIX), row_scope=F("scope"), row_user=F("user_id"))
+        # Cast: in a UNION, MySQL/MariaDB return the binary-collated scope column as bytes.
+        .annotate(
+            kind=Value(State.USER_PREFIX),
+            row_scope=Cast("scope", output_field=CharField()),
+            row_user=Cast("user_id", output_field=CharField()),
+        )
         .values_list("kind", "row_scope", "row_user", "state")
     )
     wanted = set(keys.values())

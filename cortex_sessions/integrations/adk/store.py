@@ -18,7 +18,7 @@ from google.adk.sessions.session import Session as AdkSessionModel
 
 from cortex_sessions import routing, services
 from cortex_sessions.exceptions import InvalidThroughSeq, SessionNotFound
-from cortex_sessions.models import Message
+from cortex_sessions.models import Message, not_expired_q
 from cortex_sessions.models import Session as CortexSession
 from cortex_sessions.scope import Scope
 from cortex_sessions.services._common import _signals_held, _write_transaction
@@ -95,6 +95,7 @@ def _session_row(
         _with_last_event(AdkSession.objects.using(using).select_related("session"))
         .filter(key=session_key(scope, app_name, user_id, session_id))
         .filter(session__scope=scope, app_name=app_name, user_id=user_id, adk_id=session_id)
+        .filter(not_expired_q(prefix="session__"))  # hidden until swept (§18.1)
         .first()
     )
 

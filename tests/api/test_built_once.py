@@ -1,0 +1,55 @@
+"""What a request of the API builds once per class, not per request (docs/design.md §14.3):
+the filterset's form class, one session queryset per list."""
+
+from __future__ import annotations
+
+import pytest
+
+from cortex_sessions import services
+
+
+def test_the_filterset_form_class_is_built_once():
+    from django.http import QueryDict
+
+    from cortex_sessions.api.filters import SessionFilter
+
+    first = SessionFilter(QueryDict("agent_id=a")).get_form_class()
+    assert SessionFilter(QueryDict("q=b")).get_form_class() is first
+    form = SessionFilter(QueryDict("agent_id=")).form
+    assert not form.is_valid() or form.cleaned_data["agent_id"] == ""  # a form of its own
+    assert form.fields is not first.base_fields  # each form copies the class's fields
+
+
+@pytest.mark.parametrize("path", ["", "count/"])
+def test_a_list_and_a_count_build_one_session_queryset(db, api, alice_scope, monkeypatch, path):
+    from tests.api.conftest import BASE
+
+    services.create_session(scope=alice_scope, agent_id="a")
+    built = []
+    original = services.session_queryset
+
+    def counted(**kwargs):
+        built.append(kwargs)
+        return original(**kwargs)
+
+    monkeypatch.setattr(services, "session_queryset", counted)
+    response = api.get(f"{BASE}{path}?agent_id=a")
+    assert response.status_code == 200
+    assert len(built) == (1 if path == "" else 0)  # the count asks count_sessions
+
+
+def test_body_serializers_share_their_fields_unless_partial_or_given_a_context():
+    from cortex_sessions.api.serializers import MessageInputSerializer, SessionUpdateSerializer
+
+    first = MessageInputSerializer(data={"role": "user", "content": "a"})
+    second = MessageInputSerializer(data={"role": "nope", "content": "b", "x": 1})
+    assert first.fields is second.fields
+    assert first.is_valid()
+    assert not second.is_valid()
+    assert sorted(second.errors) == ["role", "x"]  # each instance keeps its own errors
+    assert first.validated_data["content"] == "a"
+    partial = SessionUpdateSerializer(data={}, partial=True)
+    assert partial.fields is not SessionUpdateSerializer(data={}, partial=True).fields
+    assert partial.is_valid() and partial.validated_data == {}
+    with_context = MessageInputSerializer(data={}, context={"k": 1})
+    assert with_context.fields is not first.fields

@@ -1,0 +1,204 @@
+"""The response serializers' planned rendering writes what DRF's own ``to_representation``
+writes, byte for byte (docs/design.md §14.3)."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+import zoneinfo
+from types import SimpleNamespace
+
+import pytest
+from django.test import override_settings
+from django.utils import timezone
+from hypothesis import given
+from hypothesis import strategies as st
+from rest_framework import serializers
+from rest_framework.renderers import JSONRenderer
+
+from cortex_sessions import services
+from cortex_sessions.api import serializers as api
+from cortex_sessions.api.serializers.rendering import PlannedRepresentationMixin, iso_datetime
+
+RESPONSE_SERIALIZERS = [
+    api.SessionSerializer,
+    api.ListedSessionSerializer,
+    api.SearchMatchSerializer,
+    api.CountSerializer,
+    api.MessageSerializer,
+    api.ListedMessageSerializer,
+    api.MessageAppendResultSerializer,
+    api.MessagesDeletedSerializer,
+    api.PoppedMessageSerializer,
+    api.MessagePageSerializer,
+]
+
+
+def _drf(serializer_class: type, instance: object) -> bytes:
+    """What DRF's ``Serializer.to_representation`` writes, nested serializers included (the
+    plan switched off for the call)."""
+    plans = PlannedRepresentationMixin._render_plans
+    saved = dict(plans)
+    try:
+        for cls in RESPONSE_SERIALIZERS:
+            plans[cls] = None
+        return JSONRenderer().render(serializer_class(instance).data)
+    finally:
+        plans.clear()
+        plans.update(saved)
+
+
+def _planned(serializer_class: type, instance: object) -> bytes:
+    return JSONRenderer().render(serializer_class(instance).data)
+
+
+@pytest.mark.parametrize("serializer_class", RESPONSE_SERIALIZERS)
+def test_every_response_serializer_has_a_plan(serializer_class):
+    # Without one, every response built its fields on every request.
+    assert serializer_class.render_plan() is not None
+
+
+@pytest.fixture
+def rows(db):
+    live = services.create_session(
+        scope="org=a/user=1", agent_id="bot", title="Café ☕", metadata={"k": [1, "é", None]}
+    )
+    result = services.append_messages(
+        scope="org=a",
+        session_id=live.id,
+        messages=[
+            {"role": "user", "content": "hi \u2028 there"},
+            {"role": "tool", "content": [{"type": "text", "text": "42"}], "metadata": {"n": 1.5}},
+        ],
+    )
+    fork = services.fork_session(scope="org=a", session_id=live.id, up_to_seq=1)
+    archived = services.archive_session(scope="org=a", session_id=fork.id)
+    return SimpleNamespace(session=result.session, archived=archived, messages=result.messages)
+
+
+def _sessions(rows):
+    matched = services.get_session(scope="org=a", session_id=rows.session.id)
+    matched.search_hit = {"snippet": "<mark>hi</mark>", "seq": 1, "rank": 0.25}
+    title_only = services.get_session(scope="org=a", session_id=rows.archived.id)
+    title_only.search_hit = {"snippet": "Caf", "seq": None}
+    return [rows.session, rows.archived, matched, title_only]
+
+
+def _cases(rows):
+    sessions = _sessions(rows)
+    first, second = rows.messages
+    searched = services.list_messages(scope="org=a", session_id=rows.session.id, limit=5)[0]
+    searched.search_hit = {"snippet": "x", "seq": 1}
+    page = {"results": [first, second, searched], "has_more": True, "next": "http://t/?a=1"}
+    return [
+        *((api.SessionSerializer, s) for s in sessions),
+        *((api.ListedSessionSerializer, s) for s in sessions),
+        (api.SearchMatchSerializer, sessions[2].search_match),
+        (api.CountSerializer, {"count": 7}),
+        (api.MessageSerializer, first),
+        (api.ListedMessageSerializer, searched),
+        (api.MessageAppendResultSerializer, {"session": rows.session, "messages": rows.messages}),
+        (api.MessagesDeletedSerializer, {"session": rows.archived, "deleted": 2}),
+        (api.PoppedMessageSerializer, {"session": rows.session, "message": second}),
+        (api.MessagePageSerializer, page),
+        (api.MessagePageSerializer, {"results": [], "has_more": False, "next": None}),
+    ]
+
+
+def test_planned_output_is_drfs_byte_for_byte(rows):
+    for serializer_class, instance in _cases(rows):
+        assert _planned(serializer_class, instance) == _drf(serializer_class, instance)
+
+
+def test_a_list_is_rendered_as_drf_renders_it(rows):
+    sessions = _sessions(rows)
+    planned = JSONRenderer().render(api.ListedSessionSerializer(sessions, many=True).data)
+    assert planned == _drf_many(sessions)
+
+
+def _drf_many(sessions):
+    plans = PlannedRepresentationMixin._render_plans
+    saved = dict(plans)
+    try:
+        for cls in RESPONSE_SERIALIZERS:
+            plans[cls] = None
+        return JSONRenderer().render(api.ListedSessionSerializer(sessions, many=True).data)
+    finally:
+        plans.clear()
+        plans.update(saved)
+
+
+@pytest.mark.parametrize(
+    "context",
+    [
+        lambda: timezone.override(zoneinfo.ZoneInfo("Asia/Kathmandu")),
+        lambda: override_settings(REST_FRAMEWORK={"DATETIME_FORMAT": "%Y-%m-%d %H:%M"}),
+        lambda: override_settings(REST_FRAMEWORK={"DATETIME_FORMAT": None}),
+    ],
+    ids=["another current time zone", "a strftime format", "no format"],
+)
+def test_a_hosts_time_zone_and_datetime_format_are_honoured(rows, context):
+    with context():
+        for serializer_class, instance in _cases(rows):
+            assert _planned(serializer_class, instance) == _drf(serializer_class, instance)
+
+
+def test_a_serializer_with_a_field_reading_its_parent_is_rendered_by_drf():
+    class Described(PlannedRepresentationMixin, serializers.Serializer):
+        name = serializers.CharField()
+        shout = serializers.SerializerMethodField()
+
+        def get_shout(self, instance):
+            return self.context["suffix"] + instance["name"].upper()
+
+    assert Described.render_plan() is None
+    data = Described({"name": "ann"}, context={"suffix": "!"}).data
+    assert data == {"name": "ann", "shout": "!ANN"}
+
+
+def test_an_absent_attribute_is_left_out_and_a_callable_one_called_as_drf_does():
+    class Row(PlannedRepresentationMixin, serializers.Serializer):
+        name = serializers.CharField(read_only=True)
+        number = serializers.IntegerField(read_only=True)
+        flag = serializers.BooleanField(read_only=True)
+
+    instance = SimpleNamespace(name=lambda: "called", flag=1)
+    assert Row.render_plan() is not None
+    assert Row(instance).data == {"name": "called", "flag": True}
+
+
+_ZONES = st.sampled_from(
+    [datetime.UTC, zoneinfo.ZoneInfo("UTC"), zoneinfo.ZoneInfo("Europe/Paris"), None]
+)
+
+
+@given(
+    moment=st.datetimes(
+        min_value=datetime.datetime(1, 1, 2), max_value=datetime.datetime(9999, 12, 30)
+    ),
+    zone=_ZONES,
+    current=_ZONES.filter(lambda zone: zone is not None),
+)
+def test_iso_datetime_is_drfs_datetime_output(moment, zone, current):
+    field = serializers.DateTimeField()
+    value = moment.replace(tzinfo=zone)
+    with timezone.override(current):
+        try:
+            expected = field.to_representation(value)
+        except serializers.ValidationError:  # DRF's own refusal (an overflow)
+            with pytest.raises(serializers.ValidationError):
+                iso_datetime(value, field)
+            return
+        assert iso_datetime(value, field) == expected
+
+
+def test_a_uuid_is_written_as_drf_writes_it():
+    class Row(PlannedRepresentationMixin, serializers.Serializer):
+        id = serializers.UUIDField(read_only=True)
+        hexed = serializers.UUIDField(read_only=True, format="hex")
+
+    value = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    assert Row({"id": value, "hexed": value}).data == {
+        "id": "12345678-1234-5678-1234-567812345678",
+        "hexed": "12345678123456781234567812345678",
+    }
