@@ -25,7 +25,7 @@ import os
 import statistics
 import time
 
-from bench.bench_lifecycle import setup_django  # noqa: E402
+from bench.bench_lifecycle import setup_django
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/cortex_bench_context"
 SCOPE = "org=bench-context/user=1"
