@@ -41,7 +41,7 @@ MESSAGE_TABLE = "cortex_sessions_message"
 SESSION_COLUMNS = (
     "id, agent_id, scope, title, metadata, cwd, message_count, last_message, last_seq, "
     "is_default, backfilled_by, created_at, updated_at, "
-    "input_tokens, output_tokens, cost, context_tokens"
+    "input_tokens, output_tokens, cost, context_tokens, legal_hold"
 )
 MESSAGE_COLUMNS = (
     "session_id, agent_id, scope, seq, role, source, content, metadata, created_at, token_count"
@@ -304,6 +304,7 @@ def _session(
         0,
         0,
         context_tokens,
+        False,
     )
     return row, messages
 
@@ -404,7 +405,7 @@ def load_legacy(url: str, *, rows: int, per_pair: int = 100, default_share: int 
             for pair in range(0, pairs, default_share):
                 agent, scope = _legacy_pair(pair)
                 row = (uuid.uuid4(), agent, scope, "Default", "{}", None, 0, "", 0, True, "")
-                copy.write_row((*row, EPOCH, EPOCH, 0, 0, 0, 0))
+                copy.write_row((*row, EPOCH, EPOCH, 0, 0, 0, 0, False))
                 existing += 1
         with conn.cursor().copy(f"COPY {MESSAGE_TABLE} ({LEGACY_COLUMNS}) FROM STDIN") as copy:
             moment = EPOCH

@@ -57,6 +57,8 @@ def session_dict(session: Session) -> dict[str, Any]:
         "archived_at": _time(session.archived_at),
         "forked_from": None if session.forked_from is None else str(session.forked_from),
         "forked_at_seq": session.forked_at_seq,
+        "expires_at": _time(session.expires_at),
+        "legal_hold": session.legal_hold,
         "input_tokens": session.input_tokens,
         "output_tokens": session.output_tokens,
         "cost": f"{session.cost:.6f}",
@@ -75,9 +77,9 @@ def message_dict(message: Message) -> dict[str, Any]:
         "content": message.content,
         "metadata": message.metadata,
         "created_at": _time(message.created_at),
+        "compacts_through_seq": message.compacts_through_seq,
         "usage": message.usage,
         "token_count": message.token_count,
-        "compacts_through_seq": message.compacts_through_seq,
     }
 
 
