@@ -40,13 +40,10 @@ SESSION_TABLE = "cortex_sessions_session"
 MESSAGE_TABLE = "cortex_sessions_message"
 SESSION_COLUMNS = (
     "id, agent_id, scope, title, metadata, cwd, message_count, last_message, last_seq, "
-    "is_default, backfilled_by, created_at, updated_at, "
-    "input_tokens, output_tokens, cost, context_tokens, legal_hold"
+    "is_default, backfilled_by, created_at, updated_at"
 )
-MESSAGE_COLUMNS = (
-    "session_id, agent_id, scope, seq, role, source, content, metadata, created_at, token_count"
-)
-LEGACY_COLUMNS = "agent_id, scope, role, source, content, metadata, created_at, token_count"
+MESSAGE_COLUMNS = "session_id, agent_id, scope, seq, role, source, content, metadata, created_at"
+LEGACY_COLUMNS = "agent_id, scope, role, source, content, metadata, created_at"
 BIG_SESSION_TITLE = "bench: big session"
 PEER_SESSION_TITLE = "bench: peer-size session"
 CHUNK_SESSIONS = 5_000
@@ -236,14 +233,6 @@ def _content(text: str) -> str:
     return json.dumps([{"type": "text", "text": text}])
 
 
-def _tokens(role: str, text: str) -> int:
-    """The ``token_count`` the app's default ``TOKEN_COUNTER`` gives the message
-    (docs/design.md §16.2), so the context read (§16.4) walks realistic budgets."""
-    from cortex_sessions.tokens import estimate_tokens
-
-    return estimate_tokens(role, [{"type": "text", "text": text}])
-
-
 def _session_rows(scale: Scale, seed: int) -> Iterator[tuple[tuple, list[tuple]]]:
     """Yield ``(session_row, message_rows)`` for every generated session, deterministically."""
     rng = random.Random(seed)
@@ -272,13 +261,8 @@ def _session(
     messages = []
     last_text = ""
     updated = created
-    context_tokens = 0
     for seq, role, source, text, moment in _conversation(rng, count, created):
-        tokens = _tokens(role, text)
-        context_tokens += tokens
-        messages.append(
-            (session_id, agent, scope, seq, role, source, _content(text), "{}", moment, tokens)
-        )
+        messages.append((session_id, agent, scope, seq, role, source, _content(text), "{}", moment))
         if role in ("user", "assistant"):
             last_text = text
         updated = moment
@@ -300,11 +284,6 @@ def _session(
         "",
         created,
         updated,
-        0,
-        0,
-        0,
-        context_tokens,
-        False,
     )
     return row, messages
 
@@ -405,7 +384,7 @@ def load_legacy(url: str, *, rows: int, per_pair: int = 100, default_share: int 
             for pair in range(0, pairs, default_share):
                 agent, scope = _legacy_pair(pair)
                 row = (uuid.uuid4(), agent, scope, "Default", "{}", None, 0, "", 0, True, "")
-                copy.write_row((*row, EPOCH, EPOCH, 0, 0, 0, 0, False))
+                copy.write_row((*row, EPOCH, EPOCH))
                 existing += 1
         with conn.cursor().copy(f"COPY {MESSAGE_TABLE} ({LEGACY_COLUMNS}) FROM STDIN") as copy:
             moment = EPOCH
@@ -415,8 +394,7 @@ def load_legacy(url: str, *, rows: int, per_pair: int = 100, default_share: int 
                 text = text_of_length(rng, message_length(rng, role))
                 moment += timedelta(milliseconds=rng.randint(1, 2000))
                 source = "user" if role == "user" else "host"
-                tokens = _tokens(role, text)
-                copy.write_row((agent, scope, role, source, _content(text), "{}", moment, tokens))
+                copy.write_row((agent, scope, role, source, _content(text), "{}", moment))
         restore_indexes(conn, restore)
         conn.commit()
     _vacuum(url, (SESSION_TABLE, MESSAGE_TABLE))
