@@ -99,7 +99,7 @@ def endpoints(ids: dict[str, str]) -> list[Endpoint]:
             "GET",
             "sessions/{get}/context/",
             url_name="cortex_sessions:session-context",
-            note="GET /sessions/{id}/context/ does not exist yet (the context window)",
+            note="GET /sessions/{id}/context/ is not routed",
         ),
     ]
 

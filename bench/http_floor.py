@@ -203,10 +203,31 @@ def count(request: HttpRequest) -> HttpResponse:
     return _json({"count": services.count_sessions(scope=scope, filters=_filters(request))})
 
 
+def context(request: HttpRequest, pk: str) -> HttpResponse:
+    """The context read (docs/design.md §16.4), whole or within ``max_tokens``."""
+    try:
+        scope = _scope(request)
+    except PermissionError:
+        return _refused()
+    budget = request.GET.get("max_tokens")
+    window = services.context_messages(
+        scope=scope, session_id=pk, max_tokens=None if budget is None else int(budget)
+    )
+    return _json(
+        {
+            "messages": [message_dict(message) for message in window.messages],
+            "compacted_through_seq": window.compacted_through_seq,
+            "tokens": window.tokens,
+            "truncated": window.truncated,
+        }
+    )
+
+
 urlpatterns = [
     path("sessions/", listing),
     path("sessions/count/", count),
     path("sessions/resolve/", resolve),
     path("sessions/<str:pk>/", detail),
     path("sessions/<str:pk>/messages/", messages),
+    path("sessions/<str:pk>/context/", context),
 ]
