@@ -34,7 +34,7 @@ def serves(scope: Scope) -> bool:
 
 def history_page(
     pk: uuid.UUID, scope: Scope, *, after: int, size: int, block_type: str
-) -> tuple[int, int, list[tuple[str, Any, Any]]]:
+) -> tuple[int, int, list[tuple[str, Any, Any]], bool]:
     """The oldest ``size`` messages of session ``pk`` with ``seq > after``, in ``seq`` order, in
     one statement, scope-checked in it (the §2.3 predicate, as the newest-page statement).
 
@@ -46,13 +46,16 @@ def history_page(
         block_type: the ``type`` of the content block holding a message's item.
 
     Returns:
-        ``(count, last_seq, entries)``: how many messages the page holds, the ``seq`` of its last
-        (``0`` when empty), and per message ``(role, block, content)``: its first block of
-        ``block_type`` (or ``None``), and its content when it has no such block (else ``None``).
+        ``(count, last_seq, entries, compacted)``: how many messages the page holds, the
+        ``seq`` of its last (``0`` when empty), per message ``(role, block, content)``: its
+        first block of ``block_type`` (or ``None``), and its content when it has no such block
+        (else ``None``); and whether the session holds a compaction summary (§16.3), whose
+        history is then the context's instead.
     """
     canonical = scope.canonical
     connection = connections[routing.db_for_read(Message, scope=scope)]
     params: list[Any] = [
+        pk,
         f'$[*] ? (@.type == "{block_type}")',
         pk,
         canonical,
@@ -64,9 +67,10 @@ def history_page(
     ]
     with connection.cursor() as cursor:
         cursor.execute(_page_sql(connection.ops.quote_name), params)
-        count, last_seq, text = cursor.fetchone()
+        count, last_seq, text, compacted = cursor.fetchone()
     entries = json.loads(text) if isinstance(text, str | bytes) else text
-    return count, last_seq or 0, [(role, block, content) for role, block, content in entries]
+    page = [(role, block, content) for role, block, content in entries]
+    return count, last_seq or 0, page, bool(compacted)
 
 
 @cache
@@ -74,7 +78,11 @@ def _page_sql(quote_name: Any) -> str:
     """The statement of :func:`history_page`, built once."""
     return (
         "SELECT count(*), max(seq), coalesce(json_agg(json_build_array(role, block, "
-        "CASE WHEN block IS NULL THEN content END) ORDER BY seq)::text, '[]') FROM ("
+        "CASE WHEN block IS NULL THEN content END) ORDER BY seq)::text, '[]'), "
+        # whether the session holds a compaction summary (§16.3), on the checkpoint index
+        f"EXISTS (SELECT 1 FROM {quote_name(Message._meta.db_table)} x WHERE x.session_id = %s"
+        " AND x.role = 'user' AND x.source = 'checkpoint' AND x.compacts_through_seq IS NOT NULL)"
+        " FROM ("
         "SELECT seq, role, content, jsonb_path_query_first(content, %s::jsonpath) AS block "
         f"FROM {quote_name(Message._meta.db_table)} "
         "WHERE session_id = %s AND scope >= %s AND scope < %s AND (scope = %s OR scope >= %s) "

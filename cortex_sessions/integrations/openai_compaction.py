@@ -4,12 +4,11 @@
 The SDK's ``OpenAIResponsesCompactionSession`` wraps a session and, when the history grows,
 replaces it with the compacted items ``responses.compact`` returns: through the wrapped
 session's ``_atomic_replace_items(items)`` hook where the session's type defines one, else by
-``clear_session()`` then ``add_items(items)``. On a plain
-:class:`~cortex_sessions.integrations.openai_agents.CortexSession` that would delete the
-transcript. :class:`CompactingCortexSession` defines the hook as a cortex compaction (§16.3)
-instead: the compacted items become one summary message (role ``user``, source
-``checkpoint``, one item block per item) standing for every message so far, and
-:meth:`CompactingCortexSession.get_items` reads the context (§16.4) — the summary's items,
+``clear_session()`` then ``add_items(items)``, which on a cortex session would delete the
+transcript. :class:`~cortex_sessions.integrations.openai_agents.CortexSession` defines the hook (:func:`replace_with_compaction`) as a
+cortex compaction (§16.3) instead: the compacted items become one summary message (role
+``user``, source ``checkpoint``, one item block per item) standing for every message so far,
+and, once a session holds one, ``CortexSession.get_items`` reads the context (§16.4) — the summary's items,
 then the items added after it — so the SDK sees the compacted history while the admin, the
 API, search and export still see every original item::
 
@@ -17,7 +16,7 @@ API, search and export still see every original item::
 
     session = OpenAIResponsesCompactionSession(
         session_id="support",
-        underlying_session=CompactingCortexSession(scope="org=acme/user=42", agent_id="bot"),
+        underlying_session=CortexSession(scope="org=acme/user=42", agent_id="bot"),
     )
     await Runner.run(agent, "Hello", session=session)
 
@@ -28,8 +27,6 @@ from __future__ import annotations
 
 import uuid
 from typing import Any
-
-from agents.memory.session_settings import resolve_session_limit
 
 from .. import services
 from ..exceptions import InvalidThroughSeq
@@ -44,7 +41,7 @@ from .openai_agents import (
     message_to_item,
 )
 
-__all__ = ["CompactingCortexSession", "summary_content", "window_items"]
+__all__ = ["replace_with_compaction", "summary_content", "window_items"]
 
 #: The readable text of a compaction summary written by the SDK's compaction (its items, an
 #: encrypted ``compaction`` item among them, have little text of their own).
@@ -110,51 +107,19 @@ def _compact(scope: Scope, pk: uuid.UUID, items: list[Any]) -> None:
         return
 
 
-class CompactingCortexSession(CortexSession):
-    """A :class:`~cortex_sessions.integrations.openai_agents.CortexSession` for the SDK's
-    ``OpenAIResponsesCompactionSession``: its compaction is a cortex compaction, never a delete
-    (docs/design.md §16.5). Constructed like ``CortexSession``."""
+async def replace_with_compaction(session: CortexSession, items: list[Any]) -> bool:
+    """:meth:`CortexSession._atomic_replace_items`: ``items`` stand for every message of
+    ``session`` so far, as one cortex compaction (docs/design.md §16.3, §16.5).
 
-    async def get_items(
-        self, limit: int | None = None, wrapper: Any = None
-    ) -> list[dict[str, Any]]:
-        """The compacted history the model sees, oldest first: the newest summary's items,
-        then every item added after what it stands for (the context read, docs/design.md
-        §16.4); without a compaction, every item, as ``CortexSession.get_items``.
+    Returns:
+        ``True`` (the replacement is done).
 
-        Args:
-            limit: the newest ``limit`` items; ``None`` uses ``session_settings.limit``.
-
-        Raises:
-            SessionNotFound: the pinned session is out of scope, another agent's, or deleted.
-        """
-        effective = resolve_session_limit(limit, self.session_settings)
-        if effective is not None and effective <= 0:
-            return []
-        scope = self.scope
-
-        def read(pk: uuid.UUID) -> list[dict[str, Any]]:
-            items = window_items(scope, pk)
-            return items if effective is None else items[-effective:]
-
-        return await self._run(read)
-
-    async def _atomic_replace_items(self, items: list[Any]) -> bool:
-        """The SDK's replacement hook (``OpenAIResponsesCompactionSession``): ``items``, the
-        compacted history, become one compaction summary standing for every message so far,
-        in one transaction (docs/design.md §16.3); nothing is deleted.
-
-        Returns:
-            ``True``: the replacement is done (the SDK then skips ``clear_session`` and
-            ``add_items``).
-
-        Raises:
-            InvalidInput, InvalidContent: an item is not a JSON object; nothing is written.
-            MessageTooLarge: the compacted items are over ``MAX_MESSAGE_BYTES``.
-            SessionNotFound, SessionArchived: as ``CortexSession.add_items``.
-        """
-        compacted = list(items)
-        summary_content(compacted)  # bad items raise here, before any read or write
-        scope = self.scope
-        await _settled(self._run(lambda pk: _compact(scope, pk, compacted)))
-        return True
+    Raises:
+        InvalidInput, InvalidContent: an item is not a JSON object; nothing is written.
+        MessageTooLarge, SessionNotFound, SessionArchived: as ``CortexSession.add_items``.
+    """
+    compacted = list(items)
+    summary_content(compacted)  # bad items raise here, before any read or write
+    scope = session.scope
+    await _settled(session._run(lambda pk: _compact(scope, pk, compacted)))
+    return True

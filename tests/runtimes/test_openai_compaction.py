@@ -19,7 +19,6 @@ from agents.usage import Usage
 
 from cortex_sessions import services
 from cortex_sessions.integrations.openai_agents import CortexSession, message_to_item
-from cortex_sessions.integrations.openai_compaction import CompactingCortexSession
 from cortex_sessions.models import Message
 from example_project.runtimes.openai_agents_example import ScriptedModel
 from tests.asyncio_support import async_test
@@ -65,7 +64,7 @@ def _sdk_items(rows):
 
 @async_test
 async def test_compaction_through_the_runner_keeps_every_original_item():
-    store = CompactingCortexSession(scope=SCOPE, agent_id="bot")
+    store = CortexSession(scope=SCOPE, agent_id="bot")
     compactor = ScriptedCompactor()
     session = OpenAIResponsesCompactionSession(
         session_id="s",
@@ -110,7 +109,7 @@ async def test_compaction_through_the_runner_keeps_every_original_item():
 
 @async_test
 async def test_manual_compaction_replaces_nothing_in_the_transcript():
-    store = CompactingCortexSession(scope=SCOPE, agent_id="bot")
+    store = CortexSession(scope=SCOPE, agent_id="bot")
     items = [
         {"role": "user", "content": "one"},
         {"role": "assistant", "content": "two"},
@@ -126,8 +125,9 @@ async def test_manual_compaction_replaces_nothing_in_the_transcript():
         {"type": "message", "role": "user", "content": "three"},
         COMPACTION_ITEM,
     ]
-    plain = CortexSession(scope=SCOPE, agent_id="bot", session_id=store.session_id)
-    assert (await plain.get_items())[:3] == items  # the whole transcript, in order
+    rows = [m async for m in Message.objects.filter(session_id=store.session_id).order_by("seq")]
+    originals = [row for row in rows if row.compacts_through_seq is None]
+    assert _sdk_items(originals) == items  # the whole transcript, in order: nothing deleted
     await store.add_items([{"role": "user", "content": "four"}])
     assert (await store.get_items())[-2:] == [COMPACTION_ITEM, {"role": "user", "content": "four"}]
     assert await store.get_items(limit=1) == [{"role": "user", "content": "four"}]
