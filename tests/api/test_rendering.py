@@ -1,5 +1,5 @@
 """The response serializers' planned rendering writes what DRF's own ``to_representation``
-writes, byte for byte (docs/design.md §14.3)."""
+writes, byte for byte (docs/design.md §14.5)."""
 
 from __future__ import annotations
 
