@@ -3,7 +3,7 @@
 
 Prints figures; it is not a test. Run from the repository root:
 
-    python bench/bench_lifecycle.py [--messages 100000] [--runs 5] [--sessions 20000]
+    python -m bench.bench_lifecycle [--messages 100000] [--runs 5] [--sessions 20000]
 
 ``BENCH_DATABASE_URL`` names the PostgreSQL database (default
 ``postgres://postgres@127.0.0.1:5432/cortex_bench_lifecycle``); it is created and migrated if
@@ -27,7 +27,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as ``python -m bench.…``
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/cortex_bench_lifecycle"
 SCOPE = "org=bench-lifecycle/user=1"

@@ -2,7 +2,7 @@
 
 Prints figures; it is not a test. Run from the repository root:
 
-    python bench/bench_references.py [--messages 100000] [--runs 9] [--naive-seconds 120]
+    python -m bench.bench_references [--messages 100000] [--runs 9] [--naive-seconds 120]
 
 ``BENCH_DATABASE_URL`` names the PostgreSQL database (default
 ``postgres://postgres@127.0.0.1:5432/cortex_bench``); it is created and migrated if missing. The
@@ -35,7 +35,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as ``python -m bench.…``
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/cortex_bench"
 SCOPE = "org=bench/user=1"

@@ -16,6 +16,7 @@ import psycopg
 __all__ = [
     "append_one",
     "append_three_statements",
+    "context_window",
     "count_sessions",
     "get_session",
     "list_sessions",
@@ -197,3 +198,49 @@ def append_three_statements(
             [last_seq + 1, text[:PREVIEW_CHARS], sid],
         )
     return session
+
+
+#: The context read (docs/design.md §16.4) as a hand-written data layer would send it: one
+#: statement that finds the newest compaction summary and walks the tail newest first, one
+#: ``(session, seq)`` index probe per message, carrying each message's columns and the running
+#: token sum, and stopping one message past the budget.
+_CONTEXT_SQL = f"""
+WITH RECURSIVE
+s AS (SELECT id, last_seq FROM {SESSION_TABLE} WHERE id = %(id)s AND {{within}}),
+c AS (SELECT m.seq, m.compacts_through_seq, m.token_count FROM {MESSAGE_TABLE} m
+      WHERE m.session_id = %(id)s AND EXISTS (SELECT 1 FROM s) AND m.role = 'user'
+      AND m.source = 'checkpoint' AND m.compacts_through_seq IS NOT NULL
+      ORDER BY m.seq DESC LIMIT 1),
+k AS (SELECT COALESCE((SELECT compacts_through_seq FROM c), 0) AS floor_seq,
+             COALESCE((SELECT token_count FROM c), 0)::bigint AS base),
+w AS (SELECT s.last_seq + 1 AS seq, 0::bigint AS tokens, TRUE AS seed,
+             NULL::{MESSAGE_TABLE} AS row FROM s
+      UNION ALL
+      SELECT n.seq, w.tokens + n.token_count, FALSE, n.row FROM w CROSS JOIN LATERAL
+        (SELECT m.seq, m.token_count, m AS row FROM {MESSAGE_TABLE} m
+         WHERE m.session_id = %(id)s AND m.seq < w.seq AND m.seq > (SELECT floor_seq FROM k)
+         AND m.compacts_through_seq IS NULL ORDER BY m.seq DESC LIMIT 1) n
+      WHERE w.seed OR w.tokens + (SELECT base FROM k) <= %(budget)s)
+SELECT 0, (SELECT token_count FROM c), (m).* FROM (SELECT m FROM {MESSAGE_TABLE} m, c
+  WHERE m.session_id = %(id)s AND m.seq = c.seq) x(m)
+UNION ALL
+SELECT 1, w.tokens, (w.row).* FROM w WHERE NOT w.seed
+"""
+
+
+def context_window(
+    conn: psycopg.Connection, *, scope: str, session_id: Any, max_tokens: int
+) -> list[tuple]:
+    """The summary and the newest messages that fit ``max_tokens`` (as
+    ``services.context_messages``), in one statement; the budget and the tool rule are applied
+    to the returned rows in Python, as the service does."""
+    where, params = _scope_where(scope, False)
+    within = where.replace("%s", "%(p{})s")
+    within = within.format(*range(within.count("{}")))
+    named = {f"p{i}": value for i, value in enumerate(params)}
+    sql = _CONTEXT_SQL.replace("{within}", within)
+    rows = conn.execute(sql, {"id": session_id, "budget": max_tokens, **named}).fetchall()
+    base = next((row[1] for row in rows if row[0] == 0), 0) or 0
+    tail = [row for row in rows if row[0] == 1 and row[1] + base <= max_tokens]
+    tail.reverse()
+    return [row for row in rows if row[0] == 0] + tail

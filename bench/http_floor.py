@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 from urllib.parse import urlencode
 
@@ -29,6 +30,7 @@ from cortex_sessions.search_limits import search_timeout
 __all__ = ["message_dict", "session_dict", "urlpatterns"]
 
 PAGE_SIZE = 50
+_MICRO = Decimal("0.000001")
 
 
 def _time(value: datetime | None) -> str | None:
@@ -57,6 +59,12 @@ def session_dict(session: Session) -> dict[str, Any]:
         "archived_at": _time(session.archived_at),
         "forked_from": None if session.forked_from is None else str(session.forked_from),
         "forked_at_seq": session.forked_at_seq,
+        "expires_at": _time(session.expires_at),
+        "legal_hold": session.legal_hold,
+        "input_tokens": session.input_tokens,
+        "output_tokens": session.output_tokens,
+        "cost": None if session.cost is None else f"{Decimal(session.cost).quantize(_MICRO):f}",
+        "context_tokens": session.context_tokens,
     }
 
 
@@ -71,6 +79,9 @@ def message_dict(message: Message) -> dict[str, Any]:
         "content": message.content,
         "metadata": message.metadata,
         "created_at": _time(message.created_at),
+        "compacts_through_seq": message.compacts_through_seq,
+        "usage": message.usage,
+        "token_count": message.token_count,
     }
 
 
@@ -194,10 +205,28 @@ def count(request: HttpRequest) -> HttpResponse:
     return _json({"count": services.count_sessions(scope=scope, filters=_filters(request))})
 
 
+def context(request: HttpRequest, pk: str) -> HttpResponse:
+    """The context read: the messages a model gets (summary, then the kept messages)."""
+    try:
+        scope = _scope(request)
+    except PermissionError:
+        return _refused()
+    window = services.context_messages(scope=scope, session_id=pk)
+    return _json(
+        {
+            "messages": [message_dict(message) for message in window.messages],
+            "compacted_through_seq": window.compacted_through_seq,
+            "tokens": window.tokens,
+            "truncated": window.truncated,
+        }
+    )
+
+
 urlpatterns = [
     path("sessions/", listing),
     path("sessions/count/", count),
     path("sessions/resolve/", resolve),
     path("sessions/<str:pk>/", detail),
     path("sessions/<str:pk>/messages/", messages),
+    path("sessions/<str:pk>/context/", context),
 ]

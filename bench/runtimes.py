@@ -7,7 +7,11 @@ hits both alike:
 
 - append one item: ``add_items([item])`` / ``append_event(session, event)``;
 - read the newest 50: ``get_items(limit=50)`` / ``get_session(config=GetSessionConfig(
-  num_recent_events=50))``.
+  num_recent_events=50))``;
+- OpenAI Agents SDK: read the whole history ``get_items()``, and ``pop_item()`` (last: each call
+  removes an item);
+- ADK: ``list_sessions(app_name, user_id)`` of a user with 50 sessions (each with an event and
+  session and user state).
 
 Pairs (adapter vs SDK store, same engine and server):
 
@@ -34,6 +38,8 @@ from .setup import setup_django
 DATABASE = os.environ.get("BENCH_RUNTIMES_DATABASE", "cortex_bench_runtimes")
 TEXT = "Please look at the failing test in the billing module and propose a fix."
 TARGET = 1.2
+#: Sessions of the user whose sessions ADK's ``list_sessions`` lists.
+LISTED = 50
 
 
 async def _pair(
@@ -109,7 +115,12 @@ async def openai_agents(items: int, reps: int) -> list[dict[str, Any]]:
             lambda: ours.get_items(limit=50), lambda: theirs.get_items(limit=50), reps
         )
         rows.append(("read newest 50", *read))
+        everything = await _pair(ours.get_items, theirs.get_items, max(reps // 5, 20))
+        rows.append((f"read all ({items:,}+)", *everything))
         assert await ours.get_items(limit=50) == (await ours.get_items())[-50:]
+        # pop_item last: each call removes an item (reps of each store's items are popped).
+        popped = await _pair(ours.pop_item, theirs.pop_item, min(reps, items // 3))
+        rows.append(("pop one item", *popped))
         return [
             {"pair": "CortexSession vs SQLAlchemySession", "op": op, "ours_ms": a, "theirs_ms": b}
             for op, a, b in rows
@@ -174,6 +185,28 @@ async def google_adk(items: int, reps: int) -> list[dict[str, Any]]:
             ("read newest 50", *await _pair(lambda: read(ours), lambda: read(theirs), reps)),
         ]
         assert len((await read(ours)).events) == 50
+        # A user with LISTED sessions, each with an event and session and user state.
+        lister = "lister"
+        for service in (theirs, ours):
+            for old in (await service.list_sessions(app_name=app, user_id=lister)).sessions:
+                await service.delete_session(app_name=app, user_id=lister, session_id=old.id)
+            for n in range(LISTED):
+                listed = await service.create_session(
+                    app_name=app, user_id=lister, state={"n": n, "user:seen": n}
+                )
+                await service.append_event(listed, event(n))
+        await _analyze()
+
+        def listing(service: Any) -> Awaitable[Any]:
+            return service.list_sessions(app_name=app, user_id=lister)
+
+        rows.append(
+            (
+                f"list {LISTED} sessions",
+                *await _pair(lambda: listing(ours), lambda: listing(theirs), reps),
+            )
+        )
+        assert len((await listing(ours)).sessions) == LISTED
         return [
             {
                 "pair": "CortexSessionService vs DatabaseSessionService",
@@ -202,6 +235,7 @@ def main(argv: list[str] | None = None) -> None:
     for runner in (openai_agents, google_adk):
         rows.extend(asyncio.run(runner(args.items, args.reps)))
     print(f"Sessions of {args.items:,} items; medians of {args.reps} reps; ratio = adapter / SDK")
+    print("(the machine may be shared: figures move between runs; compare within one run)")
     print("| pair | operation | adapter ms | SDK store ms | ratio | target |")
     print("|---|---|---:|---:|---:|---:|")
     for row in rows:

@@ -16,8 +16,14 @@ IDs:
 - ``cortex_sessions.E020``: ``READ_REPLICAS`` is not a list of aliases in ``DATABASES`` other
   than ``default`` (docs/design.md §17.2).
 - ``cortex_sessions.E021``: ``REPLICA_MAX_LAG`` is not a positive, finite number of seconds.
+- ``cortex_sessions.E022``: ``TOKEN_COUNTER`` cannot be imported, is not callable, or does not
+  return an int from 0 to 2**31 - 1 for a sample message (docs/design.md §16.2).
 - ``cortex_sessions.E018``: ``MAX_MESSAGES_PER_APPEND`` is not an integer of at least 2.
 - ``cortex_sessions.E019``: ``MAX_JSON_KEYS`` is not an integer of at least 100.
+- ``cortex_sessions.E023``: ``RETENTION`` is not a list, or a policy is not a dict, has a
+  missing or unknown key, an unknown action, an ``after`` that is not a positive integer or a
+  bad ``agent_id`` (docs/design.md §18.1).
+- ``cortex_sessions.E024``: a ``RETENTION`` policy's scope does not parse.
 - ``cortex_sessions.E014`` (database check): PostgreSQL has no text search configuration
   ``SEARCH_CONFIG`` (``pg_ts_config``), so message search cannot parse a query.
 - ``cortex_sessions.W002`` (database check): the message search column was built with another
@@ -52,6 +58,8 @@ from .conf import (
     MIN_MESSAGES_PER_APPEND,
     app_settings,
 )
+from .retention import PolicyError, parse_policies, parse_policy
+from .tokens import MAX_TOKEN_COUNT
 
 __all__ = ["check_database_collation", "check_search_config", "check_settings"]
 
@@ -196,7 +204,76 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     )
     errors.extend(_check_request_bounds())
     errors.extend(_check_replicas())
+    errors.extend(_check_retention())
+    errors.extend(_check_token_counter())
     return errors
+
+
+def _check_retention() -> list[CheckMessage]:
+    """``E023`` and ``E024``: every problem of the ``RETENTION`` policies, one error per bad
+    policy (docs/design.md §18.1)."""
+    value = app_settings.RETENTION
+    if not isinstance(value, list | tuple):
+        try:
+            parse_policies(value)
+        except PolicyError as exc:
+            return [_policy_error(exc)]
+    errors: list[CheckMessage] = []
+    for index, policy in enumerate(value):
+        try:
+            parse_policy(policy, index)
+        except PolicyError as exc:
+            errors.append(_policy_error(exc))
+    return errors
+
+
+def _policy_error(exc: PolicyError) -> CheckMessage:
+    if exc.scope_error:
+        return Error(
+            f"CORTEX_SESSIONS['RETENTION']: {exc}",
+            hint="Give a canonical scope such as 'org=acme' (never empty: a policy for "
+            "everything is not expressible).",
+            id="cortex_sessions.E024",
+        )
+    return Error(
+        f"CORTEX_SESSIONS['RETENTION']: {exc}",
+        hint='Use a list of {"scope": "org=acme", "after": 2592000, "action": "delete" or '
+        '"archive"} dicts, with an optional "agent_id".',
+        id="cortex_sessions.E023",
+    )
+
+
+#: The message :func:`_check_token_counter` counts: a counter must answer it with an int.
+_SAMPLE_MESSAGE = ("user", [{"type": "text", "text": "How many tokens is this?"}])
+
+
+def _check_token_counter() -> list[CheckMessage]:
+    """``E022``: ``TOKEN_COUNTER`` names a callable that counts a sample message as an int
+    from 0 to 2**31 - 1 (docs/design.md §16.2); a counter that raises is reported too."""
+    try:
+        counter = app_settings.TOKEN_COUNTER
+    except ImportError as exc:
+        problem = f"cannot be imported ({exc})"
+    else:
+        problem = "" if callable(counter) else "is not callable"
+    if not problem:
+        try:
+            count = counter(*_SAMPLE_MESSAGE)
+        except Exception as exc:  # any error of the host's counter is reported
+            problem = f"raised {type(exc).__name__} ({exc}) counting a sample message"
+        else:
+            if type(count) is not int or not 0 <= count <= MAX_TOKEN_COUNT:
+                problem = f"returned {count!r} for a sample message, not an int"
+    if not problem:
+        return []
+    return [
+        Error(
+            f"CORTEX_SESSIONS['TOKEN_COUNTER'] {problem}.",
+            hint="Give a dotted path to a callable (role, content) -> int, content being a "
+            "list of content blocks; the default is 'cortex_sessions.tokens.estimate_tokens'.",
+            id="cortex_sessions.E022",
+        )
+    ]
 
 
 def _check_request_bounds() -> list[CheckMessage]:

@@ -11,6 +11,7 @@ validated by the system checks in :mod:`cortex_sessions.checks`, not here.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Callable
 from typing import Any, Final, cast
 
@@ -52,6 +53,8 @@ DEFAULTS: dict[str, Any] = {
     "REPLICA_MAX_LAG": 10,
     "MAX_MESSAGES_PER_APPEND": 1000,
     "MAX_JSON_KEYS": 1000,
+    "TOKEN_COUNTER": "cortex_sessions.tokens.estimate_tokens",
+    "RETENTION": [],
 }
 
 #: Least ``MAX_MESSAGES_PER_APPEND``: a message with its session-reference context is one
@@ -207,6 +210,28 @@ class AppSettings:
         """Seconds a replica may be behind its primary and still serve reads (default 10; a
         positive number; docs/design.md §17.2)."""
         return cast(float, self._get("REPLICA_MAX_LAG"))  # validated by the system checks
+
+    @property
+    def RETENTION(self) -> list[dict[str, Any]]:
+        """Retention policies ``{"scope", "agent_id"?, "after", "action"}`` that
+        ``manage.py cortex_sessions_expire`` applies (default none; docs/design.md §18.1,
+        :mod:`cortex_sessions.retention`)."""
+        return cast(list[dict[str, Any]], self._get("RETENTION"))  # validated by the checks
+
+    @property
+    def TOKEN_COUNTER(self) -> Callable[[str, Any], int]:
+        """The callable ``(role, content) -> int`` named by the dotted path (default
+        ``cortex_sessions.tokens.estimate_tokens``): a message's ``token_count``
+        (docs/design.md §16.2; checked by ``cortex_sessions.E022``)."""
+        value = self._get("TOKEN_COUNTER")
+        counter = _imported(value) if isinstance(value, str) else value
+        return cast(Callable[[str, Any], int], counter)
+
+
+@functools.cache
+def _imported(path: str) -> Any:
+    """``import_string(path)``, once per path: the token counter is read on every append."""
+    return import_string(path)
 
 
 app_settings = AppSettings()

@@ -10,9 +10,11 @@ import math
 from typing import Any
 
 __all__ = [
+    "ContextBudgetExceeded",
     "CortexSessionsError",
     "DefaultConflict",
     "EmptyContent",
+    "ErasureNotFound",
     "IdempotencyKeyInProgress",
     "IdempotencyKeyReused",
     "InvalidAgentId",
@@ -26,7 +28,10 @@ __all__ = [
     "InvalidScope",
     "InvalidSource",
     "InvalidText",
+    "InvalidThroughSeq",
     "InvalidUpToSeq",
+    "InvalidUsage",
+    "LegalHold",
     "MessageNotFound",
     "MessageTooLarge",
     "NoScope",
@@ -107,6 +112,13 @@ class SessionNotFound(CortexSessionsError):
     default_message = "Session not found."
 
 
+class ErasureNotFound(CortexSessionsError):
+    """No erasure record has this id (docs/design.md §18.2); the API answers 404."""
+
+    code = "erasure_not_found"
+    default_message = "Erasure not found."
+
+
 class MessageNotFound(CortexSessionsError):
     """The message does not exist in the session."""
 
@@ -127,6 +139,15 @@ class SessionArchived(CortexSessionsError):
 
     code = "session_archived"
     default_message = "The session is archived; unarchive it to change its messages."
+
+
+class LegalHold(CortexSessionsError):
+    """The session is on legal hold: no path deletes it, and its messages are frozen — message
+    deletes, clear, undo and pop are refused too (docs/design.md §18.1). Appends, reads,
+    archive and edits of its host-owned fields are not."""
+
+    code = "legal_hold"
+    default_message = "The session is on legal hold; it and its messages cannot be deleted."
 
 
 # -- bad input ------------------------------------------------------------------------------------
@@ -232,6 +253,18 @@ class InvalidUpToSeq(InvalidInput):
     default_message = "up_to_seq must be an integer from 0 to the session's last seq."
 
 
+class InvalidUsage(InvalidInput):
+    """A message's ``usage`` that is not null or an object of the known keys with good values
+    (docs/design.md §16.1)."""
+
+    code = "invalid_usage"
+    default_message = (
+        "usage must be null or an object of input_tokens, output_tokens, cached_input_tokens, "
+        "reasoning_tokens (non-negative integers), model (a string of at most 255 characters) "
+        "and cost (a non-negative decimal as a JSON string, at most 6 fractional digits)."
+    )
+
+
 # -- idempotency (docs/design.md §12.1) ------------------------------------------------------------
 
 
@@ -325,3 +358,29 @@ class SearchTimeout(CortexSessionsError):
             self.retry_after = max(1, math.ceil(float(seconds)))
         except (TypeError, ValueError, OverflowError):
             self.retry_after = 1
+
+
+# -- context window (docs/design.md §16.3, §16.4) ---------------------------------------------------
+
+
+class InvalidThroughSeq(InvalidInput):
+    """A compaction's ``through_seq`` that is not an integer from 1 to the session's last
+    ``seq``, or not beyond the ``through_seq`` of its newest live compaction
+    (docs/design.md §16.3)."""
+
+    code = "invalid_through_seq"
+    default_message = (
+        "through_seq must be an integer from 1 to the session's last seq, beyond the newest "
+        "compaction's through_seq."
+    )
+
+
+class ContextBudgetExceeded(CortexSessionsError):
+    """The context read's ``max_tokens`` cannot hold the newest compaction summary and the
+    newest message after it (docs/design.md §16.4). The API answers 422; ``params`` carry
+    ``max_tokens`` and ``required`` (the tokens the smallest context takes)."""
+
+    code = "context_budget_exceeded"
+    default_message = (
+        "max_tokens cannot hold the compaction summary and the newest message; ask for more."
+    )

@@ -123,7 +123,21 @@ class _SessionFieldsForm(_ModelForm):
 
 
 class SessionChangeForm(_SessionFieldsForm):
-    """Edits ``title``, ``metadata`` and ``cwd`` of an existing session (docs/design.md §7.1 update)."""
+    """Edits ``title``, ``metadata`` and ``cwd`` of an existing session (docs/design.md §7.1
+    update), and the host's retention controls ``expires_at`` and ``legal_hold`` (§18.1)."""
+
+    class Meta(_SessionFieldsForm.Meta):
+        fields = ("title", "metadata", "cwd", "expires_at", "legal_hold")
+        help_texts = {
+            "expires_at": _(
+                "When the session expires: from then on every read hides it and "
+                "cortex_sessions_expire deletes it (unless it is on legal hold). Empty: never."
+            ),
+            "legal_hold": _(
+                "On legal hold nothing deletes the session or its messages: not the API, this "
+                "admin, the expiry sweep nor an erasure."
+            ),
+        }
 
 
 class SessionAddForm(_SessionFieldsForm):

@@ -1,13 +1,17 @@
 """Session and Message (docs/design.md §3).
 
 App-owned columns (``message_count``, ``last_message``, ``last_seq``, ``backfilled_by``, ``scope``,
-``agent_id``, ``is_default``, ``archived_at``, ``forked_from``, ``forked_at_seq``) are written only by :mod:`cortex_sessions.services` and the backfill,
+``agent_id``, ``is_default``, ``archived_at``, ``forked_from``, ``forked_at_seq``, the usage
+totals ``input_tokens``, ``output_tokens``, ``cost`` and ``context_tokens``; a message's
+``token_count`` and ``compacts_through_seq``) are written only by :mod:`cortex_sessions.services` and the backfill,
 through queryset updates. ``Session.save()`` on an existing row writes only the host-editable
 columns, so no read-modify-write (an admin form, host code) can put stale counters back (docs/design.md §5).
 """
 
 from __future__ import annotations
 
+from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.db import connections, models
@@ -26,29 +30,48 @@ from .scope import Scope, scope_q
 __all__ = [
     "EDITABLE_SESSION_FIELDS",
     "EXTERNAL_ID_MAX_BYTES",
+    "Erasure",
     "IdempotencyKey",
     "ImportedConversation",
     "Message",
     "Session",
     "SessionQuerySet",
+    "not_expired_q",
 ]
 
 #: The columns a plain ``save()`` of an existing session may write (docs/design.md §7.1 update).
-EDITABLE_SESSION_FIELDS = ("title", "metadata", "cwd", "updated_at")
+#: ``expires_at`` and ``legal_hold`` are host-owned (docs/design.md §18.1): the admin and host code
+#: write them with ``save()``; the REST API's client may set ``expires_at`` but never ``legal_hold``.
+EDITABLE_SESSION_FIELDS = ("title", "metadata", "cwd", "updated_at", "expires_at", "legal_hold")
 #: Longest external conversation id, in UTF-8 bytes: it is indexed with the agent id and scope,
 #: and the three together must stay under PostgreSQL's B-tree entry limit.
 EXTERNAL_ID_MAX_BYTES = 255
 
 
+def not_expired_q(now: datetime | None = None, *, prefix: str = "") -> Q:
+    """The sessions that have not expired at ``now`` (default: the current time): no
+    ``expires_at``, or one still ahead (docs/design.md §18.1). ``prefix`` reaches the session
+    through a relation (``"session__"`` from a message)."""
+    field = f"{prefix}expires_at"
+    return Q(**{f"{field}__isnull": True}) | Q(**{f"{field}__gt": now or timezone.now()})
+
+
 class SessionQuerySet(models.QuerySet["Session"]):
-    def within(self, scope: Scope | str, *, exact: bool = False) -> SessionQuerySet:
+    def within(
+        self, scope: Scope | str, *, exact: bool = False, expired: bool = False
+    ) -> SessionQuerySet:
         """Sessions at ``scope`` and beneath it, or exactly at it with ``exact`` (docs/design.md §2.3).
+
+        A session whose ``expires_at`` has passed is left out, as every read hides it until
+        the expiry sweep deletes it (docs/design.md §18.1); ``expired=True`` keeps it (the
+        sweep, erasure).
 
         Raises:
             NoScope: ``scope`` is missing or empty.
             InvalidScope: ``scope`` is not a canonical scope string.
         """
-        return self.filter(scope_q(scope, exact=exact))
+        queryset = self.filter(scope_q(scope, exact=exact))
+        return queryset if expired else queryset.filter(not_expired_q())
 
     def defaults_of(self, *, agent_id: str, scope: str) -> SessionQuerySet:
         """The default session of ``agent_id`` at exactly the canonical ``scope`` (docs/design.md §6).
@@ -104,6 +127,21 @@ class Session(models.Model):
     forked_at_seq = models.BigIntegerField(
         _("forked at seq"), null=True, blank=True, editable=False
     )
+    #: Sums of the messages' ``usage`` (docs/design.md §16.1), moved with every write that adds
+    #: or removes messages, as ``message_count`` is (§5).
+    input_tokens = models.PositiveBigIntegerField(_("input tokens"), default=0, editable=False)
+    output_tokens = models.PositiveBigIntegerField(_("output tokens"), default=0, editable=False)
+    cost = models.DecimalField(
+        _("cost"), max_digits=20, decimal_places=6, default=Decimal(0), editable=False
+    )
+    #: The tokens of what the context read returns without a budget (docs/design.md §16.2).
+    context_tokens = models.PositiveBigIntegerField(_("context tokens"), default=0, editable=False)
+    #: When the session expires (docs/design.md §18.1): from then on every read hides it, and
+    #: ``manage.py cortex_sessions_expire`` deletes it (unless it is on legal hold).
+    expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
+    #: A session on legal hold is never deleted by any path, and its messages are frozen
+    #: (docs/design.md §18.1). Set by the admin and host code, never by the REST API's client.
+    legal_hold = models.BooleanField(_("legal hold"), default=False)
 
     objects = SessionQuerySet.as_manager()
 
@@ -139,19 +177,21 @@ class Session(models.Model):
             # archived ones have their own, and ``archived=any`` reads both. Without partial
             # indexes (MySQL/MariaDB) one index carries ``archived_at`` after the scope and
             # serves both (docs/design.md §15.3).
+            # Each ends with ``expires_at``, which every read filters on (docs/design.md §18.1),
+            # so a count is still answered from the index alone.
             PartialIndex(
-                fields=["scope", "-updated_at", "-id"],
+                fields=["scope", "-updated_at", "-id", "expires_at"],
                 where=Q(archived_at__isnull=True),
                 name="cortex_session_scope_idx",
-                fallback_fields=["scope", "archived_at", "-updated_at", "-id"],
+                fallback_fields=["scope", "archived_at", "-updated_at", "-id", "expires_at"],
             ),
             PartialIndex(
-                fields=["scope", "-updated_at", "-id"],
+                fields=["scope", "-updated_at", "-id", "expires_at"],
                 where=Q(archived_at__isnull=False),
                 name="cortex_session_archived_idx",
             ),
             models.Index(
-                fields=["agent_id", "scope", "-updated_at", "-id"],
+                fields=["agent_id", "scope", "-updated_at", "-id", "expires_at"],
                 name="cortex_session_agent_idx",
             ),
             # The newest page of a prefix (an org of 100,000 sessions, a project of 10,000):
@@ -159,6 +199,15 @@ class Session(models.Model):
             # scope is a key column so the prefix range is checked in the index, and only the
             # rows of the page are read from the table (docs/performance.md).
             models.Index(fields=["-updated_at", "-id", "scope"], name="cortex_session_recent_idx"),
+            # The expiry sweep (docs/design.md §18.1) walks the sessions whose ``expires_at``
+            # has passed, oldest first; most sessions have none, so where partial indexes exist
+            # the index holds only those that have one.
+            PartialIndex(
+                fields=["expires_at", "id"],
+                where=Q(expires_at__isnull=False),
+                name="cortex_session_expires_idx",
+                fallback_fields=["expires_at", "id"],
+            ),
         ]
 
     def __str__(self) -> str:
@@ -227,6 +276,14 @@ class Message(models.Model):
     content = models.JSONField(default=list)
     metadata = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    #: What producing the message cost, as the host reports it (docs/design.md §16.1).
+    usage = models.JSONField(_("usage"), null=True, blank=True, default=None, editable=False)
+    #: The tokens the message takes in a model's context, from ``TOKEN_COUNTER`` (§16.2).
+    token_count = models.PositiveIntegerField(_("token count"), default=0, editable=False)
+    #: On a compaction summary: the last ``seq`` it stands for (docs/design.md §16.3).
+    compacts_through_seq = models.PositiveIntegerField(
+        _("compacts through seq"), null=True, blank=True, editable=False
+    )
 
     class Meta:
         verbose_name = _("message")
@@ -352,3 +409,47 @@ class IdempotencyKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} ({self.endpoint})"
+
+
+class Erasure(models.Model):
+    """One erasure of a scope: what was asked, by whom, and what it deleted (docs/design.md §18.2).
+
+    Written by :func:`cortex_sessions.services.erasure.erase_scope` only: each batch's deletes and the
+    increment of ``counts`` commit together, so the record is exact at every moment and a run
+    killed mid-way resumes from it. It keeps no content: the scope, counts, who and when.
+
+    Attributes:
+        scope: the canonical scope erased (sessions at and beneath it).
+        status: ``pending`` (recorded, not started), ``running`` (some batches done, or killed
+            mid-run: resume it), ``done``.
+        counts: rows deleted per table, ``{"app_label.Model": n}`` (Django's model labels).
+        skipped_held: sessions at or beneath ``scope`` kept because of their legal hold.
+        requested_by: who asked (a user's primary key or a free string such as
+            ``"cli:ops"``), never content.
+        created_at, finished_at: when it was asked for and when it was done (``None`` until then).
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", _("pending")
+        RUNNING = "running", _("running")
+        DONE = "done", _("done")
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    scope = ScopeField(_("scope"), editable=False)
+    status = models.CharField(
+        _("status"), max_length=16, choices=Status.choices, default=Status.PENDING, editable=False
+    )
+    counts = models.JSONField(_("deleted rows per table"), default=dict, editable=False)
+    skipped_held = models.BigIntegerField(_("held sessions skipped"), default=0, editable=False)
+    requested_by = models.CharField(_("requested by"), max_length=255, blank=True, default="")
+    created_at = models.DateTimeField(_("created at"), default=timezone.now, editable=False)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True, editable=False)
+
+    class Meta:
+        verbose_name = _("erasure")
+        verbose_name_plural = _("erasures")
+        ordering = ["-created_at", "-id"]
+        permissions = [("erase_scope", _("Can erase every session of a scope"))]
+
+    def __str__(self) -> str:
+        return f"{self.scope} ({self.status})"

@@ -27,7 +27,14 @@ The thread lifecycle (docs/design.md §11.1, §11.2) travels too, as optional ke
 set: ``archived_at`` (ISO 8601; the imported session is archived at that time) and the fork
 provenance ``forked_from`` (the source session's id *in the exporting database*, kept as given:
 like the column itself it is a plain id, never resolved) with ``forked_at_seq`` (an integer
-``>= 0``); the two come together or not at all. Re-importing a file stays idempotent.
+``>= 0``); the two come together or not at all. Re-importing a file stays idempotent. So does
+``expires_at`` (docs/design.md §18.1; ISO 8601, UTC without an offset); ``legal_hold`` is the
+host's decision about a database's rows and does not travel.
+
+A message's ``usage`` (docs/design.md §16.1) travels as an optional key, written only when set
+and checked on import by the rules of the services (``invalid_usage``); the session totals are
+the app's, recomputed from the imported messages, never read from the file. ``token_count``
+is not carried: the importing database counts with its own ``TOKEN_COUNTER``.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from .models import EXTERNAL_ID_MAX_BYTES, ImportedConversation, Message, Sessio
 from .scope import Scope, canonical_of
 from .services._common import _signals_held, _write_transaction
 from .services.lifecycle import record_fork_provenance
+from .usage import check_usage
 
 __all__ = [
     "CONVERSATION_KEYS",
@@ -66,10 +74,20 @@ __all__ = [
 
 #: Keys a conversation object may have.
 CONVERSATION_KEYS = frozenset(
-    {"id", "title", "metadata", "cwd", "messages", "archived_at", "forked_from", "forked_at_seq"}
+    {
+        "id",
+        "title",
+        "metadata",
+        "cwd",
+        "messages",
+        "archived_at",
+        "forked_from",
+        "forked_at_seq",
+        "expires_at",
+    }
 )
 #: Keys a message object may have.
-MESSAGE_KEYS = frozenset({"role", "content", "source", "metadata", "created_at"})
+MESSAGE_KEYS = frozenset({"role", "content", "source", "metadata", "created_at", "usage"})
 #: Messages handed to one ``append_messages`` call during an import (fewer when
 #: ``MAX_MESSAGES_PER_APPEND`` is lower).
 APPEND_BATCH = 500
@@ -91,6 +109,7 @@ class Conversation:
     archived_at: datetime | None = None
     forked_from: uuid.UUID | None = None
     forked_at_seq: int | None = None
+    expires_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -190,6 +209,7 @@ def _message(item: Any, index: int) -> services.MessageInput:
         )
     try:
         normalize_content(item.get("content"))
+        usage = check_usage(item.get("usage"))
     except CortexSessionsError as exc:
         exc.message = f"{where}: {exc.message}"
         exc.args = (exc.message,)
@@ -200,6 +220,7 @@ def _message(item: Any, index: int) -> services.MessageInput:
         source=source,
         metadata=item.get("metadata"),
         created_at=_created_at(item.get("created_at"), where),
+        usage=usage,
     )
 
 
@@ -254,6 +275,7 @@ def parse_conversation(line: str | bytes) -> Conversation:
         archived_at=_created_at(data.get("archived_at"), "conversation", key="archived_at"),
         forked_from=forked_from,
         forked_at_seq=forked_at_seq,
+        expires_at=_created_at(data.get("expires_at"), "conversation", key="expires_at"),
     )
 
 
@@ -368,6 +390,10 @@ def import_conversation(
                 session = services.archive_session(
                     scope=canonical, session_id=session.pk, at=conversation.archived_at
                 )
+            if conversation.expires_at is not None:  # last: an expired session takes no append
+                session = services.set_retention(
+                    scope=canonical, session_id=session.pk, expires_at=conversation.expires_at
+                )
     except IntegrityError:
         # A concurrent import of the same conversation committed first.
         if external_id is not None and _already_imported(canonical, agent_id, external_id):
@@ -470,6 +496,20 @@ def dump_conversation(conversation: Mapping[str, Any], *, ensure_ascii: bool = F
     return _dumps(conversation, ensure_ascii) + "\n"
 
 
+def _exported_message(row: Mapping[str, Any]) -> dict[str, Any]:
+    """One message of the export, ``usage`` only when it has one (docs/design.md §16.1)."""
+    message = {
+        "role": row["role"],
+        "source": row["source"],
+        "content": row["content"],
+        "metadata": row["metadata"],
+        "created_at": _isoformat(row["created_at"]),
+    }
+    if row["usage"] is not None:
+        message["usage"] = row["usage"]
+    return message
+
+
 def _message_pages(
     session_pk: uuid.UUID, chunk_size: int, using: str
 ) -> Iterator[list[dict[str, Any]]]:
@@ -479,19 +519,12 @@ def _message_pages(
             Message.objects.using(using)
             .filter(session_id=session_pk, seq__gt=last_seq)
             .order_by("seq")
-            .values("seq", "role", "source", "content", "metadata", "created_at")[:chunk_size]
+            .values("seq", "role", "source", "content", "metadata", "created_at", "usage")[
+                :chunk_size
+            ]
         )
         if rows:
-            yield [
-                {
-                    "role": row["role"],
-                    "source": row["source"],
-                    "content": row["content"],
-                    "metadata": row["metadata"],
-                    "created_at": _isoformat(row["created_at"]),
-                }
-                for row in rows
-            ]
+            yield [_exported_message(row) for row in rows]
         if len(rows) < chunk_size:
             return
         last_seq = cast(int, rows[-1]["seq"])  # messages of a session always have one
@@ -547,6 +580,7 @@ def export_conversations(
                 "archived_at",
                 "forked_from",
                 "forked_at_seq",
+                "expires_at",
             )[:chunk_size]
         )
         for row in rows:
@@ -558,6 +592,8 @@ def export_conversations(
             }
             if row["archived_at"] is not None:
                 head["archived_at"] = _isoformat(row["archived_at"])
+            if row["expires_at"] is not None:
+                head["expires_at"] = _isoformat(row["expires_at"])
             if row["forked_from"] is not None:
                 head["forked_from"] = str(row["forked_from"])
                 head["forked_at_seq"] = row["forked_at_seq"]

@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "cortex_sessions",
     "cortex_sessions.integrations.adk",
+    "cortex_sessions.integrations.langgraph",
     "example_project.tenancy",
     "example_project.demo",
 ]

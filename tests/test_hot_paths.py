@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 import pytest
 from django.apps import apps as django_apps
-from django.db import connection, connections, models
+from django.db import connection, models
 from django.db.models.signals import post_migrate
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
@@ -23,7 +23,7 @@ from django.test.utils import CaptureQueriesContext
 from cortex_sessions import services, signals
 from cortex_sessions.exceptions import InvalidInput, InvalidScope, NoScope, SessionNotFound
 from cortex_sessions.models import Message, Session
-from cortex_sessions.services import _pg
+from cortex_sessions.services import _pg, _pg_run
 
 pytestmark = pytest.mark.django_db
 
@@ -40,19 +40,20 @@ def statements(captured: CaptureQueriesContext) -> list[str]:
     return [q["sql"] for q in captured.captured_queries if not q["sql"].startswith(control)]
 
 
-@pytest.fixture(params=["sql", "sql-cursor", "orm"])
+@pytest.fixture(params=["sql", "sql-prepared", "orm"])
 def path(request, monkeypatch):
     """Run a test on the vendor's path ("sql": hand-written SQL on PostgreSQL, the ORM
-    elsewhere), on the same SQL sent through psycopg's cursor only ("sql-cursor": what the
-    hot paths do where ``_pg._send`` declines, e.g. the first statement of a transaction),
-    and on the ORM path."""
+    elsewhere), on the same SQL prepared ("sql-prepared": ``PREPARED_STATEMENTS``, a
+    server-binding cursor), and on the ORM path."""
     if request.param == "orm":
         monkeypatch.setattr(_pg, "enabled", lambda alias: False)
         return "orm"
     if not _pg.enabled("default"):
         pytest.skip("the hand-written SQL serves PostgreSQL through psycopg 3 only")
-    if request.param == "sql-cursor":
-        monkeypatch.setattr(_pg, "_send", lambda *args: None)
+    if request.param == "sql-prepared":
+        prepared = override_settings(CORTEX_SESSIONS={"PREPARED_STATEMENTS": True})
+        prepared.enable()
+        request.addfinalizer(prepared.disable)
     return "sql"
 
 
@@ -112,9 +113,9 @@ def _migration_0015():
     )
 
 
-def _migration_0016():
-    """The migration that holds the function as the code describes it today."""
-    return importlib.import_module("cortex_sessions.migrations.0016_append_one_returns_an_array")
+def _migration_0020():
+    """The migration that holds the functions as the code describes them today."""
+    return importlib.import_module("cortex_sessions.migrations.0020_retention")
 
 
 def _signature(drop: str) -> str:
@@ -138,15 +139,23 @@ def _function_exists(signature: str | None = None) -> bool:
 #: The result type of the function the code calls: the narrow row as one value.
 NARROW = "text[]"
 
+#: Every function the code calls.
+FUNCTIONS = (_pg.APPEND_ONE, _pg.GET, _pg.RESOLVE)
+
 
 @on_postgresql
-def test_the_migration_creates_the_function_the_code_calls():
+def test_the_migration_creates_the_functions_the_code_calls():
     """The latest migration's frozen SQL is what the code describes today: a change to the
-    session's columns or to the append statement needs a migration that replaces the
-    function."""
-    create, drop = _pg.function_sql(_pg.APPEND_ONE)
-    assert (create, drop) == (_migration_0016().CREATE, _migration_0016().DROP)
-    assert _function_result() == NARROW  # the test database was migrated
+    session's columns or to a statement needs a migration that replaces the function."""
+    migration = _migration_0020()
+    assert _pg.function_sql(_pg.APPEND_ONE) == (
+        migration.CREATE_APPEND_ONE,
+        migration.DROP_APPEND_ONE,
+    )
+    assert _pg.function_sql(_pg.GET) == (migration.CREATE_GET, migration.DROP_GET)
+    assert _pg.function_sql(_pg.RESOLVE) == (migration.CREATE_RESOLVE, migration.DROP_RESOLVE)
+    for name in FUNCTIONS:  # the test database was migrated
+        assert _function_result(_signature(_pg.function_sql(name)[1])) == NARROW
 
 
 #: The functions of the earlier migrations (0013 to 0015), which 0018 drops before the release;
@@ -157,33 +166,48 @@ EARLIER = tuple(
 )
 
 
+def _previous_functions() -> list[str]:
+    """The functions 0020 replaces (0019_context_window's append, get and resolve)."""
+    return [_signature(drop) for drop in _migration_0020()._previous()[1]]
+
+
+def _run_0020(*, forwards: bool) -> None:
+    """0020's function operation forward or backward (its columns stay)."""
+    operation = _migration_0020()._functions()
+    with connection.schema_editor() as editor:
+        if forwards:
+            operation.database_forwards("cortex_sessions", editor, None, None)
+        else:
+            operation.database_backwards("cortex_sessions", editor, None, None)
+
+
 @on_postgresql
-def test_0016_touches_only_its_own_function_and_the_pre_release_ones_are_gone(session):
-    """Each version of the function has a name of its own, so 0016 backward and forward touch
-    only its own; the pre-release versions are not on a migrated database (0018 drops them,
-    and ``tests/test_squashed_migrations.py`` shows 0018 backward bringing them back)."""
-    assert _pg.APPEND_ONE.endswith("_v4") and not any(map(_function_exists, EARLIER))
-    latest = _migration_0016().AppendOneReturnsAnArray()
-    with connection.schema_editor() as editor:
-        latest.database_backwards("cortex_sessions", editor, None, None)
-    assert not _function_exists() and not any(map(_function_exists, EARLIER))
-    with connection.schema_editor() as editor:
-        latest.database_forwards("cortex_sessions", editor, None, None)
-    assert _function_result() == NARROW and not any(map(_function_exists, EARLIER))
+def test_0020_replaces_the_functions_and_backward_restores_the_previous_ones(session):
+    """Each version of a function has a name of its own, so 0020 backward drops only its own
+    and creates 0019's again, and forward the reverse; the pre-release versions
+    are not on a migrated database (0018 drops them)."""
+    current = [_signature(_pg.function_sql(name)[1]) for name in FUNCTIONS]
+    assert _pg.APPEND_ONE.endswith("_v6") and not any(map(_function_exists, EARLIER))
+    assert all(map(_function_exists, current))
+    assert not any(map(_function_exists, _previous_functions()))
+    _run_0020(forwards=False)
+    assert not any(map(_function_exists, current))
+    assert all(map(_function_exists, _previous_functions()))
+    _run_0020(forwards=True)
+    assert all(map(_function_exists, current))
+    assert not any(map(_function_exists, _previous_functions() + list(EARLIER)))
 
 
 @on_postgresql
 @pytest.mark.django_db(transaction=True)
-def test_this_code_on_a_database_without_0016_writes_nothing():
+def test_this_code_on_a_database_without_0020_writes_nothing():
     # New code deployed before `migrate`: the call is refused at parse time, before the
     # function would write (an append runs in autocommit, so writing and then failing would
     # store a message the caller was told failed).
     from django.db import ProgrammingError
 
     session = services.create_session(scope=SCOPE, agent_id="agent-1")
-    latest = _migration_0016().AppendOneReturnsAnArray()
-    with connection.schema_editor() as editor:
-        latest.database_backwards("cortex_sessions", editor, None, None)
+    _run_0020(forwards=False)
     try:
         with pytest.raises(ProgrammingError, match="does not exist"):
             services.append_messages(
@@ -193,49 +217,11 @@ def test_this_code_on_a_database_without_0016_writes_nothing():
         assert (stored.message_count, stored.last_seq) == (0, 0)
         assert not Message.objects.filter(session=session).exists()
     finally:
-        with connection.schema_editor() as editor:
-            latest.database_forwards("cortex_sessions", editor, None, None)
+        _run_0020(forwards=True)
     result = services.append_messages(
         scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "y"}]
     )
     assert result.messages[0].seq == 1
-
-
-def _migration_0017():
-    """The migration of the session-read functions."""
-    return importlib.import_module("cortex_sessions.migrations.0017_get_and_resolve_functions")
-
-
-#: Every function the code calls.
-FUNCTIONS = (_pg.APPEND_ONE, _pg.GET, _pg.RESOLVE)
-
-
-@on_postgresql
-def test_0017_creates_the_read_functions_the_code_calls():
-    """Its frozen SQL is what the code describes today (a change to the session's columns
-    needs a migration with new functions), and the test database has both."""
-    migration = _migration_0017()
-    assert _pg.function_sql(_pg.GET) == (migration.CREATE_GET, migration.DROP_GET)
-    assert _pg.function_sql(_pg.RESOLVE) == (migration.CREATE_RESOLVE, migration.DROP_RESOLVE)
-    for name in (_pg.GET, _pg.RESOLVE):
-        assert _function_result(_signature(_pg.function_sql(name)[1])) == NARROW
-
-
-@on_postgresql
-@pytest.mark.django_db(transaction=True)
-def test_0017_backward_drops_the_read_functions_and_forward_restores_them():
-    session = services.create_session(scope=SCOPE, agent_id="agent-1")
-    operation = _migration_0017().GetAndResolveFunctions()
-    signatures = [_signature(_pg.function_sql(name)[1]) for name in (_pg.GET, _pg.RESOLVE)]
-    with connection.schema_editor() as editor:
-        operation.database_backwards("cortex_sessions", editor, None, None)
-    try:
-        assert not any(map(_function_exists, signatures))
-        assert _function_exists()  # the append's stays
-    finally:
-        with connection.schema_editor() as editor:
-            operation.database_forwards("cortex_sessions", editor, None, None)
-    assert all(map(_function_exists, signatures))
     assert services.get_session(scope="org=acme", session_id=session.pk).pk == session.pk
     assert services.resolve_session(scope=SCOPE, agent_id="agent-1")[1] is True
 
@@ -762,14 +748,14 @@ def test_a_timestamp_read_from_its_text_is_the_one_read_from_its_column(instant)
         cursor.execute("SELECT %s::timestamptz, %s::timestamptz::text", [instant, instant])
         column, text = cursor.fetchone()
     expected = column.replace(tzinfo=zone)  # Django's loader: the connection's time zone
-    got = _pg._datetime_text(text, zone, zone)
+    got = _pg_run.datetime_text(text, zone, zone)
     assert (got, got.utcoffset(), got.fold, got.tzinfo) == (
         expected,
         expected.utcoffset(),
         expected.fold,
         zone,
     )
-    naive = _pg._datetime_text(text, None, zone)  # USE_TZ = False
+    naive = _pg_run.datetime_text(text, None, zone)  # USE_TZ = False
     assert (naive, naive.tzinfo, naive.fold) == (expected.replace(tzinfo=None), None, expected.fold)
 
 
@@ -793,7 +779,7 @@ def test_a_timestamp_python_cannot_hold_is_a_data_error_as_from_the_column(insta
 
     for timezone in (ZoneInfo(zone), None):
         with pytest.raises(DataError, match="out of Python's range"):
-            _pg._datetime_text(text, timezone, ZoneInfo(zone))
+            _pg_run.datetime_text(text, timezone, ZoneInfo(zone))
 
 
 @pytest.mark.parametrize("count", [1, 2])  # the function (one message) and the statement
@@ -853,76 +839,33 @@ def test_empty_metadata_is_a_new_dict_for_each_message(path, session):
     assert services.list_messages(scope=SCOPE, session_id=session.pk)[0].metadata == {}
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        '[{"type": "text", "text": "a"}]',
-        "{}",
-        '{"k": [1, 2.5, null, true]}',
-        '"s"',
-        "3",
-        " [1] ",
-        "[1] 2",
-        "not json",
-        "",
-        '{"a": 1',
-        "\ufeff[]",
-    ],
-)
-def test_json_columns_decode_as_the_orm_decodes_them(text):
-    field = Message._meta.get_field("content")
-    assert _pg._json_value(text, connection) == field.from_db_value(text, None, connection)
-
-
-# -- the cursor a connection keeps ----------------------------------------------------------------
-
-
-def _kept():
-    return connections["default"].__dict__.get(_pg._KEPT)
+# -- on Django's cursor ---------------------------------------------------------------------------
 
 
 @on_postgresql
-def test_append_get_and_resolve_reuse_one_cursor_per_connection(session):
-    services.append_messages(
-        scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "a"}]
-    )
-    kept = _kept()
-    cursors = dict(kept.cursors)
-    cursor = cursors[False]  # PREPARED_STATEMENTS is off
-    services.get_session(scope=SCOPE, session_id=session.pk)
-    services.resolve_session(scope=SCOPE, agent_id="agent-1")
-    result = services.append_messages(
-        scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "b"}] * 2
-    )
-    assert _kept() is kept and kept.cursors == cursors
-    assert not kept.busy and not cursor.closed
-    assert [m.seq for m in result.messages] == [2, 3]
-    # A page of messages gets a cursor of its own (a large result is not kept).
-    services.list_messages(scope=SCOPE, session_id=session.pk)
-    assert kept.cursors == cursors
+def test_every_hot_path_runs_under_the_hosts_execute_wrapper(session):
+    seen: list[str] = []
+
+    def wrapper(execute, sql, params, many, context):
+        seen.append(sql.split("(")[0])
+        return execute(sql, params, many, context)
+
+    services.resolve_session(scope=SCOPE, agent_id="agent-1")  # creates the default
+    with connection.execute_wrapper(wrapper):
+        services.append_messages(
+            scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "a"}]
+        )
+        services.get_session(scope=SCOPE, session_id=session.pk)
+        services.resolve_session(scope=SCOPE, agent_id="agent-1")
+        services.list_messages(scope=SCOPE, session_id=session.pk)
+    assert seen[:3] == [f"SELECT {name}" for name in (_pg.APPEND_ONE, _pg.GET, _pg.RESOLVE)]
+    assert seen[3].startswith("SELECT ") and len(seen) == 4
 
 
 @on_postgresql
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.strict_router_exempt(
-    reason="inspects the cursors kept on the 'default' connection; the strict router reads "
-    "through the alias 'strict_replica'"
-)
-def test_a_new_connection_gets_new_cursors():
-    session = services.create_session(scope=SCOPE, agent_id="agent-1")
-    services.get_session(scope=SCOPE, session_id=session.pk)
-    before = _kept()
-    connection.close()
-    got = services.get_session(scope=SCOPE, session_id=session.pk)
-    assert _kept() is not before and _kept().raw is connection.connection
-    assert got.pk == session.pk
-
-
-@on_postgresql
-def test_a_statement_run_by_an_execute_wrapper_does_not_take_the_kept_cursor(session):
+def test_a_statement_run_by_an_execute_wrapper_gets_its_own_rows(session):
     # A hook that runs another hot-path statement after the append's statement, before the
-    # append has fetched its row: both calls see their own rows (while a hook is installed,
-    # every hot-path statement gets a cursor of its own).
+    # append has fetched its row: both calls see their own rows.
     other = services.create_session(scope=SCOPE, agent_id="agent-2", title="other")
     seen: list = []
     nested = []
@@ -940,26 +883,24 @@ def test_a_statement_run_by_an_execute_wrapper_does_not_take_the_kept_cursor(ses
         )
     assert result.session.pk == session.pk and result.messages[0].seq == 1
     assert seen[0].pk == other.pk and seen[0].title == "other"
-    assert not _kept().busy
 
 
 @on_postgresql
-def test_a_statement_run_while_the_kept_cursor_is_busy_gets_a_cursor_of_its_own(session):
-    # No hook uses the kept cursor, but a log handler of ``django.db.backends`` runs after the
-    # append's statement, before its row is fetched: a hot path it calls must not overwrite it.
+def test_a_statement_run_by_a_query_log_handler_gets_its_own_rows(session):
+    # A log handler of ``django.db.backends`` runs after the append's statement, before its row
+    # is fetched: a hot path it calls must not overwrite that row.
     import logging
 
     from django.test.utils import CaptureQueriesContext
 
     other = services.create_session(scope=SCOPE, agent_id="agent-2", title="other")
-    services.get_session(scope=SCOPE, session_id=other.pk)  # the kept cursors exist
-    kept, seen = _kept(), []
+    seen: list = []
 
     class Reads(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             if not seen:  # once, and not for its own statement
-                seen.append(kept.busy)
-                seen.append(services.get_session(scope=SCOPE, session_id=other.pk))
+                seen.append(None)
+                seen[0] = services.get_session(scope=SCOPE, session_id=other.pk)
 
     logger, handler = logging.getLogger("django.db.backends"), Reads()
     level = logger.level
@@ -973,117 +914,37 @@ def test_a_statement_run_while_the_kept_cursor_is_busy_gets_a_cursor_of_its_own(
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
-    assert seen[0] is True  # the handler ran while the append's statement held the cursor
     assert result.session.pk == session.pk and result.messages[0].seq == 1
-    assert seen[1].pk == other.pk and seen[1].title == "other"
-    assert _kept() is kept and not kept.busy
-
-
-@on_postgresql
-def test_an_error_leaves_the_kept_cursor_usable(session):
-    from django.db import DataError, transaction
-
-    with pytest.raises(DataError), transaction.atomic():
-        # A statement the server refuses (the services send only parsed UUIDs).
-        _pg.get_session("default", canonical=SCOPE, session_id="not-a-uuid", agent_id=None)
-    assert not _kept().busy
-    assert services.get_session(scope=SCOPE, session_id=session.pk).pk == session.pk
-
-
-# -- sent through the libpq connection -------------------------------------------------------------
-
-
-def _sends(monkeypatch) -> list[bool]:
-    """Record whether each call of ``_pg._send`` sent its statement (``False``: it declined,
-    and the kept cursor ran it)."""
-    sent: list[bool] = []
-    send = _pg._send
-
-    def spy(*args):
-        result = send(*args)
-        sent.append(result is not None)
-        return result
-
-    monkeypatch.setattr(_pg, "_send", spy)
-    return sent
-
-
-@pytest.fixture
-def watched(monkeypatch):
-    """A new session, read once so that its connection has its kept cursors, and the record of
-    :func:`_sends` from then on."""
-    session = services.create_session(scope=SCOPE, agent_id="agent-1")
-    services.get_session(scope=SCOPE, session_id=session.pk)
-    return session, _sends(monkeypatch)
+    assert seen[0].pk == other.pk and seen[0].title == "other"
 
 
 @on_postgresql
 @pytest.mark.django_db(transaction=True)
-def test_in_autocommit_the_hot_paths_send_without_the_cursor(monkeypatch):
-    session, _ = services.resolve_session(scope=SCOPE, agent_id="agent-1")
-    sent = _sends(monkeypatch)
-    executed: list = []
-    cursor_class = _pg._cursor_class(False)
-    monkeypatch.setattr(cursor_class, "execute", lambda self, *args, **kw: executed.append(args))
-    one = services.append_messages(
-        scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "a"}]
-    )
-    two = services.append_messages(
-        scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "b"}] * 2
-    )
-    got = services.get_session(scope=SCOPE, session_id=session.pk)
-    resolved, created = services.resolve_session(scope=SCOPE, agent_id="agent-1")
-    assert sent == [True, True, True, True] and executed == []
-    assert [m.seq for m in one.messages + two.messages] == [1, 2, 3]
-    assert got.message_count == resolved.message_count == 3 and created is False
-    assert connection.connection.pgconn.transaction_status == 0  # IDLE: each one committed
-
-
-@on_postgresql
-@pytest.mark.django_db(transaction=True)
-def test_an_append_that_begins_a_transaction_rolls_back_with_it(watched):
-    # Outside autocommit, psycopg begins the transaction before its first statement (BEGIN,
-    # with the connection's isolation level); sent without it, the append would commit on
-    # its own and outlive the rollback.
+def test_an_append_inside_a_transaction_rolls_back_with_it():
     from django.db import transaction
 
-    session, sent = watched
+    session = services.create_session(scope=SCOPE, agent_id="agent-1")
     with pytest.raises(RuntimeError), transaction.atomic():
         for text in ("a", "b"):
             services.append_messages(
                 scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": text}]
             )
         raise RuntimeError("roll back")
-    assert sent == [False, True]  # the cursor began it; the second went straight
     assert Session.objects.get(pk=session.pk).message_count == 0
     assert not Message.objects.filter(session=session).exists()
 
 
 @on_postgresql
 @pytest.mark.django_db(transaction=True)
-def test_in_pipeline_mode_the_cursor_sends(watched):
-    session, sent = watched
-    with connection.connection.pipeline():
-        result = services.append_messages(
-            scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "a"}]
-        )
-    assert sent == [False]
-    assert result.messages[0].seq == 1 and result.session.message_count == 1
-    assert Session.objects.get(pk=session.pk).message_count == 1
-
-
-@on_postgresql
-@pytest.mark.django_db(transaction=True)
-def test_a_refused_statement_raises_djangos_error_and_the_connection_goes_on(watched):
+def test_a_refused_statement_raises_djangos_error_and_the_connection_goes_on():
     from django.db import DataError
 
-    session, sent = watched
+    session = services.create_session(scope=SCOPE, agent_id="agent-1")
     with pytest.raises(DataError) as caught:
         # A statement the server refuses (the services send only parsed UUIDs).
         _pg.get_session("default", canonical=SCOPE, session_id="not-a-uuid", agent_id=None)
     assert caught.value.__cause__.sqlstate == "22P02"  # psycopg's class, as from a cursor
     assert services.get_session(scope=SCOPE, session_id=session.pk).pk == session.pk
-    assert sent == [True] and not _kept().busy
 
 
 @pytest.mark.skipif(
@@ -1190,8 +1051,6 @@ def test_a_connection_closed_behind_djangos_back_raises_djangos_error():
 
 @on_postgresql
 def test_a_broken_transaction_refuses_the_hot_path_as_it_refuses_the_orm(session):
-    # With nothing logging and no hook, the kept cursor runs without Django's CursorWrapper;
-    # it still checks what the wrapper checks before sending anything.
     from django.db import transaction
     from django.db.transaction import TransactionManagementError
 
@@ -1204,7 +1063,6 @@ def test_a_broken_transaction_refuses_the_hot_path_as_it_refuses_the_orm(session
             )
         with pytest.raises(TransactionManagementError):
             Session.objects.get(pk=session.pk)
-    assert not _kept().busy
     assert Session.objects.get(pk=session.pk).message_count == 0
 
 

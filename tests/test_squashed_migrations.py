@@ -54,6 +54,8 @@ ORIGINALS = (
     "0017_get_and_resolve_functions",
     "0018_drop_pre_release_append_functions",
 )
+#: The migrations after the squashes, which every database runs after them, in order.
+LATER = ("0019_context_window", "0020_retention", "0021_erasures")
 ADK = "cortex_adk"
 ADK_SQUASH = "0001_squashed_0003_adk_state"
 ADK_ORIGINALS = (
@@ -78,7 +80,7 @@ def _squash(name: str) -> Any:
 def test_the_squashes_replace_every_original_in_order():
     loader = _loader()
     on_disk = sorted(name for app, name in loader.disk_migrations if app == APP)
-    assert on_disk == sorted(ORIGINALS + SQUASHES)
+    assert on_disk == sorted(ORIGINALS + SQUASHES + LATER)
     replaced = [
         name for squash in SQUASHES for _, name in loader.disk_migrations[(APP, squash)].replaces
     ]
@@ -110,7 +112,10 @@ def test_the_squashes_create_each_table_index_and_function_once():
     assert sorted(models) == ["IdempotencyKey", "ImportedConversation", "Message", "Session"]
     statements = [sql for operation in operations for sql in _sql(operation)]
     functions = re.findall(r"CREATE OR REPLACE FUNCTION (\w+)\(", "\n".join(statements))
-    assert sorted(functions) == sorted([_pg.APPEND_ONE, _pg.GET, _pg.RESOLVE])
+    # The versions of 1.0.0, which 0019_context_window replaces.
+    assert sorted(functions) == sorted(
+        ["cortex_sessions_append_one_v4", "cortex_sessions_get_v1", "cortex_sessions_resolve_v1"]
+    )
     adk = loader.disk_migrations[(ADK, ADK_SQUASH)].operations
     assert [(type(op).__name__, op.name) for op in adk] == [
         ("CreateModel", "AdkAppState"),
@@ -119,13 +124,14 @@ def test_the_squashes_create_each_table_index_and_function_once():
     ]
 
 
-def test_the_squash_holds_the_function_sql_the_code_describes():
-    """Its frozen SQL is what the code describes today: a change to a function needs a new
-    migration that adds it under a new name (docs/design.md §14.1)."""
-    squash = _squash(SQUASHES[1])
-    assert _pg.function_sql(_pg.APPEND_ONE) == (squash.CREATE_APPEND_ONE, squash.DROP_APPEND_ONE)
-    assert _pg.function_sql(_pg.GET) == (squash.CREATE_GET, squash.DROP_GET)
-    assert _pg.function_sql(_pg.RESOLVE) == (squash.CREATE_RESOLVE, squash.DROP_RESOLVE)
+def test_the_migration_after_the_squash_holds_the_function_sql_the_code_describes():
+    """The squash's functions are 1.0.0's; ``0019_context_window`` replaces each under a new
+    name, with the SQL the code describes today (docs/design.md §14.1)."""
+    squash, latest = _squash(SQUASHES[1]), _squash(LATER[-1])
+    for name in ("APPEND_ONE", "GET", "RESOLVE"):
+        code = _pg.function_sql(getattr(_pg, name))
+        assert code == (getattr(latest, f"CREATE_{name}"), getattr(latest, f"DROP_{name}"))
+        assert getattr(squash, f"DROP_{name}") != code[1]
 
 
 @pytest.mark.django_db
@@ -199,7 +205,7 @@ def test_a_new_database_through_the_squashes_has_the_schema_of_the_originals(res
     targets = executor.loader.graph.leaf_nodes(APP) + executor.loader.graph.leaf_nodes(ADK)
     plan = executor.migration_plan(targets)
     assert [(migration.name, backwards) for migration, backwards in plan] == [
-        (name, False) for name in (*SQUASHES, ADK_SQUASH)
+        (name, False) for name in (*SQUASHES, *LATER, ADK_SQUASH)
     ]
     executor.migrate(targets)
     squashed = _schema()
@@ -213,7 +219,7 @@ def test_a_new_database_through_the_squashes_has_the_schema_of_the_originals(res
     targets = executor.loader.graph.leaf_nodes(APP) + executor.loader.graph.leaf_nodes(ADK)
     plan = executor.migration_plan(targets)
     assert [(migration.name, backwards) for migration, backwards in plan] == [
-        (name, False) for name in (*ORIGINALS, *ADK_ORIGINALS)
+        (name, False) for name in (*ORIGINALS, *LATER, *ADK_ORIGINALS)
     ]
     executor.migrate(targets)
     assert _schema() == squashed
@@ -283,7 +289,7 @@ def test_a_database_at_an_original_finishes_with_the_originals_and_keeps_its_row
     executor = MigrationExecutor(connection)
     plan = executor.migration_plan(executor.loader.graph.leaf_nodes(APP))
     assert [(migration.name, backwards) for migration, backwards in plan] == [
-        (name, False) for name in rest
+        (name, False) for name in (*rest, *LATER)
     ]
 
     call_command("migrate", verbosity=0)  # what the host runs on upgrading
@@ -350,4 +356,4 @@ def test_back_from_the_squashes_to_an_original_and_forward_again_keeps_the_rows(
         scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "three"}]
     )
     assert [m.seq for m in result.messages] == [3]
-    assert MigrationExecutor(connection).loader.graph.leaf_nodes(APP) == [(APP, SQUASHES[1])]
+    assert MigrationExecutor(connection).loader.graph.leaf_nodes(APP) == [(APP, LATER[-1])]

@@ -22,7 +22,7 @@ posts for them is ignored. Messages are read-only; the session page shows only t
 The modules: :mod:`.changelists` (checked input and bounded counts every changelist shares,
 docs/design.md §12.5), :mod:`.base` (read-only admins, session links, list cells),
 :mod:`.filters`, :mod:`.inlines`, :mod:`.sessions`, :mod:`.actions`, :mod:`.messages` and
-:mod:`.imports`. Importing this package registers the model admins with the default site, as
+:mod:`.imports` and :mod:`.erasures` (erasure records, read-only). Importing this package registers the model admins with the default site, as
 Django's admin autodiscovery expects of ``cortex_sessions.admin``.
 """
 
@@ -36,6 +36,7 @@ from .changelists import (
     CheckedInputAdminMixin,
     DeclaredFiltersChangeList,
 )
+from .erasures import ErasureAdmin
 from .filters import ArchivedListFilter, BackfilledListFilter, MessageSessionListFilter
 from .imports import ImportedConversationAdmin
 from .inlines import INLINE_MESSAGES, MessageInline, NewestMessagesFormSet
@@ -54,6 +55,7 @@ __all__ = [
     "BoundedCountPaginator",
     "CheckedInputAdminMixin",
     "DeclaredFiltersChangeList",
+    "ErasureAdmin",
     "ImportedConversationAdmin",
     "MessageAdmin",
     "MessageInline",

@@ -14,7 +14,7 @@ from django.utils import formats, timezone
 from django.utils.html import format_html
 
 from ..content import preview
-from ..models import Session
+from ..models import Message, Session
 from .changelists import CheckedInputAdminMixin
 
 if TYPE_CHECKING:
@@ -25,6 +25,7 @@ __all__ = [
     "TEXT_PREVIEW_CHARS",
     "TITLE_PREVIEW_CHARS",
     "ReadOnlyModelAdmin",
+    "compaction_label",
     "list_datetime",
     "parse_uuid",
     "pretty_json",
@@ -120,3 +121,10 @@ class ReadOnlyModelAdmin(CheckedInputAdminMixin):
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         """Always ``False``: rows are immutable here."""
         return False
+
+
+def compaction_label(message: Message) -> str:
+    """What a compaction summary stands for, e.g. "summary of 1–40" (docs/design.md §16.3):
+    every message up to its ``compacts_through_seq``; empty for any other message."""
+    through = message.compacts_through_seq
+    return "" if through is None else f"summary of 1\u2013{through}"

@@ -10,12 +10,13 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
-from ..models import Message, Session
+from ..models import Message, Session, not_expired_q
 from .base import parse_uuid
 
 __all__ = [
     "ArchivedListFilter",
     "BackfilledListFilter",
+    "ExpiredListFilter",
     "MessageSessionListFilter",
     "YesNoListFilter",
 ]
@@ -56,6 +57,19 @@ class ArchivedListFilter(YesNoListFilter):
     title = _("archived")
     parameter_name = "archived"
     condition = Q(archived_at__isnull=False)
+
+
+class ExpiredListFilter(YesNoListFilter):
+    """Sessions whose ``expires_at`` has passed (hidden from every read, waiting for the
+    expiry sweep), or the others (docs/design.md §18.1)."""
+
+    title = _("expired")
+    parameter_name = "expired"
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """Compared with the time of the request."""
+        self.condition = ~not_expired_q()
+        return super().queryset(request, queryset)
 
 
 class MessageSessionListFilter(admin.SimpleListFilter):

@@ -11,7 +11,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..content import preview
 from ..models import Message, Session
-from .base import TEXT_PREVIEW_CHARS
+from .base import TEXT_PREVIEW_CHARS, compaction_label
 
 if TYPE_CHECKING:
     _MessageInlineFormSet = BaseInlineFormSet[Message, Session, Any]
@@ -57,7 +57,7 @@ class MessageInline(_MessageTabularInline):
 
     model = Message
     formset = NewestMessagesFormSet
-    fields = ("seq", "role", "source", "text_preview", "created_at")
+    fields = ("seq", "role", "source", "text_preview", "created_at", "compaction")
     readonly_fields = fields
     extra = 0
     max_num = 0
@@ -89,3 +89,8 @@ class MessageInline(_MessageTabularInline):
     def text_preview(self, obj: Message) -> str:
         """The message's text, cut to ``TEXT_PREVIEW_CHARS`` characters."""
         return preview(obj.text, TEXT_PREVIEW_CHARS)
+
+    @admin.display(description=_("compaction"))
+    def compaction(self, obj: Message) -> str:
+        """Which seqs a compaction summary stands for (docs/design.md §16.3); else empty."""
+        return compaction_label(obj)

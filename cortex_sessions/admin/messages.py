@@ -23,11 +23,12 @@ from django.utils.translation import ngettext
 
 from .. import services
 from ..content import preview
-from ..exceptions import MessageNotFound, SessionArchived, SessionNotFound
+from ..exceptions import LegalHold, MessageNotFound, SessionArchived, SessionNotFound
 from ..models import Message
 from .base import (
     TEXT_PREVIEW_CHARS,
     ReadOnlyModelAdmin,
+    compaction_label,
     list_datetime,
     pretty_json,
     session_change_link,
@@ -66,7 +67,10 @@ class MessageAdmin(ReadOnlyModelAdmin):
         "message_text",
         "pretty_content",
         "pretty_metadata",
+        "pretty_usage",
+        "token_count",
         "created_at",
+        "compaction",
     )
     readonly_fields = fields
 
@@ -89,13 +93,15 @@ class MessageAdmin(ReadOnlyModelAdmin):
         obj = self.get_object(request, unquote(object_id))
         if obj is not None and obj.session is not None and obj.session.archived_at is not None:
             return self._refuse_archived(request, SessionArchived(), obj)
+        if obj is not None and obj.session is not None and obj.session.legal_hold:
+            return self._refuse_archived(request, LegalHold(), obj)  # frozen (§18.1)
         try:
             return super().delete_view(request, object_id, extra_context)
-        except SessionArchived as exc:
+        except (SessionArchived, LegalHold) as exc:
             return self._refuse_archived(request, exc, obj)
 
     def _refuse_archived(
-        self, request: HttpRequest, exc: SessionArchived, obj: Message | None
+        self, request: HttpRequest, exc: SessionArchived | LegalHold, obj: Message | None
     ) -> HttpResponse:
         self.message_user(request, exc.message, messages.ERROR)
         if obj is None:
@@ -159,11 +165,26 @@ class MessageAdmin(ReadOnlyModelAdmin):
                 messages.ERROR,
             )
             return None
+        held = queryset.filter(session__legal_hold=True).order_by().count()
+        if held:  # a session on legal hold has its messages frozen (docs/design.md §18.1)
+            self.message_user(
+                request,
+                ngettext(
+                    "%(count)d selected message belongs to a session on legal hold: nothing "
+                    "was deleted.",
+                    "%(count)d selected messages belong to sessions on legal hold: nothing "
+                    "was deleted.",
+                    held,
+                )
+                % {"count": held},
+                messages.ERROR,
+            )
+            return None
         try:
             # The history entries are written before the deletes: one transaction for both.
             with transaction.atomic(using=router.db_for_write(Message)):
                 return site_delete_selected(self, request, queryset)
-        except SessionArchived as exc:  # archived after the check: everything rolled back
+        except (SessionArchived, LegalHold) as exc:  # after the check: everything rolled back
             self.message_user(request, f"{exc.message} Nothing was deleted.", messages.ERROR)
             return None
 
@@ -201,3 +222,13 @@ class MessageAdmin(ReadOnlyModelAdmin):
     def pretty_metadata(self, obj: Message) -> str:
         """The host's metadata as indented JSON, like the content."""
         return pretty_json(obj.metadata)
+
+    @admin.display(description=_("compaction"))
+    def compaction(self, obj: Message) -> str:
+        """Which seqs a compaction summary stands for (docs/design.md §16.3); else empty."""
+        return compaction_label(obj)
+
+    @admin.display(description=_("usage"))
+    def pretty_usage(self, obj: Message) -> str:
+        """The message's usage (docs/design.md §16.1) as indented JSON; "-" when it has none."""
+        return "-" if obj.usage is None else pretty_json(obj.usage)

@@ -8,13 +8,13 @@ calls :func:`~cortex_sessions.services.delete_session`; the actions are in
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 from django.contrib import admin, messages
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.text import capfirst
 from django.utils.translation import gettext_lazy as _
@@ -22,7 +22,7 @@ from django.utils.translation import ngettext
 
 from .. import services
 from ..content import preview
-from ..exceptions import CortexSessionsError, SessionNotFound
+from ..exceptions import CortexSessionsError, LegalHold, SessionNotFound
 from ..forms import SessionAddForm, SessionChangeForm
 from ..models import Message, Session
 from .actions import SessionActionsMixin
@@ -35,12 +35,14 @@ from .base import (
     two_lines,
 )
 from .changelists import CheckedInputAdminMixin
-from .filters import ArchivedListFilter, BackfilledListFilter
+from .filters import ArchivedListFilter, BackfilledListFilter, ExpiredListFilter
 from .inlines import MessageInline
 
 __all__ = ["SessionAdmin"]
 
 _EDITABLE_FIELDS = ("title", "metadata", "cwd")
+#: The host's retention controls, written through ``services.set_retention`` (§18.1).
+_RETENTION_FIELDS = ("expires_at", "legal_hold")
 #: Shown read-only at the top of a session's page.
 _IDENTITY_FIELDS = ("id", "agent_id", "scope", "is_default")
 #: Shown read-only under "Kept by cortex_sessions": nothing posted for them is ever saved.
@@ -53,6 +55,10 @@ _APP_OWNED_FIELDS = (
     "archived_at",
     "fork_source",
     "forked_at_seq",
+    "input_tokens",
+    "output_tokens",
+    "cost",
+    "context_tokens",
     "created_at",
     "updated_at",
 )
@@ -71,7 +77,14 @@ class SessionAdmin(SessionActionsMixin, CheckedInputAdminMixin):
         "message_count",
         "updated",
     )
-    list_filter = ("is_default", ArchivedListFilter, BackfilledListFilter, "agent_id")
+    list_filter = (
+        "is_default",
+        ArchivedListFilter,
+        BackfilledListFilter,
+        "legal_hold",
+        ExpiredListFilter,
+        "agent_id",
+    )
     search_fields = ("title", "agent_id")
     search_help_text = _("Title or agent id; paste a session id to find that session.")
     ordering = ("-updated_at",)
@@ -89,6 +102,7 @@ class SessionAdmin(SessionActionsMixin, CheckedInputAdminMixin):
     change_fieldsets = (
         (None, {"fields": _IDENTITY_FIELDS}),
         (_("Host-owned"), {"fields": ("title", "cwd", "metadata")}),
+        (_("Retention"), {"fields": _RETENTION_FIELDS}),
         (_("Kept by cortex_sessions"), {"fields": _APP_OWNED_FIELDS}),
     )
     change_readonly_fields = _IDENTITY_FIELDS + _APP_OWNED_FIELDS
@@ -140,14 +154,19 @@ class SessionAdmin(SessionActionsMixin, CheckedInputAdminMixin):
         Only the host-owned fields the operator changed are sent, at the session's own scope.
         """
         if change:
-            changes = {
-                name: form.cleaned_data[name]
-                for name in form.changed_data
-                if name in _EDITABLE_FIELDS
+            changed = set(form.changed_data)
+            retention = {
+                name: form.cleaned_data[name] for name in _RETENTION_FIELDS if name in changed
             }
-            if not changes:
+            changes = {
+                name: form.cleaned_data[name] for name in _EDITABLE_FIELDS if name in changed
+            }
+            if not changes and not retention:
                 return
-            saved = services.update_session(scope=obj.scope, session_id=obj.pk, **changes)
+            if retention:  # first: it also finds an expired session (§18.1)
+                saved = services.set_retention(scope=obj.scope, session_id=obj.pk, **retention)
+            if changes:
+                saved = services.update_session(scope=obj.scope, session_id=obj.pk, **changes)
         else:
             data = form.cleaned_data
             saved = services.create_session(
@@ -165,15 +184,31 @@ class SessionAdmin(SessionActionsMixin, CheckedInputAdminMixin):
         obj._state.db = saved._state.db
 
     def delete_model(self, request: HttpRequest, obj: Session) -> None:
-        """Delete the session with its messages through ``services.delete_session``."""
-        with contextlib.suppress(SessionNotFound):  # already gone
-            services.delete_session(scope=obj.scope, session_id=obj.pk)
+        """Delete the session with its messages through ``services.delete_session``; a
+        session put on legal hold since the confirmation page is kept, with an error."""
+        self.delete_queryset(request, Session.objects.filter(pk=obj.pk))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Session]) -> None:
-        """Delete each selected session with its messages through ``services.delete_session``."""
+        """Delete each selected session with its messages through ``services.delete_session``.
+
+        The confirmation page refuses a selection holding a session on legal hold
+        (:meth:`get_deleted_objects`); one held after it was shown is kept and named in an
+        error message (docs/design.md §18.1).
+        """
+        held = []
         for session_id, scope in queryset.order_by().values_list("pk", "scope"):
-            with contextlib.suppress(SessionNotFound):  # deleted meanwhile
+            try:
                 services.delete_session(scope=scope, session_id=session_id)
+            except SessionNotFound:  # deleted meanwhile (or expired: the sweep's to delete)
+                continue
+            except LegalHold:
+                held.append(str(session_id))
+        if held:
+            self.message_user(
+                request,
+                _("Kept on legal hold, not deleted: %(ids)s.") % {"ids": ", ".join(held)},
+                messages.ERROR,
+            )
 
     def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
         """Summarize what a delete removes: each session and how many messages it has.
@@ -194,6 +229,18 @@ class SessionAdmin(SessionActionsMixin, CheckedInputAdminMixin):
         opts = self.opts
         perms_needed: set[Any] = set()
         deleted: list[Any] = []
+        # A session on legal hold is never deleted (docs/design.md §18.1): listed as
+        # protected, Django refuses the whole delete and says why.
+        protected = [
+            format_html(
+                "{}: {} ({})",
+                capfirst(opts.verbose_name),
+                session_change_link(self.admin_site, session.pk, session),
+                _("on legal hold"),
+            )
+            for session in sessions
+            if session.legal_hold
+        ]
         total = 0
         for session in sessions:
             if not self.has_delete_permission(request, session):
@@ -220,7 +267,7 @@ class SessionAdmin(SessionActionsMixin, CheckedInputAdminMixin):
         model_count = {opts.verbose_name_plural: len(sessions)}
         if total:
             model_count[Message._meta.verbose_name_plural] = total
-        return deleted, model_count, perms_needed, []
+        return deleted, model_count, perms_needed, protected
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Session], search_term: str
@@ -242,9 +289,11 @@ class SessionAdmin(SessionActionsMixin, CheckedInputAdminMixin):
         and the stylesheet cuts both lines to the column, which at 1366 px keeps at least 40
         characters of the title; each line's tooltip holds its whole text. An untitled session
         shows a placeholder so it still has a link. Badges mark an archived session
-        (docs/design.md §11.2) and one the default-session backfill created (docs/design.md §4).
+        (docs/design.md §11.2), one the default-session backfill created (docs/design.md §4),
+        one on legal hold and one expired but not swept yet (docs/design.md §18.1).
         """
         title = preview(obj.title, TITLE_PREVIEW_CHARS) if obj.title else str(_("(untitled)"))
+        now = timezone.now()
         badges = format_html_join(
             "",
             '<span class="cortex-badge">{}</span> ',
@@ -253,6 +302,8 @@ class SessionAdmin(SessionActionsMixin, CheckedInputAdminMixin):
                 for label, shown in (
                     (_("archived"), obj.archived_at is not None),
                     (_("backfilled"), bool(obj.backfilled_by)),
+                    (_("legal hold"), obj.legal_hold),
+                    (_("expired"), obj.expires_at is not None and obj.expires_at <= now),
                 )
                 if shown
             ),

@@ -8,7 +8,10 @@ from rest_framework.permissions import BasePermission
 
 from .scoping import resolve_request_scope
 
-__all__ = ["HasCortexScope"]
+__all__ = ["CanEraseScope", "HasCortexScope"]
+
+#: The Django permission that lets a host operator erase any scope (docs/design.md §18.2).
+ERASE_PERMISSION = "cortex_sessions.erase_scope"
 
 
 class HasCortexScope(BasePermission):
@@ -33,3 +36,22 @@ class HasCortexScope(BasePermission):
         """
         request.cortex_scope = resolve_request_scope(request)
         return True
+
+
+class CanEraseScope(BasePermission):
+    """Allow a user holding ``cortex_sessions.erase_scope`` (docs/design.md §18.2).
+
+    A host permission, not tenant membership: the ``SCOPE_RESOLVER`` is not asked, so an org
+    admin without the permission is refused like anyone else, and a holder may erase any scope.
+    A refusal is 403 ``permission_denied`` (401/403 ``not_authenticated`` when anonymous).
+    """
+
+    def has_permission(self, request: Any, view: Any) -> bool:
+        """Whether the request's user has the permission.
+
+        Returns:
+            ``True`` for a holder, else ``False`` (DRF raises ``PermissionDenied`` or
+            ``NotAuthenticated``).
+        """
+        user = getattr(request, "user", None)
+        return bool(user is not None and user.is_authenticated and user.has_perm(ERASE_PERMISSION))

@@ -102,6 +102,9 @@ REFERENCE_ERROR_TEXT = {
 #: The 409 of an operation that writes a session's messages or its default flag (§11.2).
 ARCHIVED_409 = "`session_archived`: the session is archived (read-only); unarchive it first."
 
+#: The 409 of every operation deleting a session or its messages (docs/design.md §18.1).
+HELD_409 = "`legal_hold`: the session is on legal hold; nothing of it may be deleted."
+
 #: The 409 of every operation taking an ``Idempotency-Key`` (§12.1): those declaring its 422.
 IN_PROGRESS_409 = (
     "`idempotency_key_in_progress`: a request with the same Idempotency-Key was still running "

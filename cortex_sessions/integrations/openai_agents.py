@@ -18,7 +18,8 @@ Every SDK item is one :class:`~cortex_sessions.models.Message`:
   {...}}`` block holding the item verbatim. :meth:`CortexSession.get_items` returns that block's
   item, so items round-trip exactly (deep-equal, in order). An item holding text PostgreSQL cannot
   store (NUL, lone surrogates) or nested too deep is kept as its JSON text in ``"item_json"``
-  instead; one that is not JSON (a key that is not a string, NaN) is ``InvalidContent``.
+  instead; one that is not JSON (a key that is not a string, NaN) is :class:`ItemNotJSON`, an
+  ``InvalidContent`` and a ``TypeError`` (what the SDK's own stores raise).
 - Messages written by other writers (the REST API, the admin, host code) take part in the history
   too: a ``user``, ``assistant`` or ``system`` message without an item block reads back as
   ``{"role": ..., "content": <its text>}``; other messages without one are skipped.
@@ -33,13 +34,19 @@ hold: a ``CortexSession`` can never read or write a session outside its ``scope`
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from functools import cache
 from typing import Any, TypeVar, cast
 
-from agents.memory.session_settings import SessionSettings, resolve_session_limit
+from agents.memory.session_settings import (
+    SessionSettings,
+    coerce_session_settings,
+    resolve_session_limit,
+)
 from asgiref.sync import sync_to_async
 from django.db import connections
 
@@ -53,21 +60,56 @@ from ..exceptions import (
     SessionArchived,
     SessionNotFound,
 )
-from ..models import Message, Session
+from ..models import Message, Session, not_expired_q
 from ..scope import Scope, as_scope, scope_q
+from . import openai_agents_history as history
 from .blocks import find_block, text_blocks, verbatim_block
+from .runtime_usage import attach_usage, openai_run_usage
 
-__all__ = ["ITEM_BLOCK_TYPE", "CortexSession", "item_to_message", "message_to_item"]
+__all__ = [
+    "ITEM_BLOCK_TYPE",
+    "CortexSession",
+    "ItemNotJSON",
+    "item_to_message",
+    "message_to_item",
+]
 
 #: The ``type`` of the content block that keeps an SDK item verbatim.
 ITEM_BLOCK_TYPE = "openai_agents_item"
 #: Messages read per query when the whole history is asked for.
 _PAGE = 1000
+#: Messages per statement of a whole history on PostgreSQL (one JSON array each; a history of
+#: up to this many messages is one statement, as the SDK's own stores read it).
+_HISTORY_PAGE = 5000
 #: How often a default-following operation resolves the default when it was deleted or
 #: archived between the resolve and the operation (docs/design.md §6.3, §11.2).
 _DEFAULT_ATTEMPTS = 3
 _ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 T = TypeVar("T")
+
+
+class ItemNotJSON(InvalidContent, TypeError):
+    """An SDK item that is not JSON: code ``invalid_content`` (a cortex
+    :class:`~cortex_sessions.exceptions.InvalidContent`), and a ``TypeError``, as the SDK's own
+    stores raise for an item ``json.dumps`` refuses (docs/design.md §13.2)."""
+
+
+def _settings(value: SessionSettings | Mapping[str, Any] | None) -> SessionSettings:
+    """``session_settings`` as the SDK's stores take it: ``None`` is the defaults; a dict is
+    checked and converted (``coerce_session_settings``).
+
+    Raises:
+        TypeError: a dict with a key ``SessionSettings`` has no field for (``{"limitt": 1}``),
+            as the SDK's own stores raise.
+    """
+    if value is None:
+        return SessionSettings()
+    if isinstance(value, Mapping):
+        unknown = sorted(set(value) - {field.name for field in dataclasses.fields(SessionSettings)})
+        if unknown:
+            raise TypeError(f"Unknown session settings: {', '.join(map(str, unknown))}.")
+        return coerce_session_settings(dict(value))
+    return value
 
 
 def _item_text(item: Mapping[str, Any]) -> str:
@@ -91,7 +133,7 @@ def _item_json(item: Mapping[str, Any]) -> str:
     surrogates, which JSON text escapes) or nested deeper than the content rule allows.
 
     Raises:
-        InvalidContent: ``item`` is not JSON: an object key anywhere in it that is not a
+        ItemNotJSON: ``item`` is not JSON: an object key anywhere in it that is not a
             string, or two keys of one object with the same text
             (:func:`~cortex_sessions.content.check_object_keys`), NaN or infinity, a value of
             another type, or nesting Python's encoder cannot follow.
@@ -100,14 +142,17 @@ def _item_json(item: Mapping[str, Any]) -> str:
     while stack:  # iterative: the item may be nested deeper than the recursion limit
         value = stack.pop()
         if isinstance(value, Mapping):
-            check_object_keys(value, field="content")
+            try:
+                check_object_keys(value, field="content")
+            except InvalidContent as error:
+                raise ItemNotJSON(str(error), field="content") from None
             stack.extend(value.values())
         elif isinstance(value, list | tuple):
             stack.extend(value)
     try:
         return json.dumps(item, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as error:
-        raise InvalidContent(f"content is not valid JSON: {error}", field="content") from None
+        raise ItemNotJSON(f"content is not valid JSON: {error}", field="content") from None
 
 
 def item_to_message(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -121,8 +166,8 @@ def item_to_message(item: Mapping[str, Any]) -> dict[str, Any]:
 
     Raises:
         InvalidInput: ``item`` is not a mapping.
-        InvalidContent: ``item`` is not JSON (an object key that is not a string, NaN, a
-            set, …); raised here, or by the append.
+        ItemNotJSON: ``item`` is not JSON (an object key that is not a string, NaN, a
+            set, …): an ``InvalidContent`` and a ``TypeError``.
     """
     if not isinstance(item, Mapping):
         raise InvalidInput("Every session item must be a JSON object.", field="items")
@@ -138,7 +183,11 @@ def message_to_item(message: Message) -> dict[str, Any] | None:
 
 
 def _item_of(role: str, content: Any) -> dict[str, Any] | None:
-    block = find_block(content, ITEM_BLOCK_TYPE)
+    return _item_of_block(role, find_block(content, ITEM_BLOCK_TYPE), content)
+
+
+def _item_of_block(role: str, block: Any, content: Any) -> dict[str, Any] | None:
+    """The item of a message whose item block (or ``None``) is already found."""
     if block is not None:
         if "item" in block:
             return cast(dict[str, Any], block["item"])
@@ -184,6 +233,8 @@ class CortexSession:
             the default of :meth:`get_items`.
 
     Raises:
+        TypeError: at construction, for ``session_settings`` with an unknown key, as the SDK's
+            stores raise.
         NoScope, InvalidScope: at construction, for a missing or malformed scope.
         InvalidAgentId, NulCharacter, InvalidText: at construction, for a bad agent id.
         SessionNotFound: on use of a pinned session that is missing, out of scope or
@@ -197,17 +248,17 @@ class CortexSession:
         agent_id: str,
         session_id: uuid.UUID | str | None = None,
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
+        record_usage: bool = False,
     ) -> None:
         self.scope = as_scope(scope)
+        #: Record the usage the SDK reports for a run on the messages of its answer
+        #: (docs/design.md §16.5): opt-in.
+        self.record_usage = record_usage
         self.agent_id = services.check_agent_id(agent_id)
         self._pinned = session_id
         #: The pinned session once checked (scope and agent), or the default as last resolved.
         self._current_pk: uuid.UUID | None = None
-        if session_settings is None:
-            session_settings = SessionSettings()
-        elif isinstance(session_settings, Mapping):
-            session_settings = SessionSettings(**session_settings)
-        self.session_settings: SessionSettings | None = session_settings
+        self.session_settings: SessionSettings | None = _settings(session_settings)
 
     # -- identity ---------------------------------------------------------------------------------
 
@@ -218,27 +269,20 @@ class CortexSession:
 
     @property
     def session_id(self) -> str:
-        """The cortex session's id as a string (docs/design.md §13.2).
+        """The cortex session's id as a string (docs/design.md §13.2); reading it never
+        queries.
 
-        Pinned: the given id, known without a query. Default-following: the id of the default
-        session **as of the latest operation** (or :meth:`resolve`) — a snapshot, which the
-        next operation moves on when the host has made another session the default or
-        deleted or archived it meanwhile. Before any operation, reading it from synchronous
-        code resolves the default on the spot; from async code it raises ``RuntimeError``
-        (no query may run on the event loop; the SDK tolerates this, and ``await
-        session.resolve()`` settles it).
+        Pinned: the given id. Default-following: the id of the default session **as of the
+        latest operation** (or :meth:`resolve`) — a snapshot, which the next operation moves
+        on when the host has made another session the default or deleted or archived it
+        meanwhile — and ``""`` before the first one (no session is chosen yet; the SDK reads
+        an empty id as none). So ``isinstance(session, agents.memory.Session)``, which reads
+        every attribute of the protocol, neither creates the default session nor raises, in
+        synchronous and async code alike; ``await session.resolve()`` settles the id.
         """
         if self._pinned is not None:
             return str(self._current_pk or self._pinned)
-        if self._current_pk is not None:
-            return str(self._current_pk)
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return str(self._resolve().pk)
-        raise RuntimeError(
-            "The default session is not resolved yet; await CortexSession.resolve() first."
-        )
+        return "" if self._current_pk is None else str(self._current_pk)
 
     async def resolve(self) -> Session:
         """The cortex session this object stores to now (the default: resolved afresh and
@@ -290,7 +334,9 @@ class CortexSession:
 
     # -- the Session protocol ---------------------------------------------------------------------
 
-    async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
+    async def get_items(
+        self, limit: int | None = None, wrapper: Any = None
+    ) -> list[dict[str, Any]]:
         """The conversation history, oldest first (the SDK's ``Session.get_items``).
 
         Args:
@@ -311,8 +357,15 @@ class CortexSession:
         scope = self.scope
         return await self._run(lambda pk: _read_items(pk, scope, effective))
 
-    async def add_items(self, items: list[Any]) -> None:
+    async def add_items(self, items: list[Any], wrapper: Any = None) -> None:
         """Append items, in order (the SDK's ``Session.add_items``).
+
+        Every operation takes the SDK's optional ``wrapper`` (its ``RunContextWrapper``), which
+        the SDK passes to a session whose four operations all accept it; only ``add_items``
+        uses it. With ``record_usage``, the usage the SDK's run reports (its ``RunContextWrapper``,
+        which the SDK passes as ``wrapper`` to a session that takes one) since it was last
+        recorded is stored as the ``usage`` of the batch's last ``assistant`` message
+        (docs/design.md §16.1, §16.5).
 
         Each item becomes one message (see the module docs); an empty list writes nothing.
         Up to ``MAX_MESSAGES_PER_APPEND`` items are one append, in one transaction. More are
@@ -323,28 +376,33 @@ class CortexSession:
         earlier ones written (the SDK then sees the error and may add the rest again).
 
         Raises:
-            InvalidInput (InvalidContent, MessageTooLarge, …): an item is not a JSON object or
-                is over ``MAX_MESSAGE_BYTES``; nothing is written.
+            ItemNotJSON: an item is not JSON (a set, bytes, an object key that is not a
+                string, …): an ``InvalidContent`` and a ``TypeError``; nothing is written.
+            InvalidInput (MessageTooLarge, …): an item is not a JSON object or is over
+                ``MAX_MESSAGE_BYTES``; nothing is written.
             SessionNotFound: the pinned session is out of scope, another agent's, or deleted.
             SessionArchived: the pinned session is archived (docs/design.md §11.2).
         """
         if not items:
             return
-        messages = [item_to_message(item) for item in items]
-        scope = self.scope
-        batch = app_settings.MAX_MESSAGES_PER_APPEND
-        if len(messages) > batch:
-            services.check_messages(messages)
+        with _items_are_json():
+            messages = [item_to_message(item) for item in items]
+            if self.record_usage and wrapper is not None:
+                attach_usage(messages, openai_run_usage(wrapper))
+            scope = self.scope
+            batch = app_settings.MAX_MESSAGES_PER_APPEND
+            if len(messages) > batch:
+                services.check_messages(messages)
 
-        def append(pk: uuid.UUID) -> None:
-            for start in range(0, len(messages), batch):
-                services.append_messages(
-                    scope=scope, session_id=pk, messages=messages[start : start + batch]
-                )
+            def append(pk: uuid.UUID) -> None:
+                for start in range(0, len(messages), batch):
+                    services.append_messages(
+                        scope=scope, session_id=pk, messages=messages[start : start + batch]
+                    )
 
-        await _settled(self._run(append))
+            await _settled(self._run(append))
 
-    async def pop_item(self) -> dict[str, Any] | None:
+    async def pop_item(self, wrapper: Any = None) -> dict[str, Any] | None:
         """Remove and return the newest item (the SDK's ``Session.pop_item``).
 
         Each removal is :func:`cortex_sessions.services.pop_message` (docs/design.md §11.4): the
@@ -365,7 +423,7 @@ class CortexSession:
         item = await _settled(self._run(lambda pk: _pop_item(pk, scope)))
         return item
 
-    async def clear_session(self) -> None:
+    async def clear_session(self, wrapper: Any = None) -> None:
         """Delete every item (the SDK's ``Session.clear_session``).
 
         The cortex session itself stays (with zero messages), so it remains listed in the
@@ -388,6 +446,19 @@ class CortexSession:
             f"CortexSession(scope={self.scope.canonical!r}, agent_id={self.agent_id!r}, "
             f"session_id={str(which)!r})"
         )
+
+
+@contextmanager
+def _items_are_json() -> Iterator[None]:
+    """Raise the append's ``InvalidContent`` for content that is not JSON as
+    :class:`ItemNotJSON` (also a ``TypeError``, as the SDK's stores raise); its subclasses
+    (``NulCharacter`` …) keep their own codes."""
+    try:
+        yield
+    except InvalidContent as error:
+        if type(error) is not InvalidContent:
+            raise
+        raise ItemNotJSON(error.message, **error.params) from None
 
 
 async def _settled(operation: Awaitable[T]) -> T:
@@ -424,7 +495,7 @@ def _rows(pk: uuid.UUID, scope: Scope) -> Any:
     using = routing.db_for_read(Message, scope=scope)
     return (
         Message.objects.using(using)
-        .filter(scope_q(scope), session_id=pk)
+        .filter(scope_q(scope), not_expired_q(prefix="session__"), session_id=pk)
         .values_list("seq", "role", "content")
     )
 
@@ -460,6 +531,9 @@ def _newest_sql(quote_name: Any, before: bool) -> str:
     return (
         f"SELECT seq, role, content FROM {quote_name(Message._meta.db_table)} "
         "WHERE session_id = %s AND scope >= %s AND scope < %s AND (scope = %s OR scope >= %s) "
+        # an expired session's messages are hidden until the sweep deletes them (§18.1)
+        f"AND NOT EXISTS (SELECT 1 FROM {quote_name(Session._meta.db_table)} s WHERE"
+        " s.id = session_id AND s.expires_at <= statement_timestamp()) "
         + ("AND seq < %s " if before else "")
         + "ORDER BY seq DESC LIMIT %s"
     )
@@ -487,6 +561,21 @@ def _read_items(pk: uuid.UUID, scope: Scope, limit: int | None) -> list[dict[str
     if limit is None:
         items: list[dict[str, Any]] = []
         after = 0
+        if history.serves(scope):  # a page per statement, decoded at once
+            while True:
+                count, after_next, entries = history.history_page(
+                    pk, scope, after=after, size=_HISTORY_PAGE, block_type=ITEM_BLOCK_TYPE
+                )
+                if not count and after == 0:
+                    _check_session(pk, scope)
+                items.extend(
+                    item
+                    for role, block, content in entries
+                    if (item := _item_of_block(role, block, content)) is not None
+                )
+                if count < _HISTORY_PAGE:
+                    return items
+                after = after_next
         while True:
             page = list(_rows(pk, scope).filter(seq__gt=after).order_by("seq")[:_PAGE])
             if not page and after == 0:

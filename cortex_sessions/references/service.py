@@ -478,6 +478,7 @@ def append_message_with_references(
     metadata: Mapping[str, Any] | None = None,
     cancel_token: CancelToken | None = None,
     deadline: Deadline | None = None,
+    usage: Mapping[str, Any] | None = None,
 ) -> services.AppendResult:
     """Prepare a user message with its references and store it durably (docs/design.md §8.8).
 
@@ -493,6 +494,7 @@ def append_message_with_references(
         scope, session_id, content, references, cancel_token, deadline: as for
             :func:`prepare_references`.
         metadata: host-owned JSON object for the user message.
+        usage: the user message's ``usage`` (docs/design.md §16.1), or ``None``.
 
     Returns:
         :class:`~cortex_sessions.services.AppendResult` with one or two new messages.
@@ -516,6 +518,7 @@ def append_message_with_references(
             source=Message.Source.USER,
             content=prepared.content,
             metadata=metadata,
+            usage=usage,
         )
     ]
     messages.extend(

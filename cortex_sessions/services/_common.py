@@ -11,9 +11,12 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from datetime import datetime
 from typing import Any, Final, TypeVar
 
 from django.db import DatabaseError, IntegrityError, OperationalError, router, transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from .. import routing
 from ..content import check_json_object, check_json_value
@@ -22,6 +25,7 @@ from ..exceptions import (
     InvalidAgentId,
     InvalidFilter,
     InvalidInput,
+    LegalHold,
     SessionArchived,
     SessionNotFound,
     ValueTooLong,
@@ -32,7 +36,17 @@ from ..models import Session
 from ..scope import Scope
 
 #: Orderings a session list accepts, each optionally prefixed with ``-`` (docs/design.md §7.2).
-ORDERING_FIELDS = ("created_at", "updated_at", "title", "message_count")
+ORDERING_FIELDS = (
+    "created_at",
+    "updated_at",
+    "title",
+    "message_count",
+    # The usage totals (docs/design.md §16.1-§16.2).
+    "input_tokens",
+    "output_tokens",
+    "cost",
+    "context_tokens",
+)
 DEFAULT_ORDERING = "-updated_at"
 TITLE_MAX_CHARS = 500
 #: Largest integer a filter, page bound or ``seq`` may be (a signed 64-bit column).
@@ -242,6 +256,44 @@ def _check_live(session: Session) -> Session:
     if session.archived_at is not None:
         raise SessionArchived()
     return session
+
+
+def _check_not_held(session: Session) -> Session:
+    """``session`` unchanged, or ``LegalHold`` when it is on legal hold (docs/design.md §18.1).
+
+    Called by every delete of a session or of its messages, on the row it holds locked, so a
+    hold that commits first is always seen.
+    """
+    if session.legal_hold:
+        raise LegalHold()
+    return session
+
+
+def _check_expires_at(value: Any) -> datetime | None:
+    """An ``expires_at`` as stored: ``None`` (never expires), an aware ``datetime``, or an
+    ISO 8601 string with its UTC offset (a merge patch, an import); docs/design.md §18.1.
+
+    A time already past is accepted: the session is hidden from reads at once and the next
+    sweep deletes it ("expire now").
+
+    Raises:
+        InvalidInput: anything else (a naive datetime, a string that is no ISO 8601
+            date-time with offset, another type), naming ``expires_at``.
+    """
+    if value is None:
+        return None
+    parsed: Any = value
+    if isinstance(value, str):
+        try:
+            parsed = parse_datetime(value)
+        except ValueError:
+            parsed = None
+    if not isinstance(parsed, datetime) or timezone.is_naive(parsed):
+        raise InvalidInput(
+            "expires_at must be an ISO 8601 date-time with a UTC offset, or null.",
+            field="expires_at",
+        )
+    return parsed
 
 
 def _in_callers_transaction(using: str) -> bool:

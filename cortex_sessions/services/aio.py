@@ -25,11 +25,15 @@ from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 
+from .compaction import compact_session
+from .context import context_messages
+from .erasure import erase_scope, get_erasure, resume_erasure
 from .idempotency import prune_idempotency_keys
 from .keyset import list_sessions_page
 from .lifecycle import archive_session, fork_session, patch_session, unarchive_session
 from .maintenance import recount_sessions
 from .messages import append_messages, clear_messages, delete_message, list_messages
+from .retention import expire_sessions, set_retention
 from .sessions import (
     count_sessions,
     create_session,
@@ -40,18 +44,24 @@ from .sessions import (
     resolve_session,
     update_session,
 )
+from .totals import usage_totals
 from .undo import delete_messages_after, pop_message
 
 __all__ = [
     "aappend_messages",
     "aarchive_session",
     "aclear_messages",
+    "acompact_session",
+    "acontext_messages",
     "acount_sessions",
     "acreate_session",
     "adelete_message",
     "adelete_messages_after",
     "adelete_session",
+    "aerase_scope",
+    "aexpire_sessions",
     "afork_session",
+    "aget_erasure",
     "aget_session",
     "alist_messages",
     "alist_sessions",
@@ -62,8 +72,11 @@ __all__ = [
     "aprune_idempotency_keys",
     "arecount_sessions",
     "aresolve_session",
+    "aresume_erasure",
+    "aset_retention",
     "aunarchive_session",
     "aupdate_session",
+    "ausage_totals",
 ]
 
 P = ParamSpec("P")
@@ -119,3 +132,11 @@ afork_session = async_twin(fork_session)
 apatch_session = async_twin(patch_session)
 apop_message = async_twin(pop_message)
 aunarchive_session = async_twin(unarchive_session)
+acompact_session = async_twin(compact_session)
+acontext_messages = async_twin(context_messages)
+aexpire_sessions = async_twin(expire_sessions)
+aset_retention = async_twin(set_retention)
+ausage_totals = async_twin(usage_totals)
+aerase_scope = async_twin(erase_scope)
+aget_erasure = async_twin(get_erasure)
+aresume_erasure = async_twin(resume_erasure)

@@ -20,6 +20,7 @@ import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.db.models import Q
@@ -29,6 +30,7 @@ from ..exceptions import CortexSessionsError, InvalidFilter
 from ..models import Session, SessionQuerySet
 from ..scope import Scope
 from ..search_limits import search_timeout
+from ..usage import TOTAL_COST_PATTERN
 from ._common import MAX_INT64, _check_int
 from .filters import SessionFilters, session_filters
 from .sessions import session_queryset
@@ -62,6 +64,8 @@ def _encode(ordering: str, row: Session, *, previous: bool) -> str:
     key = getattr(row, ordering.lstrip("-"))
     if isinstance(key, datetime):
         key = key.isoformat()
+    elif isinstance(key, Decimal):  # cost: its exact digits, six after the point
+        key = f"{key.quantize(_MICRO):f}"
     data = {"o": ordering, "k": key, "i": str(row.pk), "d": "p" if previous else "n"}
     raw = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
@@ -94,7 +98,8 @@ def _decode(cursor: Any, ordering: str) -> tuple[Any, uuid.UUID, bool]:
 
     Returns:
         The key (an aware UTC ``datetime`` for ``created_at``/``updated_at``, an ``int`` for
-        ``message_count``, a ``str`` for ``title``), the id, and whether the cursor points
+        ``message_count`` and the token totals, a ``Decimal`` for ``cost``, a ``str`` for
+        ``title``), the id, and whether the cursor points
         backwards (a previous page).
 
     Raises:
@@ -123,16 +128,25 @@ def _decode(cursor: Any, ordering: str) -> tuple[Any, uuid.UUID, bool]:
     return key, parsed_pk, direction == "p"
 
 
+#: Orderings whose key is a non-negative integer (docs/design.md §5, §16.1-§16.2).
+_INTEGER_KEYS = frozenset({"message_count", "input_tokens", "output_tokens", "context_tokens"})
+_MICRO = Decimal("0.000001")
+
+
 def _decode_key(key: Any, name: str) -> Any:
     """The sort key of a cursor, checked for ``name`` (see :func:`_decode`).
 
     Raises:
         ValueError, TypeError, OverflowError, CortexSessionsError: not a key of ``name``.
     """
-    if name == "message_count":
+    if name in _INTEGER_KEYS:
         return _check_int(key, field="cursor", minimum=0)
     if not isinstance(key, str):
         raise TypeError(key)
+    if name == "cost":
+        if not TOTAL_COST_PATTERN.fullmatch(key):
+            raise ValueError(key)
+        return Decimal(key)
     check_json_value(key, field="cursor")  # NulCharacter, InvalidText: NUL, lone surrogate
     if name not in ("created_at", "updated_at"):
         return key

@@ -24,9 +24,11 @@ from ..exceptions import InvalidInput, InvalidMetadata, InvalidUpToSeq
 from ..metadata import merge_patch
 from ..models import Message, Session
 from ..scope import Scope
+from ..usage import sums_of
 from ._common import (
     MAX_INT64,
     _check_cwd,
+    _check_expires_at,
     _check_title,
     _db_for_write,
     _locked_session,
@@ -34,6 +36,7 @@ from ._common import (
     _send_on_commit,
     _write_transaction,
 )
+from .context import has_compaction, refresh_context_tokens
 from .sessions import MAKE_DEFAULT_ATTEMPTS
 
 __all__ = [
@@ -45,7 +48,7 @@ __all__ = [
 ]
 
 #: The fields a merge patch of a session may change (the host-owned ones, docs/design.md §3.1).
-PATCHABLE_FIELDS = frozenset({"title", "metadata", "cwd"})
+PATCHABLE_FIELDS = frozenset({"title", "metadata", "cwd", "expires_at"})
 
 #: Message columns a fork does not copy from the source row: the fork's own id, session and seq
 #: are written by the ``INSERT … SELECT`` itself.
@@ -73,15 +76,28 @@ def _copy_messages(source: Session, fork: Session, up_to_seq: int, using: str) -
     session_column = quote(meta.get_field("session").column)
     seq_column = quote(cast(str, meta.get_field("seq").column))
     columns = ", ".join(quote(column) for column in copied)
+    # A compaction summary's ``compacts_through_seq`` is renumbered as the seqs are: the number
+    # of source messages up to it (docs/design.md §16.3).
+    through = quote(cast(str, meta.get_field("compacts_through_seq").column))
+    values = ", ".join(
+        f"CASE WHEN m.{through} IS NULL THEN NULL ELSE (SELECT COUNT(*) FROM "
+        f"{quote(meta.db_table)} x WHERE x.{session_column} = %s AND x.{seq_column} <= "
+        f"m.{through}) END"
+        if column == meta.get_field("compacts_through_seq").column
+        else f"m.{quote(column)}"
+        for column in copied
+    )
     sql = (
         f"INSERT INTO {quote(meta.db_table)} ({session_column}, {seq_column}, {columns}) "
-        f"SELECT %s, ROW_NUMBER() OVER (ORDER BY {seq_column}), {columns} "
-        f"FROM {quote(meta.db_table)} WHERE {session_column} = %s AND {seq_column} <= %s"
+        f"SELECT %s, ROW_NUMBER() OVER (ORDER BY m.{seq_column}), {values} "
+        f"FROM {quote(meta.db_table)} m WHERE m.{session_column} = %s AND m.{seq_column} <= %s"
     )
     pk_field = Session._meta.pk
+    source_pk = pk_field.get_db_prep_value(source.pk, connection)
     params = [
         pk_field.get_db_prep_value(fork.pk, connection),
-        pk_field.get_db_prep_value(source.pk, connection),
+        source_pk,
+        source_pk,
         up_to_seq,
     ]
     with connection.cursor() as cursor:
@@ -155,6 +171,10 @@ def fork_session(
             cwd=source.cwd,
             # A whole copy has the source's counters (exact: the source row is locked).
             message_count=source.message_count if whole else 0,
+            input_tokens=source.input_tokens if whole else 0,
+            output_tokens=source.output_tokens if whole else 0,
+            cost=source.cost if whole else 0,
+            context_tokens=source.context_tokens if whole else 0,
             last_message=source.last_message if whole else "",
             last_seq=source.message_count if whole else 0,
             forked_from=source.pk,
@@ -170,11 +190,17 @@ def fork_session(
             fork.last_message = newest_conversation_text(
                 Message.objects.using(using).filter(session=fork)
             )
+            totals = sums_of(Message.objects.using(using).filter(session=fork))._asdict()
+            for name, value in totals.items():
+                setattr(fork, name, value)
             Session.objects.using(using).filter(pk=fork.pk).update(
                 message_count=fork.message_count,
                 last_seq=fork.last_seq,
                 last_message=fork.last_message,
+                **totals,
             )
+            if has_compaction(fork, using=using):  # a summary's context (§16.3)
+                refresh_context_tokens(fork, using=using)
     _send_on_commit(signals.session_created, session=fork)
     return fork
 
@@ -267,7 +293,8 @@ def patch_session(
 ) -> Session:
     """Apply a JSON Merge Patch (RFC 7386) to a session's host-owned fields (§11.3).
 
-    ``title`` and ``cwd`` are replaced when present. ``metadata`` is merged into the stored
+    ``title``, ``cwd`` and ``expires_at`` (ISO 8601 with offset, or ``null``: never expires;
+    docs/design.md §18.1) are replaced when present. ``metadata`` is merged into the stored
     object key by key, recursively; a ``null`` member deletes that key, and ``"metadata": null``
     empties it. The session row is locked while the patch is read, merged and written, so two
     concurrent patches of different keys both survive. App-owned fields cannot be patched.
@@ -275,14 +302,15 @@ def patch_session(
     Args:
         scope: the caller's scope; the session must lie at or beneath it.
         session_id: the session.
-        patch: a JSON object with any of ``title``, ``metadata``, ``cwd``.
+        patch: a JSON object with any of ``title``, ``metadata``, ``cwd``, ``expires_at``.
 
     Returns:
         The session as stored after the patch.
 
     Raises:
         NoScope, InvalidScope, SessionNotFound.
-        InvalidInput: ``patch`` is not an object or names another field.
+        InvalidInput: ``patch`` is not an object or names another field, or ``expires_at``
+            is not an ISO 8601 date-time with offset nor ``null``.
         InvalidMetadata: the ``metadata`` member is neither an object nor ``null``, is
             nested deeper than ``content.MAX_JSON_DEPTH``, or the merged metadata is not
             storable.
@@ -307,6 +335,8 @@ def patch_session(
         changes["title"] = _check_title(patch["title"])
     if "cwd" in patch:
         changes["cwd"] = _check_cwd(patch["cwd"])
+    if "expires_at" in patch:
+        changes["expires_at"] = _check_expires_at(patch["expires_at"])
     metadata_patch = patch.get("metadata", {})
     if metadata_patch is not None and not isinstance(metadata_patch, Mapping):
         raise InvalidMetadata(

@@ -1,29 +1,47 @@
-"""Operator services: verify and repair counters (docs/design.md §5)."""
+"""Operator services: verify and repair counters and usage totals (docs/design.md §5, §16.1-§16.2)."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from decimal import Decimal
 
 from django.db.models import Count
 
 from ..exceptions import InvalidInput
 from ..models import Message, Session
 from ..scope import Scope
+from ..usage import Totals, sums_of
 from ._common import _db_for_read, _db_for_write, _session_id, _write_transaction
 from .messages import _newest_text
 
 
 @dataclass(frozen=True)
 class CounterDrift:
-    """A session whose stored counters differed from its rows (docs/design.md §5)."""
+    """A session whose stored counters differed from its rows (docs/design.md §5), or whose
+    usage totals did (``input_tokens``, ``output_tokens``, ``cost``, ``context_tokens``:
+    §16.1-§16.2)."""
 
     session_id: uuid.UUID
     stored_count: int
     actual_count: int
     stored_last_message: str
     actual_last_message: str
+    stored_totals: Totals = field(default_factory=Totals)
+    actual_totals: Totals = field(default_factory=Totals)
+
+    @property
+    def drifted_totals(self) -> list[str]:
+        """The names of the usage totals that differed, in :class:`~cortex_sessions.usage.Totals`
+        order."""
+        return [
+            name
+            for name, stored, actual in zip(
+                Totals._fields, self.stored_totals, self.actual_totals, strict=True
+            )
+            if stored != actual
+        ]
 
 
 # -- maintenance ----------------------------------------------------------------------------------
@@ -36,7 +54,9 @@ def recount_sessions(
     session_ids: Iterable[uuid.UUID | str] | None = None,
     repair: bool = True,
 ) -> list[CounterDrift]:
-    """Verify ``message_count`` and ``last_message`` against the rows, repairing drift (§5).
+    """Verify ``message_count``, ``last_message`` and the usage totals (``input_tokens``,
+    ``output_tokens``, ``cost``, ``context_tokens``) against the rows, repairing drift (§5,
+    §16.1-§16.2).
 
     An operator tool: pass a ``scope`` or, to check every session, ``all_scopes=True``.
     Each session is checked and repaired in its own transaction under its row lock.
@@ -71,11 +91,12 @@ def recount_sessions(
             session = Session.objects.using(using).select_for_update().filter(pk=session_pk).first()
             if session is None:
                 continue
-            actual = (
-                Message.objects.using(using).filter(session=session).aggregate(n=Count("pk"))["n"]
-            )
+            rows = Message.objects.using(using).filter(session=session)
+            actual = rows.aggregate(n=Count("pk"))["n"]
             last = _newest_text(session, using)
-            if actual == session.message_count and last == session.last_message:
+            totals = sums_of(rows)
+            stored = _stored_totals(session)
+            if (actual, last, totals) == (session.message_count, session.last_message, stored):
                 continue
             drifts.append(
                 CounterDrift(
@@ -84,10 +105,22 @@ def recount_sessions(
                     actual_count=actual,
                     stored_last_message=session.last_message,
                     actual_last_message=last,
+                    stored_totals=stored,
+                    actual_totals=totals,
                 )
             )
             if repair:
                 Session.objects.using(using).filter(pk=session.pk).update(
-                    message_count=actual, last_message=last
+                    message_count=actual, last_message=last, **totals._asdict()
                 )
     return drifts
+
+
+def _stored_totals(session: Session) -> Totals:
+    """The usage totals ``session`` holds, comparable with :func:`~cortex_sessions.usage.sums_of`'s."""
+    return Totals(
+        session.input_tokens,
+        session.output_tokens,
+        Decimal(session.cost).quantize(Decimal("0.000001")),
+        session.context_tokens,
+    )

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple, NoReturn, cast
+from typing import Any, NamedTuple, NoReturn
 
 from django.db import connections
 from django.db.models import F
@@ -30,12 +29,15 @@ from ..models import Message, Session
 from ..scope import Scope, canonical_of
 from ..search import check_query, filter_messages
 from ..search_limits import search_timeout
+from ..tokens import count_tokens
+from ..usage import Totals, check_usage, totals_of
 from . import _pg
 from ._common import (
     _autocommit_write,
     _check_int,
     _check_live,
     _check_metadata,
+    _check_not_held,
     _db_for_read,
     _db_for_write,
     _locked_session,
@@ -43,7 +45,8 @@ from ._common import (
     _session_id,
     _write_transaction,
 )
-from .idempotency import fingerprint, run_once
+from .context import has_compaction, refresh_context_tokens
+from .keyed_append import append_once
 from .sessions import _get
 
 
@@ -58,6 +61,8 @@ class MessageInput:
             ``user`` for the ``user`` role and ``host`` for the others.
         metadata: host-owned JSON object.
         created_at: when the message was written; defaults to now (importers pass the original).
+        usage: what producing it cost, or ``None`` (docs/design.md §16.1,
+            :func:`cortex_sessions.usage.check_usage`).
     """
 
     role: str
@@ -65,6 +70,7 @@ class MessageInput:
     source: str | None = None
     metadata: Mapping[str, Any] | None = None
     created_at: datetime | None = None
+    usage: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,7 @@ class AppendResult:
 #: Roles and sources a message may have (``Model.TextChoices.values`` builds a list each time).
 _ROLES = tuple(Message.Role.values)
 _SOURCES = tuple(Message.Source.values)
-_INPUT_KEYS = frozenset({"role", "content", "source", "metadata", "created_at"})
+_INPUT_KEYS = frozenset({"role", "content", "source", "metadata", "created_at", "usage"})
 
 #: ``json_text([{"type": "text", "text": text}])`` with the encoded text in place of ``%s``: a
 #: string's encoding is the encoder's fast path, where a list of blocks makes it build its
@@ -101,8 +107,9 @@ def _refuse_choice(
 class _BuiltMessage(NamedTuple):
     """One validated message input, as :func:`_build_message` returns it."""
 
-    #: The values of ``role``, ``source``, ``content``, ``metadata`` and ``created_at`` as they
-    #: are stored (without session, agent, scope and seq, which the session gives).
+    #: The values of ``role``, ``source``, ``content``, ``metadata``, ``created_at``, ``usage``
+    #: and ``token_count`` as they are stored (without session, agent, scope and seq, which the
+    #: session gives).
     columns: dict[str, Any]
     #: ``content`` and ``metadata`` as the JSON text validation encoded (and measured): the
     #: PostgreSQL path sends it as is rather than encoding the values again.
@@ -111,6 +118,8 @@ class _BuiltMessage(NamedTuple):
     #: The ``created_at`` the input gave (an import), as given, or ``None`` (the append's clock):
     #: an idempotency key's fingerprint is of the input, not of the value stored.
     given_time: datetime | None
+    #: ``usage`` as JSON text, or ``None`` (SQL ``NULL``).
+    usage_json: str | None = None
 
 
 #: ``Message.created_at``, whose ``get_prep_value`` makes a naive datetime aware.
@@ -136,10 +145,10 @@ def _build_message(
             )
         get = item.get
         role, content, source = get("role"), get("content"), get("source")
-        metadata, created_at = get("metadata"), get("created_at")
+        metadata, created_at, usage = get("metadata"), get("created_at"), get("usage")
     elif isinstance(item, MessageInput):
         role, content, source = item.role, item.content, item.source
-        metadata, created_at = item.metadata, item.created_at
+        metadata, created_at, usage = item.metadata, item.created_at, item.usage
     else:
         raise InvalidInput(f"messages[{index}] must be an object.", field="messages")
     if role not in _ROLES:
@@ -172,14 +181,21 @@ def _build_message(
         if not isinstance(created_at, datetime):
             raise InvalidInput("created_at must be a datetime.", field="created_at")
         stamp = _CREATED_AT.get_prep_value(created_at)
+    usage_json = None
+    if usage is not None:
+        usage = check_usage(usage)
+        usage_json = json_text(usage, field="usage")
     columns = {
         "role": role,
         "source": source,
         "content": blocks,
         "metadata": metadata,
         "created_at": stamp,
+        "usage": usage,
+        "token_count": count_tokens(role, blocks),
+        "compacts_through_seq": None,
     }
-    return _BuiltMessage(columns, content_json, metadata_json, created_at)
+    return _BuiltMessage(columns, content_json, metadata_json, created_at, usage_json)
 
 
 # -- messages -------------------------------------------------------------------------------------
@@ -232,10 +248,43 @@ def _newest_text(session: Session, using: str) -> str:
     return newest_conversation_text(Message.objects.using(using).filter(session=session))
 
 
-def _after_delete(session: Session, deleted: int, using: str) -> Session:
+def _totals_of(rows: Sequence[Mapping[str, Any]]) -> Totals:
+    """What message rows (column values, or values read back) add to their session's totals
+    (docs/design.md §16.1-§16.2)."""
+    return totals_of((row["usage"], row["token_count"]) for row in rows)
+
+
+def _moved_totals(totals: Totals, sign: int = 1) -> dict[str, Any]:
+    """The ``update()`` keyword arguments that move a session's totals by ``totals`` (``sign``
+    ``-1``: take them away), as ``F()`` expressions, so the row's own values are moved."""
+    return {name: F(name) + sign * amount for name, amount in totals._asdict().items() if amount}
+
+
+def _add_totals(session: Session, totals: Totals, sign: int = 1) -> None:
+    """Move the totals of the ``session`` instance as :func:`_moved_totals` moved its row."""
+    for name, amount in totals._asdict().items():
+        setattr(session, name, getattr(session, name) + sign * amount)
+
+
+def _deleted_totals(messages: Any) -> Totals:
+    """What the message rows of the queryset ``messages`` add to their session (read before
+    they are deleted, under the session's row lock)."""
+    return totals_of(messages.values_list("usage", "token_count"))
+
+
+def _after_delete(
+    session: Session,
+    deleted: int,
+    using: str,
+    removed: Totals | None = None,
+    *,
+    compacted: bool = False,
+) -> Session:
     """Move the counters of the locked ``session`` after ``deleted`` of its rows went, in the
     database and on ``session`` itself, in the transaction open on database ``using``
-    (docs/design.md §5, §17.1)."""
+    (docs/design.md §5, §17.1); ``removed``: what those rows added to the usage totals
+    (§16.1-§16.2)."""
+    removed = removed or Totals()
     session.message_count -= deleted
     session.last_message = _newest_text(session, using)
     session.updated_at = timezone.now()
@@ -243,7 +292,11 @@ def _after_delete(session: Session, deleted: int, using: str) -> Session:
         message_count=F("message_count") - deleted,
         last_message=session.last_message,
         updated_at=session.updated_at,
+        **_moved_totals(removed, -1),
     )
+    _add_totals(session, removed, -1)
+    if compacted:  # which rows the context holds may have changed (docs/design.md §16.3)
+        refresh_context_tokens(session, using=using)
     return session
 
 
@@ -296,46 +349,17 @@ def append_messages(
     now = timezone.now()
     rows = [_build_message(item, index, now) for index, item in enumerate(messages)]
     if idempotency_key is not None:
-        return _append_once(scope, session_id, rows, idempotency_key, now)
+        return append_once(scope, session_id, rows, idempotency_key, now)
     return _append_rows(scope, session_id, rows, now)
 
 
-def _append_once(
+def _append_rows(
     scope: Scope | str,
     session_id: uuid.UUID | str,
-    rows: list[_BuiltMessage],
-    key: str,
+    built: list[_BuiltMessage],
     now: datetime,
-) -> AppendResult:
-    """:func:`append_messages` with an idempotency key (docs/design.md §12.1)."""
-    pk = _session_id(session_id)
-    inputs = [
-        {
-            **row.columns,
-            "explicit_time": row.given_time is not None,
-            "created_at": row.given_time,
-        }
-        for row in rows
-    ]
-    outcome = run_once(
-        scope=scope,
-        endpoint=f"service:append_messages:{pk}",
-        key=key,
-        digest=fingerprint(inputs),
-        write=lambda: _append_rows(scope, pk, rows, now),
-        record=lambda result: (0, json.dumps([message.pk for message in result.messages])),
-    )
-    if not outcome.replayed:
-        return cast(AppendResult, outcome.result)
-    # A replay reads where the first call wrote: a replica may not have its rows yet (§17.1).
-    using = _db_for_write()
-    written = Message.objects.using(using).filter(pk__in=json.loads(outcome.response))
-    session = _get(scope, pk, None, using=using)
-    return AppendResult(session=session, messages=list(written.order_by("seq")))
-
-
-def _append_rows(
-    scope: Scope | str, session_id: uuid.UUID | str, built: list[_BuiltMessage], now: datetime
+    *,
+    key: tuple[Any, ...] = (),
 ) -> AppendResult:
     """Write validated messages at the end of the session, in one transaction (docs/design.md
     §5); ``now`` (the time :func:`append_messages` read) is the session's new ``updated_at`` on
@@ -343,8 +367,10 @@ def _append_rows(
     rows = [message.columns for message in built]
     alias = _db_for_write()
     if _pg.serves(alias):  # one statement (docs/design.md §14)
-        texts = [(message.content_json, message.metadata_json) for message in built]
-        return _append_pg(alias, scope, session_id, rows, texts, now)
+        texts = [
+            (message.content_json, message.metadata_json, message.usage_json) for message in built
+        ]
+        return _append_pg(alias, scope, session_id, rows, texts, now, key)
     with _write_transaction(alias):
         session = _check_live(_locked_session(scope, session_id))
         created = Message.objects.using(alias).bulk_create(
@@ -357,6 +383,7 @@ def _append_rows(
             )
             for offset, row in enumerate(rows, start=1)
         )
+        added = _totals_of(rows)
         changes: dict[str, Any] = {
             "last_seq": session.last_seq + len(created),
             # Read under the row lock, so never behind a prior append's; and never behind the
@@ -368,10 +395,13 @@ def _append_rows(
                 changes["last_message"] = last
                 break
         Session.objects.using(alias).filter(pk=session.pk).update(
-            message_count=F("message_count") + len(created), **changes
+            message_count=F("message_count") + len(created),
+            **_moved_totals(added),
+            **changes,
         )
         # The row is locked, so the new values are known without reading the row back.
         changes["message_count"] = session.message_count + len(created)
+        _add_totals(session, added)
         for name, value in changes.items():
             setattr(session, name, value)
     _send_on_commit(signals.messages_appended, session=session, messages=created)
@@ -383,10 +413,12 @@ def _append_pg(
     scope: Scope | str,
     session_id: uuid.UUID | str,
     rows: list[dict[str, Any]],
-    texts: list[tuple[str, str]],
+    texts: list[tuple[str, str, str | None]],
     now: datetime,
+    key: tuple[Any, ...] = (),
 ) -> AppendResult:
-    """:func:`append_messages` on PostgreSQL: the same checks, one statement (``_pg``)."""
+    """:func:`append_messages` on PostgreSQL: the same checks, one statement (``_pg``; with
+    ``key``, it records that idempotency key too)."""
     canonical = canonical_of(scope)
     last = None
     for row in reversed(rows):
@@ -404,6 +436,8 @@ def _append_pg(
                 json_texts=texts,
                 last_message=last,
                 updated_at=now if attempt == 0 else timezone.now(),
+                totals=_totals_of(rows),
+                key=key,
             )
         if appended is not None:
             break
@@ -492,16 +526,20 @@ def delete_message(*, scope: Scope | str, session_id: uuid.UUID | str, seq: int)
     Raises:
         NoScope, InvalidScope, SessionNotFound, MessageNotFound.
         SessionArchived: the session is archived (docs/design.md §11.2).
+        LegalHold: the session is on legal hold; its messages are frozen (§18.1).
         InvalidFilter: ``seq`` is not an integer ``>= 1``.
     """
     _check_int(seq, field="seq", minimum=1)
     using = _db_for_write()
     with _write_transaction(using):
-        session = _check_live(_locked_session(scope, session_id))
-        deleted, _ = Message.objects.using(using).filter(session=session, seq=seq).delete()
+        session = _check_not_held(_check_live(_locked_session(scope, session_id)))
+        doomed = Message.objects.using(using).filter(session=session, seq=seq)
+        removed = _deleted_totals(doomed)
+        compacted = has_compaction(session, using=using)
+        deleted, _ = doomed.delete()
         if not deleted:
             raise MessageNotFound()
-        _after_delete(session, deleted, using)
+        _after_delete(session, deleted, using, removed, compacted=compacted)
     return session
 
 
@@ -514,12 +552,16 @@ def clear_messages(*, scope: Scope | str, session_id: uuid.UUID | str) -> int:
     Raises:
         NoScope, InvalidScope, SessionNotFound.
         SessionArchived: the session is archived (docs/design.md §11.2).
+        LegalHold: the session is on legal hold; its messages are frozen (§18.1).
     """
     using = _db_for_write()
     with _write_transaction(using):
-        session = _check_live(_locked_session(scope, session_id))
+        session = _check_not_held(_check_live(_locked_session(scope, session_id)))
         deleted, _ = Message.objects.using(using).filter(session=session).delete()
         Session.objects.using(using).filter(pk=session.pk).update(
-            message_count=0, last_message="", updated_at=timezone.now()
+            message_count=0,
+            last_message="",
+            updated_at=timezone.now(),
+            **Totals()._asdict(),
         )
     return deleted

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, cast
 
 from django.db import IntegrityError, connections
@@ -15,7 +16,7 @@ from .. import signals
 from ..content import check_json_object
 from ..exceptions import DefaultConflict, InvalidFilter, SessionNotFound
 from ..metadata import filter_by_metadata
-from ..models import Message, Session, SessionQuerySet
+from ..models import Message, Session, SessionQuerySet, not_expired_q
 from ..scope import Scope, canonical_of, scope_q
 from ..search import filter_sessions
 from ..search_limits import search_timeout
@@ -28,9 +29,11 @@ from ._common import (
     _check_agent_id,
     _check_agent_id_filter,
     _check_cwd,
+    _check_expires_at,
     _check_int,
     _check_live,
     _check_metadata,
+    _check_not_held,
     _check_title,
     _db_for_read,
     _db_for_write,
@@ -42,6 +45,16 @@ from ._common import (
 )
 from .filters import SessionFilters, session_filters
 from .idempotency import fingerprint, run_once
+
+
+def _retire_expired_default(using: str, *, agent_id: str, canonical: str) -> None:
+    """Take ``is_default`` from the agent's expired default at ``canonical``, if it has one,
+    so a new default can be created in the same transaction (docs/design.md §18.1). The
+    update locks that row (through the one-default index, as make-default's demotion does)."""
+    Session.objects.using(using).defaults_of(agent_id=agent_id, scope=canonical).filter(
+        expires_at__lte=timezone.now()
+    ).update(is_default=False)
+
 
 #: How many times :func:`resolve_session` reads-then-creates before giving up on a default
 #: that concurrent writers keep creating and deleting.
@@ -229,6 +242,7 @@ def create_session(
     cwd: str | None = None,
     is_default: bool = False,
     idempotency_key: str | None = None,
+    expires_at: datetime | str | None = None,
 ) -> Session:
     """Create a session of ``agent_id`` at exactly ``scope`` (docs/design.md §3.1).
 
@@ -242,6 +256,9 @@ def create_session(
         idempotency_key: when given, the session is created at most once per key and scope
             within ``IDEMPOTENCY_TTL``; a replay with the same fields creates nothing and
             returns the first session as it is now (docs/design.md §12.1).
+        expires_at: when the session expires (an aware ``datetime`` or an ISO 8601 string
+            with offset), or ``None`` for never (docs/design.md §18.1). A time already past
+            is stored, and the session is hidden from reads at once.
 
     Returns:
         The new session (or, on a replay, the one the first call created).
@@ -263,13 +280,14 @@ def create_session(
         "metadata": _check_metadata(metadata),
         "cwd": _check_cwd(cwd),
         "is_default": bool(is_default),
+        "expires_at": _check_expires_at(expires_at),
     }
     if idempotency_key is not None:
         outcome = run_once(
             scope=canonical,
             endpoint="service:create_session",
             key=idempotency_key,
-            digest=fingerprint(values),
+            digest=fingerprint(_fingerprinted(values)),
             write=lambda: _create(canonical, values),
             record=lambda session: (0, str(session.pk)),
         )
@@ -280,6 +298,14 @@ def create_session(
         except Session.DoesNotExist:
             raise SessionNotFound() from None
     return _create(canonical, values)
+
+
+def _fingerprinted(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` as an idempotency fingerprint takes them: ``expires_at`` as ISO 8601 text,
+    and left out when ``None`` (so keys recorded before it existed still replay)."""
+    expires_at = values["expires_at"]
+    rest = {key: value for key, value in values.items() if key != "expires_at"}
+    return rest if expires_at is None else {**rest, "expires_at": expires_at.isoformat()}
 
 
 def _create(canonical: str, values: dict[str, Any]) -> Session:
@@ -309,19 +335,23 @@ def update_session(
     title: str | Unchanged = UNCHANGED,
     metadata: Mapping[str, Any] | Unchanged = UNCHANGED,
     cwd: str | Unchanged | None = UNCHANGED,
+    expires_at: datetime | str | Unchanged | None = UNCHANGED,
 ) -> Session:
-    """Change the host-owned fields of a session: ``title``, ``metadata``, ``cwd`` (docs/design.md §7.1).
+    """Change the host-owned fields of a session: ``title``, ``metadata``, ``cwd``,
+    ``expires_at`` (docs/design.md §7.1, §18.1).
 
     Only the given fields are written, with ``updated_at``; counters, scope, ``is_default`` and
     ``backfilled_by`` are never written, so an append that lands between a client's read and
     this update is never undone (docs/design.md §5).
 
     Args:
-        title, metadata, cwd: the new values; a field left out (its default ``UNCHANGED``)
-            is not written.
+        title, metadata, cwd, expires_at: the new values; a field left out (its default
+            ``UNCHANGED``) is not written. ``expires_at`` is an aware ``datetime``, an ISO
+            8601 string with offset, or ``None`` (never expires).
 
     Returns:
-        The session as stored after the update (counters read fresh).
+        The session as stored after the update (counters read fresh) — also when the new
+        ``expires_at`` has passed already, though reads hide it from then on.
 
     Raises:
         NoScope, InvalidScope, SessionNotFound, ValueTooLong, InvalidMetadata, NulCharacter,
@@ -334,19 +364,27 @@ def update_session(
         changes["metadata"] = check_json_object(metadata)
     if cwd is not UNCHANGED:
         changes["cwd"] = _check_cwd(cwd)
+    if expires_at is not UNCHANGED:
+        changes["expires_at"] = _check_expires_at(expires_at)
     using = _db_for_write()  # the row is read back from where it was written (§17.1)
     session_pk = _get(scope, session_id, None, using=using).pk
     # The clock is read before the update waits for the row lock: a concurrent write that
     # committed a later time meanwhile keeps it (``updated_at`` never moves back).
     changes["updated_at"] = Greatest(F("updated_at"), Value(timezone.now()))
     Session.objects.using(using).filter(pk=session_pk).update(**changes)
+    if "expires_at" in changes:  # the row as written, even if it has just expired
+        try:
+            return Session.objects.using(using).get(pk=session_pk)
+        except Session.DoesNotExist:
+            raise SessionNotFound() from None
     return _get(scope, session_pk, None, using=using)
 
 
 def delete_session(*, scope: Scope | str, session_id: uuid.UUID | str) -> None:
     """Delete a session and its messages in one transaction (docs/design.md §7.1, §6.3).
 
-    Deleting the default is allowed; the next :func:`resolve_session` creates a new one.
+    Deleting the default is allowed; the next :func:`resolve_session` creates a new one. A
+    session on legal hold is never deleted (docs/design.md §18.1).
 
     A delete the database rolled back to break a deadlock (deleting the default writes the
     one-default index, as a concurrent :func:`make_default` does on MySQL/MariaDB) runs again,
@@ -354,13 +392,14 @@ def delete_session(*, scope: Scope | str, session_id: uuid.UUID | str) -> None:
 
     Raises:
         NoScope, InvalidScope, SessionNotFound.
+        LegalHold: the session is on legal hold; nothing is deleted.
         OperationalError: a deadlock inside a caller's transaction, or on every attempt.
     """
     using = _db_for_write()
 
     def attempt() -> dict[str, Any]:
         with _write_transaction(using):
-            session = _locked_session(scope, session_id)
+            session = _check_not_held(_locked_session(scope, session_id))
             details = {
                 "session_id": session.pk,
                 "agent_id": session.agent_id,
@@ -389,6 +428,12 @@ def resolve_session(
     way, as make-default's swaps do, unless a caller's transaction encloses it
     (docs/design.md §15.4).
 
+    An expired default (``expires_at`` passed, not swept yet) is never returned: the create
+    retires it first, in its own transaction and under its row lock (``is_default`` false;
+    the sweep deletes it later), so the one-default constraint stays race-free — a concurrent
+    resolve waits for that lock, then collides with the new default and reads it
+    (docs/design.md §18.1).
+
     Returns:
         ``(session, created)``.
 
@@ -414,7 +459,7 @@ def resolve_session(
             # On the write database: a replica's stale "no default" would create a second one.
             session = (
                 Session.objects.using(alias)
-                .filter(agent_id=agent_id, scope=canonical, is_default=True)
+                .filter(not_expired_q(), agent_id=agent_id, scope=canonical, is_default=True)
                 .first()
             )
         if session is not None:
@@ -422,6 +467,7 @@ def resolve_session(
         # A collision with a concurrent resolve's default (which may be deleted again before
         # the re-read) reads, or creates, once more (docs/design.md §12.3).
         with _write_transaction(alias):
+            _retire_expired_default(alias, agent_id=agent_id, canonical=canonical)
             return Session.objects.create(agent_id=agent_id, scope=canonical, is_default=True), True
 
     session, created = _retry_default_race(alias, attempt, attempts=RESOLVE_ATTEMPTS)

@@ -10,17 +10,26 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
+from django.db import connections
+from django.utils import timezone
+
 from ..exceptions import MessageNotFound
 from ..models import Message, Session
-from ..scope import Scope
+from ..scope import Scope, canonical_of
+from ..usage import totals_of
+from . import _pop_pg
 from ._common import (
+    _autocommit_write,
     _check_int,
     _check_live,
+    _check_not_held,
     _db_for_write,
     _locked_session,
+    _session_id,
     _write_transaction,
 )
-from .messages import _after_delete
+from .context import has_compaction
+from .messages import _after_delete, _deleted_totals
 
 __all__ = ["MessagesDeleted", "PoppedMessage", "delete_messages_after", "pop_message"]
 
@@ -62,17 +71,19 @@ def delete_messages_after(
     Raises:
         NoScope, InvalidScope, SessionNotFound.
         SessionArchived: the session is archived.
+        LegalHold: the session is on legal hold; its messages are frozen (§18.1).
         InvalidFilter: ``after_seq`` is not an integer ``>= 0``.
     """
     _check_int(after_seq, field="after_seq", minimum=0)
     using = _db_for_write()
     with _write_transaction(using):
-        session = _check_live(_locked_session(scope, session_id))
-        deleted, _ = (
-            Message.objects.using(using).filter(session=session, seq__gt=after_seq).delete()
-        )
+        session = _check_not_held(_check_live(_locked_session(scope, session_id)))
+        doomed = Message.objects.using(using).filter(session=session, seq__gt=after_seq)
+        removed = _deleted_totals(doomed)
+        compacted = has_compaction(session, using=using)
+        deleted, _ = doomed.delete()
         if deleted:
-            _after_delete(session, deleted, using)
+            _after_delete(session, deleted, using, removed, compacted=compacted)
     return MessagesDeleted(session=session, deleted=deleted)
 
 
@@ -80,7 +91,10 @@ def pop_message(*, scope: Scope | str, session_id: uuid.UUID | str) -> PoppedMes
     """Remove and return the newest message of a session (docs/design.md §11.4).
 
     The session row is locked first, so concurrent pops queue and each returns a different
-    message; the counters move in the same transaction.
+    message; the counters move in the same transaction. On PostgreSQL that is one statement
+    whenever it can be (``_pop_pg``: a live session with messages, no concurrent writer, a
+    ``last_message`` SQL writes exactly); otherwise, and on every other database, a transaction
+    of the ORM's statements.
 
     Returns:
         :class:`PoppedMessage` with the removed message as it was stored.
@@ -88,16 +102,29 @@ def pop_message(*, scope: Scope | str, session_id: uuid.UUID | str) -> PoppedMes
     Raises:
         NoScope, InvalidScope, SessionNotFound.
         SessionArchived: the session is archived.
+        LegalHold: the session is on legal hold; its messages are frozen (§18.1).
         MessageNotFound: the session has no messages.
     """
     using = _db_for_write()
+    if connections[using].vendor == "postgresql":  # one statement when it can (docs/design.md §14)
+        with _autocommit_write(using):
+            popped = _pop_pg.pop_newest(
+                using,
+                canonical=canonical_of(scope),
+                session_id=_session_id(session_id),
+                now=timezone.now(),
+            )
+        if popped is not None:
+            return PoppedMessage(session=popped[0], message=popped[1])
     with _write_transaction(using):
-        session = _check_live(_locked_session(scope, session_id))
+        session = _check_not_held(_check_live(_locked_session(scope, session_id)))
         # Read in the transaction holding the row lock: a replica's newest message may be
         # one a concurrent pop has already removed (docs/design.md §17.1).
         message = Message.objects.using(using).filter(session=session).order_by("-seq").first()
         if message is None:
             raise MessageNotFound("The session has no messages.")
+        compacted = has_compaction(session, using=using)
         Message.objects.using(using).filter(pk=message.pk).delete()
-        _after_delete(session, 1, using)
+        removed = totals_of([(message.usage, message.token_count)])
+        _after_delete(session, 1, using, removed, compacted=compacted)
     return PoppedMessage(session=session, message=message)

@@ -204,7 +204,7 @@ def test_change_page_edits_title_metadata_cwd_and_shows_the_rest_read_only(
 
     assert response.status_code == 200
     form = response.context["adminform"].form
-    assert set(form.fields) == {"title", "metadata", "cwd"}
+    assert set(form.fields) == {"title", "metadata", "cwd", "expires_at", "legal_hold"}
     content = response.content.decode()
     assert 'name="title" value="Old"' in content
     assert "/srv/app" in content

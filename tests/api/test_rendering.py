@@ -31,6 +31,7 @@ RESPONSE_SERIALIZERS = [
     api.MessagesDeletedSerializer,
     api.PoppedMessageSerializer,
     api.MessagePageSerializer,
+    api.ContextWindowSerializer,
 ]
 
 
@@ -102,6 +103,10 @@ def _cases(rows):
         (api.PoppedMessageSerializer, {"session": rows.session, "message": second}),
         (api.MessagePageSerializer, page),
         (api.MessagePageSerializer, {"results": [], "has_more": False, "next": None}),
+        (
+            api.ContextWindowSerializer,
+            services.context_messages(scope="org=a", session_id=rows.session.id),
+        ),
     ]
 
 

@@ -26,6 +26,8 @@ SESSION_FIELDS = {
     "archived_at",
     "forked_from",
     "forked_at_seq",
+    "expires_at",
+    "legal_hold",
 }
 
 

@@ -1,7 +1,8 @@
 """The documented examples run as the docs say: ``migrate``, then ``python -m …`` (no network).
 
-docs/openai-agents.md and docs/adk.md point at these modules; this runs them as a reader would,
-in a fresh process on a fresh SQLite database of the example project.
+docs/openai-agents.md, docs/adk.md, docs/langchain.md, docs/langgraph.md and docs/pydantic-ai.md
+point at these modules; this runs them as a reader would, in a fresh process on a fresh SQLite
+database of the example project.
 """
 
 from __future__ import annotations
@@ -49,6 +50,24 @@ def example_env(tmp_path_factory):
             "example_project.runtimes.adk_example",
             "google.adk",
             "the model's second request: ['Which city is the Golden Gate Bridge in?', "
+            "'San Francisco.', 'And which state?']",
+        ),
+        (
+            "example_project.runtimes.langchain_example",
+            "langchain_core",
+            "the model's second prompt: ['Answer in one line.', "
+            "'Which city is the Golden Gate Bridge in?', 'San Francisco.', 'And which state?']",
+        ),
+        (
+            "example_project.runtimes.langgraph_example",
+            "langgraph",
+            "the model's second prompt: ['Which city is the Golden Gate Bridge in?', "
+            "'San Francisco.', 'And which state?']",
+        ),
+        (
+            "example_project.runtimes.pydantic_ai_example",
+            "pydantic_ai",
+            "the model's second prompt: ['Which city is the Golden Gate Bridge in?', "
             "'San Francisco.', 'And which state?']",
         ),
     ],

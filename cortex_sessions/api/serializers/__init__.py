@@ -13,7 +13,7 @@ input serializers.
 
 The package is split by resource: :mod:`.fields` (schema patterns, strict and JSON-valued
 fields), :mod:`.base` (strict bodies, the empty body, the error body), :mod:`.sessions`,
-:mod:`.messages` and :mod:`.references`. Every public name is re-exported here; import from
+:mod:`.messages`, :mod:`.references`, :mod:`.usage` and :mod:`.erasures`. Every public name is re-exported here; import from
 ``cortex_sessions.api.serializers``.
 """
 
@@ -21,6 +21,10 @@ from __future__ import annotations
 
 from .base import *  # noqa: F403
 from .base import __all__ as _base_all
+from .context import *  # noqa: F403
+from .context import __all__ as _context_all
+from .erasures import *  # noqa: F403
+from .erasures import __all__ as _erasures_all
 from .fields import *  # noqa: F403
 from .fields import __all__ as _fields_all
 from .messages import *  # noqa: F403
@@ -29,5 +33,16 @@ from .references import *  # noqa: F403
 from .references import __all__ as _references_all
 from .sessions import *  # noqa: F403
 from .sessions import __all__ as _sessions_all
+from .usage import *  # noqa: F403
+from .usage import __all__ as _usage_all
 
-__all__ = _base_all + _fields_all + _sessions_all + _messages_all + _references_all
+__all__ = (
+    _base_all
+    + _fields_all
+    + _sessions_all
+    + _messages_all
+    + _references_all
+    + _context_all
+    + _usage_all
+    + _erasures_all
+)

@@ -22,6 +22,7 @@ __all__ = [
     "AgentIdField",
     "BlocksField",
     "ContentField",
+    "CostField",
     "CwdField",
     "MetadataField",
     "ReferencesField",
@@ -33,6 +34,7 @@ __all__ = [
     "StrictIntegerField",
     "StrictUUIDField",
     "TitleField",
+    "UsageField",
 ]
 
 #: Schema patterns stating the server's rules, so a client generated from the schema sends
@@ -245,6 +247,63 @@ class ContentField(StrictFieldMixin, serializers.JSONField):
     ``null`` here and any other shape in the service are ``invalid_content``."""
 
     rule_code = "invalid_content"
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "nullable": True,
+        "description": (
+            "What producing the message cost (docs/design.md §16.1): any of these keys, no "
+            "other; adds to the session's input_tokens, output_tokens and cost."
+        ),
+        "properties": {
+            **{
+                key: {"type": "integer", "minimum": 0, "maximum": 10**12}
+                for key in (
+                    "input_tokens",
+                    "output_tokens",
+                    "cached_input_tokens",
+                    "reasoning_tokens",
+                )
+            },
+            "model": {"type": "string", "maxLength": 255, "pattern": NO_NUL_PATTERN},
+            "cost": {
+                "type": "string",
+                "pattern": r"^(0|[1-9][0-9]{0,9})(\.[0-9]{1,6})?$",
+                "description": (
+                    "A non-negative decimal below 10^10 as a string, at most 6 fractional digits."
+                ),
+                "example": "0.0042",
+            },
+        },
+        "additionalProperties": False,
+    }
+)
+class UsageField(StrictFieldMixin, serializers.JSONField):
+    """A message's ``usage`` (docs/design.md §16.1): ``null`` or an object; the service checks
+    its keys and values, and any bad shape is ``invalid_usage`` (one rule, one code)."""
+
+    rule_code = "invalid_usage"
+
+
+@extend_schema_field(
+    {
+        "type": "string",
+        "format": "decimal",
+        "pattern": r"^[0-9]{1,14}\.[0-9]{6}$",
+        "example": "0.004200",
+    }
+)
+class CostField(serializers.DecimalField):
+    """A session's ``cost`` (docs/design.md §16.1): the sum of its messages' ``usage.cost``,
+    read-only, as a string with six fractional digits."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_digits", 20)
+        kwargs.setdefault("decimal_places", 6)
+        kwargs.setdefault("read_only", True)
+        super().__init__(**kwargs)
 
 
 @extend_schema_field({"type": "array", "items": _BLOCK_SCHEMA})

@@ -19,6 +19,7 @@ from .fields import (
     ReferencesField,
     StrictBooleanField,
     StrictChoiceField,
+    UsageField,
 )
 from .rendering import PlannedRepresentationMixin
 from .sessions import SearchMatchSerializer, SearchResultMixin, SessionSerializer
@@ -39,7 +40,9 @@ __all__ = [
 ]
 
 #: Fields of a stored message that only the app writes; a message sent back may carry them.
-MESSAGE_READ_ONLY_FIELDS = frozenset({"id", "session", "seq", "created_at", "match"})
+MESSAGE_READ_ONLY_FIELDS = frozenset(
+    {"id", "session", "seq", "created_at", "match", "compacts_through_seq", "token_count"}
+)
 
 
 class MessageSerializer(PlannedRepresentationMixin, serializers.ModelSerializer[Message]):
@@ -48,10 +51,27 @@ class MessageSerializer(PlannedRepresentationMixin, serializers.ModelSerializer[
     session = serializers.UUIDField(source="session_id", read_only=True, allow_null=True)
     content = BlocksField(read_only=True)
     metadata = MetadataField(read_only=True)
+    usage = UsageField(read_only=True)
+    token_count = serializers.IntegerField(
+        read_only=True,
+        help_text="The tokens the message takes in a model's context (TOKEN_COUNTER; §16.2).",
+    )
 
     class Meta:
         model = Message
-        fields = ["id", "session", "seq", "role", "source", "content", "metadata", "created_at"]
+        fields = [
+            "id",
+            "session",
+            "seq",
+            "role",
+            "source",
+            "content",
+            "metadata",
+            "created_at",
+            "compacts_through_seq",
+            "usage",
+            "token_count",
+        ]
         read_only_fields = fields
 
 
@@ -111,6 +131,7 @@ class MessageInputSerializer(StrictSerializerMixin, serializers.Serializer[Any])
         ),
     )
     metadata = MetadataField(required=False)
+    usage = UsageField(required=False, allow_null=True)
 
 
 class MessageWithReferencesInputSerializer(MessageInputSerializer):

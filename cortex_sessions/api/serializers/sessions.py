@@ -14,6 +14,7 @@ from cortex_sessions.models import Session
 from .base import StrictSerializerMixin
 from .fields import (
     AgentIdField,
+    CostField,
     CwdField,
     MetadataField,
     ScopeTextField,
@@ -54,6 +55,11 @@ SESSION_READ_ONLY_FIELDS = frozenset(
         "archived_at",
         "forked_from",
         "forked_at_seq",
+        "legal_hold",  # the admin's and the host's, never the client's (docs/design.md §18.1)
+        "input_tokens",
+        "output_tokens",
+        "cost",
+        "context_tokens",
         "match",  # of a search result (docs/design.md §11.5)
     }
 )
@@ -63,6 +69,7 @@ class SessionSerializer(PlannedRepresentationMixin, serializers.ModelSerializer[
     """A session as the API returns it (docs/design.md §3.1). Every field is read-only here."""
 
     metadata = MetadataField(read_only=True)
+    cost = CostField(help_text="Sum of the messages' usage.cost (docs/design.md §16.1).")
 
     class Meta:
         model = Session
@@ -82,6 +89,12 @@ class SessionSerializer(PlannedRepresentationMixin, serializers.ModelSerializer[
             "archived_at",
             "forked_from",
             "forked_at_seq",
+            "expires_at",
+            "legal_hold",
+            "input_tokens",
+            "output_tokens",
+            "cost",
+            "context_tokens",
         ]
         read_only_fields = fields
 
@@ -138,6 +151,20 @@ class ListedSessionSerializer(SearchResultMixin, SessionSerializer):
         read_only_fields = fields
 
 
+def expires_at_field() -> serializers.DateTimeField:
+    """The writable ``expires_at`` of a request body (docs/design.md §18.1): ISO 8601, or
+    ``null`` for never; a bad format is 400 ``invalid`` naming it, nothing written."""
+    return serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text=(
+            "When the session expires (ISO 8601; give the UTC offset), or null for never. "
+            "From then on every read hides it, and the expiry sweep deletes it unless it is "
+            "on legal hold."
+        ),
+    )
+
+
 class SessionCreateSerializer(StrictSerializerMixin, serializers.Serializer[Any]):
     """Body of ``POST /sessions/``: the host-owned fields, the agent and an optional scope."""
 
@@ -147,6 +174,7 @@ class SessionCreateSerializer(StrictSerializerMixin, serializers.Serializer[Any]
     title = TitleField(required=False, default="")
     metadata = MetadataField(required=False, default=dict)
     cwd = CwdField(required=False, default=None)
+    expires_at = expires_at_field()
     scope = ScopeTextField(
         required=False,
         help_text=(
@@ -157,7 +185,8 @@ class SessionCreateSerializer(StrictSerializerMixin, serializers.Serializer[Any]
 
 
 class SessionUpdateSerializer(StrictSerializerMixin, serializers.Serializer[Any]):
-    """Body of ``PUT``/``PATCH /sessions/{id}/``: only ``title``, ``metadata`` and ``cwd``.
+    """Body of ``PUT``/``PATCH /sessions/{id}/``: only ``title``, ``metadata``, ``cwd`` and
+    ``expires_at``.
 
     Fields left out are not changed, with ``PUT`` as with ``PATCH``. The other fields of a
     session as read (``id``, ``agent_id``, ``scope``, counters, …) are accepted and ignored, so
@@ -169,6 +198,7 @@ class SessionUpdateSerializer(StrictSerializerMixin, serializers.Serializer[Any]
     title = TitleField(required=False)
     metadata = MetadataField(required=False)
     cwd = CwdField(required=False)
+    expires_at = expires_at_field()
 
 
 @extend_schema_field({"type": "object", "additionalProperties": True, "nullable": True})
@@ -179,7 +209,7 @@ class MetadataPatchField(serializers.JSONField):
 class SessionMergePatchSerializer(StrictSerializerMixin, serializers.Serializer[Any]):
     """Body of ``PATCH /sessions/{id}/`` sent as ``application/merge-patch+json`` (§11.3).
 
-    ``title`` and ``cwd`` are replaced when present; ``metadata`` is merged into the stored
+    ``title``, ``cwd`` and ``expires_at`` are replaced when present; ``metadata`` is merged into the stored
     object by RFC 7386 (a ``null`` member deletes that key; ``"metadata": null`` empties it).
     Read-only fields are accepted and ignored; any other key is 400 ``unknown_field``.
     """
@@ -189,6 +219,7 @@ class SessionMergePatchSerializer(StrictSerializerMixin, serializers.Serializer[
     title = TitleField(required=False)
     metadata = MetadataPatchField(required=False, allow_null=True)
     cwd = CwdField(required=False)
+    expires_at = expires_at_field()
 
 
 @extend_schema_field({"type": "integer", "minimum": 0, "maximum": 2**63 - 1})

@@ -8,8 +8,9 @@ Not found, out of scope and malformed ids are one case: 404 ``session_not_found`
 body, on every endpoint and method (docs/design.md §7.3).
 
 The package is split by resource: :mod:`.sessions` (:class:`SessionViewSet`: the collection,
-one session, its lifecycle), :mod:`.messages` and :mod:`.references` (the viewset's message
-and session-reference actions, as mixins); the policies every view shares are in
+one session, its lifecycle), :mod:`.messages`, :mod:`.references` and :mod:`.export` (the viewset's
+message, session-reference and export actions, as mixins), :mod:`.erasures`
+(:class:`ErasureViewSet`, erasure by scope); the policies every view shares are in
 :mod:`cortex_sessions.api.mixins` and the OpenAPI side (errors, shared parameters, the schema
 class) in :mod:`cortex_sessions.api.schema`. Every public name is re-exported here.
 """
@@ -26,6 +27,8 @@ from ..schema import (
     CortexAutoSchema,
     errors,
 )
+from .erasures import ErasureViewSet
+from .export import JSONLinesRenderer
 from .messages import MESSAGE_PAGE_PARAMETERS
 from .references import CANDIDATE_PARAMETERS, MAX_CANDIDATE_QUERY
 from .sessions import SessionViewSet
@@ -41,6 +44,8 @@ __all__ = [
     "SCOPE_PARAMETERS",
     "CortexAPIMixin",
     "CortexAutoSchema",
+    "ErasureViewSet",
+    "JSONLinesRenderer",
     "SessionViewSet",
     "errors",
 ]

@@ -28,6 +28,7 @@ from ..pagination import parse_int_param
 from ..schema import (
     ARCHIVED_409,
     BODY_ERRORS,
+    HELD_409,
     ID_PARAMETER,
     MAX_SEQ,
     REFERENCE_ERROR_TEXT,
@@ -161,7 +162,7 @@ class SessionMessagesMixin(SessionReferencesMixin):
         request=None,
         responses={
             200: MessagesDeletedSerializer,
-            **errors(404, 409, text={409: ARCHIVED_409}),
+            **errors(404, 409, text={409: f"{ARCHIVED_409} {HELD_409}"}),
         },
     )
     @action(detail=True, methods=["get", "post", "delete"])
@@ -200,7 +201,7 @@ class SessionMessagesMixin(SessionReferencesMixin):
                 text={
                     404: "`session_not_found`: missing, out of scope or malformed id, all "
                     "alike. `message_not_found`: the session has no messages.",
-                    409: ARCHIVED_409,
+                    409: f"{ARCHIVED_409} {HELD_409}",
                 },
             ),
         },
@@ -242,7 +243,7 @@ class SessionMessagesMixin(SessionReferencesMixin):
                 text={
                     404: "`session_not_found`: missing, out of scope or malformed id, all "
                     "alike. `message_not_found`: no message with that seq.",
-                    409: ARCHIVED_409,
+                    409: f"{ARCHIVED_409} {HELD_409}",
                 },
             ),
         },
@@ -330,6 +331,7 @@ class SessionMessagesMixin(SessionReferencesMixin):
                     content=item["content"],
                     source=item.get("source"),
                     metadata=item.get("metadata"),
+                    usage=item.get("usage"),
                 )
                 for item in items
             ],
@@ -349,6 +351,7 @@ class SessionMessagesMixin(SessionReferencesMixin):
             references=data.get("references", ()),
             metadata=data.get("metadata"),
             deadline=self._reference_deadline(),
+            usage=data.get("usage"),
         )
         return self._append_response(result)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import Http404
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import UnsupportedMediaType
@@ -32,9 +32,18 @@ from ..idempotency import IDEMPOTENCY_PARAMETER, idempotent
 from ..mixins import CortexAPIMixin
 from ..pagination import SessionPagination
 from ..parsers import MERGE_PATCH_MEDIA_TYPE, JSONObjectParser, MergePatchParser
-from ..schema import ARCHIVED_409, BODY_ERRORS, ID_PARAMETER, SCOPE_PARAMETERS, SEARCH_503, errors
+from ..schema import (
+    ARCHIVED_409,
+    BODY_ERRORS,
+    HELD_409,
+    ID_PARAMETER,
+    SCOPE_PARAMETERS,
+    SEARCH_503,
+    errors,
+)
 from ..scoping import narrow_scope
 from ..serializers import (
+    CompactSerializer,
     CountSerializer,
     ForkSerializer,
     ListedSessionSerializer,
@@ -45,8 +54,11 @@ from ..serializers import (
     SessionMergePatchSerializer,
     SessionSerializer,
     SessionUpdateSerializer,
+    UsageReportSerializer,
     refuse_body,
 )
+from .context import SessionContextMixin
+from .export import SessionExportMixin
 from .messages import SessionMessagesMixin
 from .references import SessionReferencesMixin
 
@@ -55,7 +67,12 @@ __all__ = ["SessionViewSet"]
 
 @extend_schema(tags=["sessions"], parameters=SCOPE_PARAMETERS)
 class SessionViewSet(
-    SessionMessagesMixin, SessionReferencesMixin, CortexAPIMixin, viewsets.GenericViewSet[Session]
+    SessionContextMixin,
+    SessionMessagesMixin,
+    SessionReferencesMixin,
+    SessionExportMixin,
+    CortexAPIMixin,
+    viewsets.GenericViewSet[Session],
 ):
     """Sessions and their messages at the request's scope (docs/design.md §7.3)."""
 
@@ -69,9 +86,12 @@ class SessionViewSet(
     query_parameters = {
         "list": frozenset({*SessionFilter.base_filters, "limit", "offset", "cursor"}),
         "count": frozenset(SessionFilter.base_filters),
+        "usage": frozenset({*SessionFilter.base_filters, "group_by"}),
         "messages.get": frozenset({"limit", "after_seq", "before_seq", "q"}),
         "messages.delete": frozenset({"after_seq"}),
         "reference_candidates": frozenset({"q", "limit"}),
+        "context": frozenset({"max_tokens"}),
+        "export": frozenset({"agent_id"}),
     }
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
@@ -118,6 +138,7 @@ class SessionViewSet(
             "fork": ForkSerializer,
             "messages": MessageWithReferencesInputSerializer,
             "prepare_references": ReferencePrepareSerializer,
+            "compact": CompactSerializer,
         }.get(self.action, SessionSerializer)
 
     def _session_response(self, session: Session, code: int = status.HTTP_200_OK) -> Response:
@@ -180,6 +201,44 @@ class SessionViewSet(
         )
         total = services.count_sessions(scope=self.scope, filters=filterset.session_filters)
         return Response({"count": total})
+
+    @extend_schema(
+        summary="Usage totals",
+        filters=True,
+        parameters=[
+            OpenApiParameter(
+                "group_by",
+                str,
+                enum=[*services.GROUP_BY],
+                description=(
+                    "Group the sums by agent_id, or by the scope level directly beneath the "
+                    "request's scope (per tenant); absent: one total."
+                ),
+            )
+        ],
+        responses={200: UsageReportSerializer, **errors(text=SEARCH_503)},
+    )
+    @action(detail=False, methods=["get"])
+    def usage(self, request: Request) -> Response:
+        """``{"group_by", "totals", "groups"}``: the sums of the usage totals of the sessions
+        the list with the same filters shows, whole or grouped (``group_by=agent_id|scope``),
+        in one statement (docs/design.md §16.1; ``ordering`` is accepted and ignored).
+
+        Errors as the list; 400 ``invalid_filter`` for another ``group_by``.
+        """
+        filterset = SessionFilterBackend().get_validated_filterset(
+            request, self.get_queryset(), self
+        )
+        group_by = request.query_params.get("group_by")
+        with search_timeout(self.get_queryset().db, active="q" in request.query_params):
+            found = services.usage_totals(
+                scope=self.scope, filters=filterset.session_filters, group_by=group_by
+            )
+        groups = found if isinstance(found, list) else None
+        totals = found if not isinstance(found, list) else _summed(found)
+        return Response(
+            UsageReportSerializer({"group_by": group_by, "totals": totals, "groups": groups}).data
+        )
 
     @extend_schema(
         summary="Resolve the session a run uses",
@@ -277,7 +336,11 @@ class SessionViewSet(
             return self.update(request, pk, partial=True)
         serializer = SessionMergePatchSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        patch = {name: request.data[name] for name in serializer.validated_data}
+        # The members as sent (a null in metadata deletes a key), expires_at as parsed.
+        patch = {
+            name: value if name == "expires_at" else request.data[name]
+            for name, value in serializer.validated_data.items()
+        }
         return self._session_response(
             services.patch_session(scope=self.scope, session_id=pk, patch=patch)
         )
@@ -285,12 +348,15 @@ class SessionViewSet(
     @extend_schema(
         summary="Delete a session and its messages",
         parameters=[ID_PARAMETER],
-        responses={204: OpenApiResponse(description="Deleted."), **errors(404)},
+        responses={
+            204: OpenApiResponse(description="Deleted."),
+            **errors(404, 409, text={409: HELD_409}),
+        },
     )
     def destroy(self, request: Request, pk: str) -> Response:
         """Delete the session with its messages (deleting the default is allowed, §6.3).
 
-        Errors: 404 ``session_not_found``.
+        Errors: 404 ``session_not_found``; 409 ``legal_hold`` (docs/design.md §18.1).
         """
         services.delete_session(scope=self.scope, session_id=pk)
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -399,6 +465,14 @@ class SessionViewSet(
         """Unarchive the session (docs/design.md §11.2). Errors: 404 ``session_not_found``."""
         refuse_body(request)
         return self._session_response(services.unarchive_session(scope=self.scope, session_id=pk))
+
+
+def _summed(groups: list[services.UsageTotals]) -> dict[str, Any]:
+    """The sums over ``groups`` (the totals of a grouped usage answer, with no second query)."""
+    names = ("sessions", "message_count", "input_tokens", "output_tokens", "cost")
+    summed: dict[str, Any] = {name: sum(getattr(group, name) for group in groups) for name in names}
+    summed["context_tokens"] = sum(group.context_tokens for group in groups)
+    return summed
 
 
 def _is_merge_patch(request: Request) -> bool:

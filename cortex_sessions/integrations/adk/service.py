@@ -82,10 +82,27 @@ class CortexSessionService(BaseSessionService):
         ScopeForbidden: the mapped scope lies outside ``within``.
     """
 
-    def __init__(self, *, within: Scope | str | None = None) -> None:
+    def __init__(self, *, within: Scope | str | None = None, record_usage: bool = False) -> None:
         self.within = as_scope(within) if within is not None else None
+        #: Store an event's ``usage_metadata`` as its message's ``usage`` (docs/design.md
+        #: §16.1, §16.5): opt-in.
+        self.record_usage = record_usage
         #: The key of this service's ``app:`` state: the canonical ``within``, ``""`` unbound.
         self.tenant = self.within.canonical if self.within is not None else ""
+
+    # -- lifecycle, as ADK's database store ------------------------------------------------------
+
+    async def close(self) -> None:
+        """Nothing to release: the service holds no engine or connection of its own (Django owns
+        the connections). ADK's ``DatabaseSessionService.close()`` disposes its engine."""
+
+    async def __aenter__(self) -> CortexSessionService:
+        """``async with CortexSessionService() as service:``, as with ADK's database store."""
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Leave the ``async with`` block (:meth:`close`)."""
+        await self.close()
 
     # -- mapping ----------------------------------------------------------------------------------
 

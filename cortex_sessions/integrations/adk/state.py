@@ -9,9 +9,11 @@ stored.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any, cast
 
-from django.db.models import Value
+from django.db.models import CharField, Value
+from django.db.models.functions import Cast
 from google.adk.sessions import _session_util
 from google.adk.sessions.state import State
 
@@ -65,22 +67,54 @@ def _shared_state(
 ) -> dict[str, Any]:
     """The app's (in ``tenant``) and the user's (at ``scope``) shared state, prefixed, in one
     query."""
+    app_state, user_states = _shared_states(tenant, app_name, [(scope, user_id)], using)
+    return _prefixed(app_state, user_states.get((scope, user_id), {}))
+
+
+def _shared_states(
+    tenant: str, app_name: str, users: Collection[tuple[str, str]], using: str
+) -> tuple[dict[str, Any], dict[tuple[str, str], dict[str, Any]]]:
+    """The app's shared state (in ``tenant``) and the shared state of each ``(scope, user_id)``
+    in ``users``, in one query whatever their number (``list_sessions``, docs/design.md §13.3).
+
+    Returns:
+        ``(app_state, {(scope, user_id): user_state})``, keys without their prefix; a user
+        without stored state is absent from the mapping.
+    """
+    blank = Value("", output_field=CharField())
     app = (
         AdkAppState.objects.using(using)
         .filter(tenant=tenant, app_name=app_name)
-        .annotate(kind=Value(State.APP_PREFIX))
-        .values_list("kind", "state")
+        .annotate(kind=Value(State.APP_PREFIX), row_scope=blank, row_user=blank)
+        .values_list("kind", "row_scope", "row_user", "state")
     )
+    keys = {user_state_key(scope, app_name, user_id): (scope, user_id) for scope, user_id in users}
     user = (
         AdkUserState.objects.using(using)
-        .filter(**_user_state_q(scope, app_name, user_id))
-        .annotate(kind=Value(State.USER_PREFIX))
-        .values_list("kind", "state")
+        .filter(key__in=list(keys), app_name=app_name)
+        # Cast: in a UNION, MySQL/MariaDB return the binary-collated scope column as bytes.
+        .annotate(
+            kind=Value(State.USER_PREFIX),
+            row_scope=Cast("scope", output_field=CharField()),
+            row_user=Cast("user_id", output_field=CharField()),
+        )
+        .values_list("kind", "row_scope", "row_user", "state")
     )
-    merged: dict[str, Any] = {}
-    for prefix, state in sorted(app.union(user, all=True), key=lambda row: row[0]):
-        for key, value in (state or {}).items():
-            merged[prefix + key] = value
+    wanted = set(keys.values())
+    app_state: dict[str, Any] = {}
+    user_states: dict[tuple[str, str], dict[str, Any]] = {}
+    for kind, scope, user_id, state in app.union(user, all=True):
+        if kind == State.APP_PREFIX:
+            app_state = state or {}
+        elif (scope, user_id) in wanted:  # the key is a hash: the names are checked too
+            user_states[(scope, user_id)] = state or {}
+    return app_state, user_states
+
+
+def _prefixed(app_state: dict[str, Any], user_state: dict[str, Any]) -> dict[str, Any]:
+    """App and user state merged, each key with its ADK prefix (``app:``, ``user:``)."""
+    merged = {State.APP_PREFIX + key: value for key, value in app_state.items()}
+    merged.update((State.USER_PREFIX + key, value) for key, value in user_state.items())
     return merged
 
 

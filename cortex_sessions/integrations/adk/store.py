@@ -11,23 +11,27 @@ from typing import TYPE_CHECKING, Any, cast
 
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, router
+from django.db.models import OuterRef, QuerySet, Subquery
 from google.adk.events.event import Event
 from google.adk.sessions.base_session_service import GetSessionConfig, ListSessionsResponse
 from google.adk.sessions.session import Session as AdkSessionModel
 
 from cortex_sessions import routing, services
-from cortex_sessions.exceptions import SessionNotFound
-from cortex_sessions.models import Message
+from cortex_sessions.exceptions import InvalidThroughSeq, SessionNotFound
+from cortex_sessions.models import Message, not_expired_q
 from cortex_sessions.models import Session as CortexSession
 from cortex_sessions.scope import Scope
 from cortex_sessions.services._common import _signals_held, _write_transaction
 
+from ..runtime_usage import adk_usage
 from .events import _event_of, _timestamp, _when, event_to_message
 from .ids import _check_id, _nameable, _strip
 from .models import AdkSession, AdkUserState, session_key
 from .state import (
     _create_shared_state_rows,
+    _prefixed,
     _shared_state,
+    _shared_states,
     _state_deltas,
     _update_shared_state,
     _user_state_q,
@@ -44,10 +48,17 @@ try:
     from google.adk.errors.session_not_found_error import SessionNotFoundError
 except ImportError:  # pragma: no cover
     SessionNotFoundError = ValueError  # type: ignore[misc,assignment]
-try:
-    from google.adk.errors._stale_session_error import StaleSessionError
+try:  # public since ADK 1.x: ``google.adk.errors.StaleSessionError`` (a ``ValueError``)
+    from google.adk.errors import StaleSessionError
 except ImportError:  # pragma: no cover
     StaleSessionError = ValueError  # type: ignore[misc,assignment]
+
+#: The text of :class:`StaleSessionError`, word for word ADK's own database and SQLite stores'
+#: (ADK's session-service tests match ``"modified in storage"``).
+STALE_SESSION_MESSAGE = (
+    "The session has been modified in storage since it was loaded. "
+    "Please reload the session before appending more events."
+)
 
 
 def _db() -> str:
@@ -81,12 +92,26 @@ def _session_row(
     scope: str, app_name: str, user_id: str, session_id: str, using: str
 ) -> AdkSession | None:
     return (
-        AdkSession.objects.using(using)
-        .select_related("session")
+        _with_last_event(AdkSession.objects.using(using).select_related("session"))
         .filter(key=session_key(scope, app_name, user_id, session_id))
         .filter(session__scope=scope, app_name=app_name, user_id=user_id, adk_id=session_id)
+        .filter(not_expired_q(prefix="session__"))  # hidden until swept (§18.1)
         .first()
     )
+
+
+def _with_last_event(rows: QuerySet[AdkSession]) -> QuerySet[AdkSession]:
+    """``rows`` annotated with ``last_event_at``: the ``created_at`` of each session's newest
+    message (its newest event's timestamp), or ``None``; a subquery of the same statement."""
+    newest = Message.objects.filter(session_id=OuterRef("session_id")).order_by("-seq")
+    return rows.annotate(last_event_at=Subquery(newest.values("created_at")[:1]))
+
+
+def _last_update(row: AdkSession) -> dt.datetime:
+    """A session's ``last_update_time``, as ADK's stores keep it: when its newest event
+    happened (the event's timestamp), or when it was created if it has none."""
+    last_event_at = getattr(row, "last_event_at", None)
+    return last_event_at if last_event_at is not None else row.session.created_at
 
 
 def _build(
@@ -148,7 +173,7 @@ def _create_sync(
             raise AlreadyExistsError(f"Session with id {session_id} already exists.") from None
         raise
     # The shared state just written is read back where it was written (docs/design.md §17.1).
-    return _build(service, scope.canonical, row, [], cortex.updated_at, cortex.last_seq, _db())
+    return _build(service, scope.canonical, row, [], cortex.created_at, cortex.last_seq, _db())
 
 
 def _get_sync(
@@ -197,12 +222,15 @@ def _get_sync(
                 break
             newest = newest.filter(seq__lt=page[-1][0])
         events = list(reversed(newest_first[:limit]))
-    return _build(service, scope.canonical, row, events, cortex.updated_at, cortex.last_seq, using)
+    return _build(service, scope.canonical, row, events, _last_update(row), cortex.last_seq, using)
 
 
 def _list_sync(
     service: CortexSessionService, app_name: str, user_id: str | None
 ) -> ListSessionsResponse:
+    """:meth:`~.service.CortexSessionService.list_sessions`: two statements whatever the number
+    of sessions (the sessions with their newest event's time, then the app's and their users'
+    shared state), as ADK's database store reads them."""
     listed = service.within if user_id is None else service.scope_for(app_name, user_id)
     # The list, its sessions (a subquery) and their shared state on one database.
     using = routing.db_for_read(AdkSession, scope=listed)
@@ -216,18 +244,27 @@ def _list_sync(
         )
     elif service.within is not None:
         rows = rows.filter(session__in=services.session_queryset(scope=service.within).using(using))
-    sessions = [
-        _build(
-            service,
-            row.session.scope,
-            row,
-            [],
-            row.session.updated_at,
-            row.session.last_seq,
-            using,
+    found = list(_with_last_event(rows))
+    if not found:
+        return ListSessionsResponse(sessions=[])
+    app_state, user_states = _shared_states(
+        service.tenant, app_name, {(row.session.scope, row.user_id) for row in found}, using
+    )
+    sessions = []
+    for row in found:
+        session = AdkSessionModel(
+            id=row.adk_id,
+            app_name=row.app_name,
+            user_id=row.user_id,
+            state={
+                **row.state,
+                **_prefixed(app_state, user_states.get((row.session.scope, row.user_id), {})),
+            },
+            events=[],
+            last_update_time=_timestamp(_last_update(row)),
         )
-        for row in rows
-    ]
+        _set_marker(session, row.session.last_seq)
+        sessions.append(session)
     sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
     return ListSessionsResponse(sessions=sessions)
 
@@ -275,12 +312,8 @@ def _append_sync(service: CortexSessionService, session: AdkSessionModel, event:
             .get()
         )
         if marker is not None and marker != str(last_seq):
-            raise StaleSessionError(
-                "The session was changed by another writer since it was read; read it again."
-            )
-        result = services.append_messages(
-            scope=scope, session_id=row.session_id, messages=[event_to_message(event)]
-        )
+            raise StaleSessionError(STALE_SESSION_MESSAGE)
+        result = _store_event(scope, row.session_id, event, record_usage=service.record_usage)
         if deltas["session"]:
             # Every ADK write of this state holds the cortex session's row lock (taken above),
             # so reading the stored state here and writing it back loses no concurrent key.
@@ -288,8 +321,46 @@ def _append_sync(service: CortexSessionService, session: AdkSessionModel, event:
             stored = rows.values_list("state", flat=True).get()
             rows.update(state={**stored, **deltas["session"]})
         _update_shared_state(tenant, scope.canonical, app_name, user_id, deltas)
-    session.last_update_time = _timestamp(result.session.updated_at)
+    # As ADK's stores: the session was last updated when its newest event happened, as stored
+    # (to the microsecond), so a session read back compares equal.
+    session.last_update_time = _timestamp(result.messages[-1].created_at)
     _set_marker(session, result.session.last_seq)
+
+
+def _store_event(
+    scope: Scope, session_id: Any, event: Event, *, record_usage: bool = False
+) -> services.AppendResult:
+    """Store ``event`` as the session's next message, in the caller's transaction, which holds
+    the session's row lock. A compaction event (``event.actions.compaction``, ADK's
+    ``EventsCompactionConfig``) is stored as a cortex compaction (docs/design.md §16.3, §16.5)
+    standing for every message up to the compacted range's end, so the context read matches
+    what ADK sends its model; ADK still reads every event back, as from its own stores. With
+    ``record_usage`` the event's ``usage_metadata`` is the message's ``usage`` (§16.1)."""
+    message = event_to_message(event)
+    usage = adk_usage(event.usage_metadata, event.model_version) if record_usage else None
+    compaction = event.actions.compaction if event.actions else None
+    if compaction is not None:
+        through = (
+            Message.objects.using(_db())
+            .filter(session_id=session_id, created_at__lte=_when(compaction.end_timestamp))
+            .order_by("-seq")
+            .values_list("seq", flat=True)
+            .first()
+        )
+        if through is not None:
+            try:
+                return services.compact_session(
+                    scope=scope,
+                    session_id=session_id,
+                    through_seq=through,
+                    summary=message["content"],
+                    usage=usage,
+                )
+            except InvalidThroughSeq:
+                pass  # not past the newest compaction: kept as an ordinary event
+    if usage is not None:
+        message["usage"] = usage
+    return services.append_messages(scope=scope, session_id=session_id, messages=[message])
 
 
 _create = sync_to_async(_create_sync, thread_sensitive=True)

@@ -13,8 +13,9 @@ from cortex_sessions.services import recount_sessions
 
 class Command(BaseCommand):
     help = (
-        "Check message_count and last_message of sessions against their message rows and "
-        "repair any drift, printing each session fixed."
+        "Check message_count, last_message and the usage totals (input_tokens, output_tokens, "
+        "cost, context_tokens) of sessions against their message rows and repair any drift, "
+        "printing each session fixed."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -43,6 +44,11 @@ class Command(BaseCommand):
                     ", last_message updated"
                     if drift.stored_last_message != drift.actual_last_message
                     else ""
+                )
+                + "".join(
+                    f", {name} {getattr(drift.stored_totals, name)} -> "
+                    f"{getattr(drift.actual_totals, name)}"
+                    for name in drift.drifted_totals
                 )
                 + f" ({verb})"
             )

@@ -1,0 +1,135 @@
+"""A LangChain message as a cortex message, and back (docs/design.md §19.1, §19.2).
+
+Every :class:`~langchain_core.messages.BaseMessage` is one cortex
+:class:`~cortex_sessions.models.Message`:
+
+- ``role``: ``human`` → ``user``, ``ai`` → ``assistant``, ``system`` → ``system``, ``tool`` and
+  ``function`` → ``tool``; a ``ChatMessage`` keeps its role when it is ``user``, ``assistant`` or
+  ``system`` (``developer`` → ``system``), else ``tool``. Chunks map as their message type.
+- ``content``: a ``text`` block with the message's readable text when it has any (so
+  ``last_message``, search and references read naturally), then one ``{"type":
+  "langchain_message", "message": {"type": ..., "data": {...}}}`` block keeping the message
+  verbatim (its ``model_dump(mode="json")``: content, ``tool_calls``, ``id``, ``name``,
+  ``additional_kwargs``, ``response_metadata``, ``usage_metadata``, …), so it reads back equal
+  to what was stored. A message holding text PostgreSQL cannot store (NUL, lone surrogates) or
+  nested too deep is kept as JSON text (``"message_json"``) instead.
+- Messages other writers added (the REST API, the admin) read back by role: ``user`` as a
+  ``HumanMessage``, ``assistant`` as an ``AIMessage``, ``system`` as a ``SystemMessage``, with
+  their text; a ``tool`` message without the block (no ``tool_call_id`` to give it) is skipped.
+
+Pure functions: nothing here reads or writes the database.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    RemoveMessage,
+    SystemMessage,
+    messages_from_dict,
+)
+
+from ...content import content_text
+from ...exceptions import InvalidContent, InvalidInput
+from ..blocks import find_block, text_blocks, verbatim_block
+
+__all__ = ["MESSAGE_BLOCK_TYPE", "from_cortex", "message_id", "to_cortex"]
+
+#: The ``type`` of the content block that keeps a LangChain message verbatim.
+MESSAGE_BLOCK_TYPE = "langchain_message"
+
+_TYPE_ROLES = {
+    "human": "user",
+    "ai": "assistant",
+    "system": "system",
+    "tool": "tool",
+    "function": "tool",
+}
+_CHAT_ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
+_READ_BACK = {"user": HumanMessage, "assistant": AIMessage, "system": SystemMessage}
+
+
+def _role(message: BaseMessage) -> str:
+    kind = message.type.removesuffix("MessageChunk").lower()
+    if kind == "chat":
+        role = getattr(message, "role", None)
+        return _CHAT_ROLES.get(role, "tool") if isinstance(role, str) else "tool"
+    return _TYPE_ROLES.get(kind, "tool")
+
+
+def _as_json(value: Any) -> str:
+    try:
+        return json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as error:
+        raise InvalidContent(f"content is not valid JSON: {error}", field="content") from None
+
+
+def to_cortex(message: BaseMessage) -> dict[str, Any]:
+    """The cortex message a LangChain message is stored as (docs/design.md §19.2).
+
+    Args:
+        message: any ``BaseMessage`` but ``RemoveMessage``.
+
+    Returns:
+        A mapping for :func:`cortex_sessions.services.append_messages`: ``role``, ``content``.
+
+    Raises:
+        InvalidInput: ``message`` is not a ``BaseMessage``, or is a ``RemoveMessage`` (an
+            instruction to a graph's reducer, not a message).
+        InvalidContent: the message does not serialise to JSON (a value pydantic cannot dump).
+    """
+    if not isinstance(message, BaseMessage) or isinstance(message, RemoveMessage):
+        raise InvalidInput(
+            "Every message must be a LangChain BaseMessage (not a RemoveMessage).",
+            field="messages",
+        )
+    try:
+        data = message.model_dump(mode="json")
+    except (TypeError, ValueError) as error:
+        raise InvalidContent(f"content is not valid JSON: {error}", field="content") from None
+    content = text_blocks(str(message.text))
+    content.append(
+        verbatim_block(
+            MESSAGE_BLOCK_TYPE, "message", {"type": message.type, "data": data}, as_json=_as_json
+        )
+    )
+    return {"role": _role(message), "content": content}
+
+
+def from_cortex(role: str, content: Any) -> BaseMessage | None:
+    """The LangChain message a cortex message reads back as, or ``None`` (see the module docs).
+
+    Args:
+        role: the cortex message's role.
+        content: its content (a list of blocks).
+
+    Returns:
+        The stored message, equal to the one :func:`to_cortex` was given; or one built from
+        the text of a ``user``, ``assistant`` or ``system`` message another writer added;
+        ``None`` for anything else.
+    """
+    block = find_block(content, MESSAGE_BLOCK_TYPE)
+    if block is not None:
+        stored = block["message"] if "message" in block else json.loads(block["message_json"])
+        return messages_from_dict([stored])[0]
+    kind = _READ_BACK.get(role)
+    if kind is None:
+        return None
+    text = content_text(content)
+    return kind(content=text) if text else None
+
+
+def message_id(content: Any) -> str | None:
+    """The LangChain ``id`` of the message a cortex message's content keeps, or ``None``."""
+    block = find_block(content, MESSAGE_BLOCK_TYPE)
+    if block is None:
+        return None
+    stored = block["message"] if "message" in block else json.loads(block["message_json"])
+    value = stored.get("data", {}).get("id") if isinstance(stored, Mapping) else None
+    return value if isinstance(value, str) else None

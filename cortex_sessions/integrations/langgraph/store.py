@@ -1,0 +1,374 @@
+"""The saver's database work: rows in, checkpoint tuples out (docs/design.md §19.1).
+
+Every function here is synchronous and runs as one unit: writes in one transaction on the
+write database (the session row locked first, so one thread's puts queue behind each other),
+reads on the database :func:`cortex_sessions.routing.db_for_read` picks (docs/design.md §17.1).
+Values go through the saver's serializer (``dumps_typed`` / ``loads_typed``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+from django.db import transaction
+from django.db.models import Q
+from django.db.models.fields.json import KeyTransform
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    CheckpointTuple,
+    get_serializable_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.base import (
+    Checkpoint as LGCheckpoint,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from ... import routing
+from ...exceptions import (
+    InvalidInput,
+    InvalidMetadata,
+    SessionArchived,
+    SessionNotFound,
+    ValueTooLong,
+)
+from ...models import Session
+from ...scope import Scope, scope_q
+from ..blocks import is_storable
+from . import threads
+from .mirror import mirror_messages
+from .models import ID_CHARS, NAME_CHARS, Checkpoint, CheckpointBlob, CheckpointWrite
+
+__all__ = ["delete_thread", "list_tuples", "put_checkpoint", "put_writes"]
+
+
+def _bounded(value: str, limit: int, field: str) -> str:
+    if len(value) > limit:
+        raise ValueTooLong(f"{field} is longer than {limit} characters.", field=field)
+    return value
+
+
+def _loads(serde: SerializerProtocol, kind: str, data: Any) -> Any:
+    return serde.loads_typed((kind, bytes(data) if data is not None else b""))
+
+
+def _config(thread_id: str, ns: str, checkpoint_id: str) -> dict[str, Any]:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+def _json_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """``metadata`` as the JSON the metadata column stores (no NUL, lone surrogate or NaN).
+
+    Raises:
+        InvalidMetadata: it is not storable JSON (field ``metadata``).
+    """
+    try:
+        text = json.dumps(dict(metadata), allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as error:
+        raise InvalidMetadata(f"metadata is not valid JSON: {error}", field="metadata") from None
+    if not is_storable(json.loads(text)):
+        raise InvalidMetadata(
+            "metadata holds text the database cannot store (NUL, a lone surrogate) or is "
+            "nested too deep.",
+            field="metadata",
+        )
+    return cast(dict[str, Any], json.loads(text))
+
+
+def _live_session(target: threads.Target, alias: str, *, create: bool) -> Session:
+    if create:
+        session = threads.create_or_get(target, alias)
+    else:
+        found = threads.find(target, alias=alias)
+        if found is None:
+            raise SessionNotFound()
+        session = found
+    if session.archived_at is not None:
+        raise SessionArchived()
+    return session
+
+
+def put_checkpoint(
+    serde: SerializerProtocol,
+    target: threads.Target,
+    checkpoint: LGCheckpoint,
+    metadata: Mapping[str, Any],
+    new_versions: Mapping[str, Any],
+    *,
+    config: Any,
+    messages_key: str | None,
+) -> dict[str, Any]:
+    """Store one checkpoint, the blobs of its updated channels, and mirror its new messages.
+
+    Returns:
+        The stored checkpoint's config (thread id, namespace, checkpoint id).
+
+    Raises:
+        InvalidInput, InvalidMetadata, ValueTooLong, SessionNotFound, SessionArchived: see
+            :meth:`CortexCheckpointSaver.put`.
+    """
+    ns = _bounded(target.checkpoint_ns, NAME_CHARS, "checkpoint_ns")
+    checkpoint_id = _bounded(str(checkpoint["id"]), ID_CHARS, "checkpoint_id")
+    parent_id = _bounded(target.checkpoint_id or "", ID_CHARS, "checkpoint_id")
+    values: dict[str, Any] = dict(checkpoint.get("channel_values") or {})
+    stripped = {key: value for key, value in checkpoint.items() if key != "channel_values"}
+    kind, data = serde.dumps_typed(stripped)
+    blob_rows = []
+    for channel, version in new_versions.items():
+        _bounded(channel, NAME_CHARS, "channel")
+        blob_kind, blob = (
+            serde.dumps_typed(values[channel]) if channel in values else ("empty", None)
+        )
+        blob_rows.append((channel, _bounded(str(version), ID_CHARS, "version"), blob_kind, blob))
+    stored_metadata = _json_metadata(
+        get_serializable_checkpoint_metadata(config, dict(metadata))  # type: ignore[arg-type]
+    )
+
+    alias = routing.db_for_write(Session)
+    with transaction.atomic(using=alias):
+        session = _live_session(target, alias, create=True)
+        CheckpointBlob.objects.using(alias).bulk_create(
+            [
+                CheckpointBlob(
+                    session=session,
+                    checkpoint_ns=ns,
+                    channel=channel,
+                    version=version,
+                    type=blob_kind,
+                    blob=blob,
+                )
+                for channel, version, blob_kind, blob in blob_rows
+            ],
+            ignore_conflicts=True,
+        )
+        existing = Checkpoint.objects.using(alias).filter(
+            session=session, checkpoint_ns=ns, checkpoint_id=checkpoint_id
+        )
+        fields = {
+            "parent_checkpoint_id": parent_id,
+            "type": kind,
+            "checkpoint": data,
+            "metadata": stored_metadata,
+        }
+        if existing.update(**fields) == 0:
+            Checkpoint.objects.using(alias).create(
+                session=session, checkpoint_ns=ns, checkpoint_id=checkpoint_id, **fields
+            )
+            if messages_key and ns == "" and messages_key in new_versions:
+                mirror_messages(
+                    session,
+                    values.get(messages_key),
+                    lambda: _parent_value(serde, alias, session, parent_id, messages_key),
+                )
+    return _config(target.thread_id, ns, checkpoint_id)
+
+
+def _parent_value(
+    serde: SerializerProtocol, alias: str, session: Session, parent_id: str, channel: str
+) -> Any:
+    """The value of ``channel`` at the root-namespace checkpoint ``parent_id``, or ``None``."""
+    if not parent_id:
+        return None
+    parent = (
+        Checkpoint.objects.using(alias)
+        .filter(session=session, checkpoint_ns="", checkpoint_id=parent_id)
+        .values_list("type", "checkpoint")
+        .first()
+    )
+    if parent is None:
+        return None
+    version = _loads(serde, *parent).get("channel_versions", {}).get(channel)
+    if version is None:
+        return None
+    blob = (
+        CheckpointBlob.objects.using(alias)
+        .filter(session=session, checkpoint_ns="", channel=channel, version=str(version))
+        .values_list("type", "blob")
+        .first()
+    )
+    if blob is None or blob[0] == "empty":
+        return None
+    return _loads(serde, *blob)
+
+
+def put_writes(
+    serde: SerializerProtocol,
+    target: threads.Target,
+    writes: Sequence[tuple[str, Any]],
+    task_id: str,
+    task_path: str,
+) -> None:
+    """Store a task's pending writes against the target checkpoint.
+
+    A write already stored under the same task and index is kept (LangGraph replays writes);
+    when every write is to a special channel (error, interrupt, …), they replace the stored
+    ones, as LangGraph's own savers do.
+
+    Raises:
+        InvalidInput: the config names no ``checkpoint_id``.
+        ValueTooLong, SessionNotFound, SessionArchived.
+    """
+    if not target.checkpoint_id:
+        raise InvalidInput(
+            "put_writes needs the checkpoint_id of the checkpoint written to.",
+            field="checkpoint_id",
+        )
+    ns = _bounded(target.checkpoint_ns, NAME_CHARS, "checkpoint_ns")
+    checkpoint_id = _bounded(target.checkpoint_id, ID_CHARS, "checkpoint_id")
+    _bounded(task_id, NAME_CHARS, "task_id")
+    rows = []
+    for idx, (channel, value) in enumerate(writes):
+        kind, blob = serde.dumps_typed(value)
+        rows.append(
+            (WRITES_IDX_MAP.get(channel, idx), _bounded(channel, NAME_CHARS, "channel"), kind, blob)
+        )
+    if not rows:
+        return
+    replace = all(channel in WRITES_IDX_MAP for _, channel, _, _ in rows)
+    alias = routing.db_for_write(Session)
+    with transaction.atomic(using=alias):
+        session = _live_session(target, alias, create=False)
+        key = {"session": session, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
+        stored = CheckpointWrite.objects.using(alias).filter(task_id=task_id, **key)
+        if replace:
+            stored.filter(idx__in=[idx for idx, *_ in rows]).delete()
+        taken = set(stored.values_list("idx", flat=True))
+        CheckpointWrite.objects.using(alias).bulk_create(
+            [
+                CheckpointWrite(
+                    task_id=task_id,
+                    idx=idx,
+                    channel=channel,
+                    type=kind,
+                    blob=blob,
+                    task_path=task_path,
+                    **key,
+                )
+                for idx, channel, kind, blob in rows
+                if idx not in taken
+            ],
+            ignore_conflicts=True,
+        )
+
+
+def list_tuples(
+    serde: SerializerProtocol,
+    scope: Scope,
+    agent_id: str | None,
+    *,
+    thread_id: str | None,
+    checkpoint_ns: str | None,
+    checkpoint_id: str | None,
+    filter: Mapping[str, Any] | None,
+    before: str | None,
+    limit: int | None,
+) -> list[CheckpointTuple]:
+    """Checkpoint tuples newest first (by checkpoint id), as ``BaseCheckpointSaver.list`` and
+    ``get_tuple`` describe them, of one thread or of every thread at or beneath ``scope``.
+
+    Returns:
+        ``[]`` for a thread outside ``scope`` (or of another agent) as for a missing one.
+    """
+    if limit is not None and limit <= 0:
+        return []
+    alias = routing.db_for_read(Checkpoint, scope=scope)
+    rows = Checkpoint.objects.using(alias).filter(scope_q(scope, field="session__scope"))
+    if agent_id is not None:
+        rows = rows.filter(session__agent_id=agent_id)
+    if thread_id is not None:
+        rows = rows.filter(session_id=threads.thread_uuid(thread_id))
+    if checkpoint_ns is not None:
+        rows = rows.filter(checkpoint_ns=checkpoint_ns)
+    if checkpoint_id is not None:
+        rows = rows.filter(checkpoint_id=checkpoint_id)
+    if before is not None:
+        rows = rows.filter(checkpoint_id__lt=before)
+    for number, (key, value) in enumerate((filter or {}).items()):
+        name = f"_filter_{number}"
+        rows = rows.alias(**{name: KeyTransform(key, "metadata")}).filter(**{name: value})
+    rows = rows.order_by("-checkpoint_id", "session_id", "checkpoint_ns")
+    page = list(rows[:limit] if limit is not None else rows)
+    if not page:
+        return []
+    return _tuples(serde, alias, page)
+
+
+def _tuples(serde: SerializerProtocol, alias: str, page: list[Checkpoint]) -> list[CheckpointTuple]:
+    """Build tuples for ``page``: one query for its pending writes, one per checkpoint for its
+    channel values."""
+    writes: dict[tuple[Any, str, str], list[CheckpointWrite]] = {}
+    wanted = Q()
+    for row in page:
+        wanted |= Q(
+            session_id=row.session_id,
+            checkpoint_ns=row.checkpoint_ns,
+            checkpoint_id=row.checkpoint_id,
+        )
+    for write in CheckpointWrite.objects.using(alias).filter(wanted).order_by("task_id", "idx"):
+        writes.setdefault((write.session_id, write.checkpoint_ns, write.checkpoint_id), []).append(
+            write
+        )
+    out = []
+    for row in page:
+        checkpoint = _loads(serde, row.type, row.checkpoint)
+        checkpoint["channel_values"] = _values(
+            serde, alias, row, checkpoint.get("channel_versions") or {}
+        )
+        thread_id = str(row.session_id)
+        pending = sorted(
+            writes.get((row.session_id, row.checkpoint_ns, row.checkpoint_id), []),
+            key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx),
+        )
+        out.append(
+            CheckpointTuple(
+                config=_config(thread_id, row.checkpoint_ns, row.checkpoint_id),  # type: ignore[arg-type]
+                checkpoint=checkpoint,
+                metadata=row.metadata,
+                parent_config=(
+                    _config(thread_id, row.checkpoint_ns, row.parent_checkpoint_id)  # type: ignore[arg-type]
+                    if row.parent_checkpoint_id
+                    else None
+                ),
+                pending_writes=[
+                    (w.task_id, w.channel, _loads(serde, w.type, w.blob)) for w in pending
+                ],
+            )
+        )
+    return out
+
+
+def _values(
+    serde: SerializerProtocol, alias: str, row: Checkpoint, versions: Mapping[str, Any]
+) -> dict[str, Any]:
+    if not versions:
+        return {}
+    wanted = Q()
+    for channel, version in versions.items():
+        wanted |= Q(channel=channel, version=str(version))
+    blobs = CheckpointBlob.objects.using(alias).filter(
+        wanted, session_id=row.session_id, checkpoint_ns=row.checkpoint_ns
+    )
+    return {
+        blob.channel: _loads(serde, blob.type, blob.blob) for blob in blobs if blob.type != "empty"
+    }
+
+
+def delete_thread(scope: Scope, agent_id: str | None, thread_id: str) -> None:
+    """Delete the thread's session (and with it its checkpoints, blobs, writes and messages);
+    nothing when it is missing, outside ``scope`` or another agent's."""
+    from ... import services
+
+    try:
+        pk = threads.thread_uuid(thread_id)
+        services.get_session(scope=scope, session_id=pk, agent_id=agent_id)
+        services.delete_session(scope=scope, session_id=pk)
+    except (SessionNotFound, InvalidInput):
+        return

@@ -1,0 +1,157 @@
+"""Which cortex session a LangGraph config names, and within which scope (docs/design.md §19.1).
+
+A thread id is a cortex session id. ``config["configurable"]`` may carry ``scope`` (a scope at or
+beneath the saver's) and ``agent_id``; without them the saver's own apply. Pure lookups and the
+one create: the first ``put`` to a thread id that names no session creates it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from ... import routing, services, signals
+from ...exceptions import InvalidInput, ScopeForbidden, SessionNotFound
+from ...models import Session
+from ...scope import Scope, as_scope, scope_q
+
+__all__ = ["Target", "create_or_get", "find", "scope_and_agent", "target_of", "thread_uuid"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a config addresses: the scope, the agent (or ``None``: any) and the namespace."""
+
+    scope: Scope
+    agent_id: str | None
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str | None
+
+
+def thread_uuid(thread_id: Any) -> uuid.UUID:
+    """``thread_id`` as a session id.
+
+    Raises:
+        InvalidInput: it is not a UUID (``invalid``, field ``thread_id``).
+    """
+    if isinstance(thread_id, uuid.UUID):
+        return thread_id
+    try:
+        return uuid.UUID(str(thread_id))
+    except ValueError:
+        raise InvalidInput(
+            "thread_id must be a cortex session id (a UUID).", field="thread_id"
+        ) from None
+
+
+def _narrowed(bound: Scope, requested: Any) -> Scope:
+    """The scope a config asks for, which must lie at or beneath the saver's ``bound``.
+
+    Raises:
+        InvalidScope: a malformed scope. ScopeForbidden: one outside ``bound``.
+    """
+    if requested is None or requested == "":
+        return bound
+    scope = as_scope(requested)
+    if scope.canonical != bound.canonical and not scope.canonical.startswith(bound.canonical + "/"):
+        raise ScopeForbidden()
+    return scope
+
+
+def scope_and_agent(
+    configurable: Mapping[str, Any], bound: Scope, agent_id: str | None
+) -> tuple[Scope, str | None]:
+    """The scope and agent a config's ``configurable`` asks for, for a saver bound to
+    ``bound`` and ``agent_id`` (the config's ``scope`` must lie at or beneath ``bound``).
+
+    Raises:
+        InvalidScope, ScopeForbidden: a bad ``scope`` key. InvalidAgentId: a bad ``agent_id``.
+    """
+    agent = configurable.get("agent_id") or agent_id
+    return (
+        _narrowed(bound, configurable.get("scope")),
+        services.check_agent_id(agent) if agent is not None else None,
+    )
+
+
+def target_of(config: Mapping[str, Any], bound: Scope, agent_id: str | None) -> Target:
+    """The target of a LangGraph ``config`` for a saver bound to ``bound`` and ``agent_id``.
+
+    Raises:
+        InvalidInput: no ``thread_id``, or one that is not a UUID.
+        InvalidScope, ScopeForbidden: a bad ``scope`` key. InvalidAgentId: a bad ``agent_id``.
+    """
+    configurable = config.get("configurable") or {}
+    if configurable.get("thread_id") in (None, ""):
+        raise InvalidInput("config['configurable'] needs a thread_id.", field="thread_id")
+    thread_id = str(configurable["thread_id"])
+    thread_uuid(thread_id)
+    scope, agent = scope_and_agent(configurable, bound, agent_id)
+    return Target(
+        scope=scope,
+        agent_id=agent,
+        thread_id=thread_id,
+        checkpoint_ns=str(configurable.get("checkpoint_ns") or ""),
+        checkpoint_id=configurable.get("checkpoint_id") or None,
+    )
+
+
+def _lookup(alias: str, scope: Scope, agent_id: str | None, pk: uuid.UUID) -> Session | None:
+    rows = Session.objects.using(alias).filter(scope_q(scope), pk=pk)
+    if agent_id is not None:
+        rows = rows.filter(agent_id=agent_id)
+    return rows.first()
+
+
+def find(target: Target, *, alias: str | None = None) -> Session | None:
+    """The session ``target`` names within its scope (and agent), or ``None``.
+
+    Args:
+        alias: the database of an open write transaction; ``None`` reads where
+            :func:`cortex_sessions.routing.db_for_read` says (docs/design.md §17.1).
+    """
+    using = alias or routing.db_for_read(Session, scope=target.scope)
+    return _lookup(using, target.scope, target.agent_id, thread_uuid(target.thread_id))
+
+
+def create_or_get(target: Target, alias: str) -> Session:
+    """The session ``target`` names, created (with that id, at the target's scope, for its
+    agent) when no session has the id; locked (``SELECT … FOR UPDATE``) in the caller's
+    transaction on ``alias``.
+
+    Raises:
+        InvalidInput: the session must be created and no ``agent_id`` is known (field
+            ``agent_id``).
+        SessionNotFound: the id is a session outside the scope or another agent's.
+    """
+    pk = thread_uuid(target.thread_id)
+    rows = Session.objects.using(alias).select_for_update()
+    session = rows.filter(scope_q(target.scope), pk=pk).first()
+    if session is None:
+        if target.agent_id is None:
+            raise InvalidInput(
+                "A new thread needs an agent_id (the saver's or the config's).", field="agent_id"
+            )
+        try:
+            with transaction.atomic(using=alias):
+                session = Session.objects.using(alias).create(
+                    id=pk, agent_id=target.agent_id, scope=target.scope.canonical
+                )
+        except IntegrityError:  # the id is taken: another scope's, or a concurrent create
+            session = rows.filter(scope_q(target.scope), pk=pk).first()
+            if session is None:
+                raise SessionNotFound() from None
+        else:
+            created = session
+            transaction.on_commit(
+                lambda: signals.session_created.send_robust(sender=Session, session=created),
+                using=alias,
+            )
+    if target.agent_id is not None and session.agent_id != target.agent_id:
+        raise SessionNotFound()
+    return session

@@ -1,0 +1,82 @@
+"""The whole history of a :class:`~.openai_agents.CortexSession` on PostgreSQL, a page per
+statement (docs/design.md §13.2, §14).
+
+``get_items()`` without a limit reads every message of the session. Row by row, most of its time
+is the client's: a tuple and a JSON decode per row, and the content's text block decoded only to
+be dropped. Here PostgreSQL picks each message's item block (``jsonb_path_query_first``) and
+aggregates a page into one JSON array, which the client decodes in one call; messages without an
+item block come with their content, for the text fallback of the module docs of
+:mod:`.openai_agents`. SQLite and MySQL/MariaDB keep the ORM path; both paths return the same
+items (``tests/runtimes/test_openai_agents_history.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from functools import cache
+from typing import Any
+
+from django.db import connections
+
+from .. import routing
+from ..models import Message
+from ..scope import Scope
+
+__all__ = ["history_page", "serves"]
+
+
+def serves(scope: Scope) -> bool:
+    """Whether :func:`history_page` serves reads of ``scope``: the database the router sends
+    them to is PostgreSQL."""
+    return bool(connections[routing.db_for_read(Message, scope=scope)].vendor == "postgresql")
+
+
+def history_page(
+    pk: uuid.UUID, scope: Scope, *, after: int, size: int, block_type: str
+) -> tuple[int, int, list[tuple[str, Any, Any]]]:
+    """The oldest ``size`` messages of session ``pk`` with ``seq > after``, in ``seq`` order, in
+    one statement, scope-checked in it (the §2.3 predicate, as the newest-page statement).
+
+    Args:
+        pk: the session.
+        scope: the caller's scope; messages outside it are never read.
+        after: the ``seq`` the page starts after (``0``: the first page).
+        size: most messages in the page, ``>= 1``.
+        block_type: the ``type`` of the content block holding a message's item.
+
+    Returns:
+        ``(count, last_seq, entries)``: how many messages the page holds, the ``seq`` of its last
+        (``0`` when empty), and per message ``(role, block, content)``: its first block of
+        ``block_type`` (or ``None``), and its content when it has no such block (else ``None``).
+    """
+    canonical = scope.canonical
+    connection = connections[routing.db_for_read(Message, scope=scope)]
+    params: list[Any] = [
+        f'$[*] ? (@.type == "{block_type}")',
+        pk,
+        canonical,
+        canonical + "0",
+        canonical,
+        canonical + "/",
+        after,
+        size,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(_page_sql(connection.ops.quote_name), params)
+        count, last_seq, text = cursor.fetchone()
+    entries = json.loads(text) if isinstance(text, str | bytes) else text
+    return count, last_seq or 0, [(role, block, content) for role, block, content in entries]
+
+
+@cache
+def _page_sql(quote_name: Any) -> str:
+    """The statement of :func:`history_page`, built once."""
+    return (
+        "SELECT count(*), max(seq), coalesce(json_agg(json_build_array(role, block, "
+        "CASE WHEN block IS NULL THEN content END) ORDER BY seq)::text, '[]') FROM ("
+        "SELECT seq, role, content, jsonb_path_query_first(content, %s::jsonpath) AS block "
+        f"FROM {quote_name(Message._meta.db_table)} "
+        "WHERE session_id = %s AND scope >= %s AND scope < %s AND (scope = %s OR scope >= %s) "
+        "AND seq > %s ORDER BY seq LIMIT %s) AS page"
+    )

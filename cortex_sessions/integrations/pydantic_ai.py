@@ -1,0 +1,245 @@
+"""Pydantic AI message history in cortex sessions (docs/design.md §19.3).
+
+Install with the ``[pydantic-ai]`` extra. Use::
+
+    from cortex_sessions.integrations.pydantic_ai import load_history, save_messages
+
+    history = load_history(scope="org=acme/user=42", agent_id="support-bot")
+    result = agent.run_sync("Hello", message_history=history)
+    save_messages(scope="org=acme/user=42", agent_id="support-bot", messages=result.new_messages())
+
+Every Pydantic AI ``ModelMessage`` (a ``ModelRequest`` or a ``ModelResponse``) is one cortex
+:class:`~cortex_sessions.models.Message`:
+
+- ``role``: a response is ``assistant``; a request with a user prompt is ``user``, one with tool
+  returns or retry feedback (and no user prompt) ``tool``, one with only system prompts ``system``.
+- ``content``: a ``text`` block with its readable text (the user prompt, the response's text, a
+  tool's return) when it has any, then one ``{"type": "pydantic_ai_message", "message": {...}}``
+  block holding the message as ``ModelMessagesTypeAdapter`` dumps it (JSON mode), so
+  :func:`load_history` validates it back equal to what was saved. A message holding text
+  PostgreSQL cannot store (NUL, lone surrogates) or nested too deep is kept as JSON text
+  (``"message_json"``) instead.
+- Messages other writers added read back by role: ``user`` as a request with a user prompt,
+  ``assistant`` as a response with one text part, ``system`` as a request with a system prompt;
+  ``tool`` messages without the block are skipped.
+
+Both functions go through the services (docs/design.md §7.1), so the scope rules hold; their
+async twins run them off the event loop as the services' own twins do (§13.1).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+
+from .. import services
+from ..conf import app_settings
+from ..content import content_text
+from ..exceptions import InvalidContent, InvalidInput
+from ..models import Session
+from ..scope import Scope
+from .blocks import find_block, text_blocks, verbatim_block
+
+__all__ = [
+    "MESSAGE_BLOCK_TYPE",
+    "aload_history",
+    "asave_messages",
+    "from_cortex",
+    "load_history",
+    "save_messages",
+    "to_cortex",
+]
+
+#: The ``type`` of the content block that keeps a Pydantic AI message verbatim.
+MESSAGE_BLOCK_TYPE = "pydantic_ai_message"
+#: Messages read per query when the history is read.
+_PAGE = 1000
+
+
+def _as_json(value: Any) -> str:
+    try:
+        return json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as error:
+        raise InvalidContent(f"content is not valid JSON: {error}", field="content") from None
+
+
+def _role_and_text(message: ModelMessage) -> tuple[str, str]:
+    if isinstance(message, ModelResponse):
+        return "assistant", "".join(p.content for p in message.parts if isinstance(p, TextPart))
+    prompts = [p for p in message.parts if isinstance(p, UserPromptPart)]
+    if prompts:
+        texts = [p.content for p in prompts if isinstance(p.content, str)]
+        texts += [
+            item
+            for p in prompts
+            if not isinstance(p.content, str)
+            for item in p.content
+            if isinstance(item, str)
+        ]
+        return "user", "\n".join(texts)
+    others = [p for p in message.parts if not isinstance(p, SystemPromptPart)]
+    if others:  # tool returns, retry feedback: what the model is told
+        return "tool", "\n".join(_part_text(part) for part in others)
+    systems = [p.content for p in message.parts if isinstance(p, SystemPromptPart)]
+    return "system", "\n".join(systems)
+
+
+def _part_text(part: Any) -> str:
+    if isinstance(part, ToolReturnPart):
+        return part.model_response_str()
+    response = getattr(part, "model_response", None)
+    if callable(response):
+        text = response()
+        return text if isinstance(text, str) else ""
+    content = getattr(part, "content", None)
+    return content if isinstance(content, str) else ""
+
+
+def to_cortex(message: ModelMessage) -> dict[str, Any]:
+    """The cortex message a Pydantic AI message is stored as (docs/design.md §19.3).
+
+    Args:
+        message: a ``ModelRequest`` or ``ModelResponse``.
+
+    Returns:
+        A mapping for :func:`cortex_sessions.services.append_messages`: ``role``, ``content``.
+
+    Raises:
+        InvalidInput: ``message`` is neither.
+        InvalidContent: it does not dump to JSON.
+    """
+    if not isinstance(message, ModelRequest | ModelResponse):
+        raise InvalidInput(
+            "Every message must be a Pydantic AI ModelRequest or ModelResponse.",
+            field="messages",
+        )
+    try:
+        data = ModelMessagesTypeAdapter.dump_python([message], mode="json")[0]
+    except (TypeError, ValueError) as error:
+        raise InvalidContent(f"content is not valid JSON: {error}", field="content") from None
+    role, text = _role_and_text(message)
+    content = text_blocks(text)
+    content.append(verbatim_block(MESSAGE_BLOCK_TYPE, "message", data, as_json=_as_json))
+    return {"role": role, "content": content}
+
+
+def from_cortex(role: str, content: Any) -> ModelMessage | None:
+    """The Pydantic AI message a cortex message reads back as, or ``None`` (see the module docs)."""
+    block = find_block(content, MESSAGE_BLOCK_TYPE)
+    if block is not None:
+        data = block["message"] if "message" in block else json.loads(block["message_json"])
+        return ModelMessagesTypeAdapter.validate_python([data])[0]
+    text = content_text(content)
+    if not text:
+        return None
+    if role == "user":
+        return ModelRequest(parts=[UserPromptPart(content=text)])
+    if role == "assistant":
+        return ModelResponse(parts=[TextPart(content=text)])
+    if role == "system":
+        return ModelRequest(parts=[SystemPromptPart(content=text)])
+    return None
+
+
+def save_messages(
+    *,
+    scope: Scope | str,
+    agent_id: str,
+    messages: Sequence[ModelMessage],
+    session_id: uuid.UUID | str | None = None,
+) -> Session:
+    """Append a run's messages (``result.new_messages()``) to a cortex session, in order.
+
+    Args:
+        scope: the tenant scope.
+        agent_id: the host's agent identifier.
+        messages: Pydantic AI messages; an empty sequence appends no message.
+        session_id: the session to append to (within ``scope``, ``agent_id``'s), or ``None``
+            for the agent's default session at exactly ``scope``, created on first use (§6.1).
+
+    Returns:
+        The session, with its counters as of the last append.
+
+    Raises:
+        NoScope, InvalidScope, InvalidAgentId.
+        InvalidInput: a message is not a ``ModelRequest`` or ``ModelResponse``; nothing is written.
+        InvalidContent, MessageTooLarge: a message cannot be stored; nothing is written.
+        SessionNotFound: ``session_id`` is missing, out of scope or another agent's.
+        SessionArchived: the session is archived (docs/design.md §11.2).
+    """
+    rows = [to_cortex(message) for message in messages]
+    batch = app_settings.MAX_MESSAGES_PER_APPEND
+    if len(rows) > batch:
+        services.check_messages(rows)
+    session, _ = services.resolve_session(scope=scope, agent_id=agent_id, session_id=session_id)
+    for start in range(0, len(rows), batch):
+        session = services.append_messages(
+            scope=scope, session_id=session.pk, messages=rows[start : start + batch]
+        ).session
+    return session
+
+
+def load_history(
+    *, scope: Scope | str, agent_id: str, session_id: uuid.UUID | str | None = None
+) -> list[ModelMessage]:
+    """The session's messages as Pydantic AI messages, oldest first, for ``message_history=``.
+
+    Args:
+        scope, agent_id, session_id: as for :func:`save_messages` (without ``session_id``, the
+            default session, created on first use: an empty history).
+
+    Returns:
+        The messages :func:`save_messages` stored, equal to what was saved, plus messages other
+        writers added (see the module docs).
+
+    Raises:
+        NoScope, InvalidScope, InvalidAgentId.
+        SessionNotFound: ``session_id`` is missing, out of scope or another agent's.
+    """
+    session, _ = services.resolve_session(scope=scope, agent_id=agent_id, session_id=session_id)
+    history: list[ModelMessage] = []
+    after = 0
+    while True:
+        page = services.list_messages(
+            scope=scope, session_id=session.pk, limit=_PAGE, after_seq=after
+        )
+        history.extend(m for row in page if (m := from_cortex(row.role, row.content)) is not None)
+        if len(page) < _PAGE:
+            return history
+        after = page[-1].seq or after
+
+
+async def asave_messages(
+    *,
+    scope: Scope | str,
+    agent_id: str,
+    messages: Sequence[ModelMessage],
+    session_id: uuid.UUID | str | None = None,
+) -> Session:
+    """:func:`save_messages`, off the event loop (same arguments, result and errors)."""
+    return await sync_to_async(save_messages, thread_sensitive=True)(
+        scope=scope, agent_id=agent_id, messages=messages, session_id=session_id
+    )
+
+
+async def aload_history(
+    *, scope: Scope | str, agent_id: str, session_id: uuid.UUID | str | None = None
+) -> list[ModelMessage]:
+    """:func:`load_history`, off the event loop (same arguments, result and errors)."""
+    return await sync_to_async(load_history, thread_sensitive=True)(
+        scope=scope, agent_id=agent_id, session_id=session_id
+    )

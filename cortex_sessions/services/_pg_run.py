@@ -1,0 +1,307 @@
+"""Running the hot-path statements of :mod:`._pg` and reading their rows back, on public APIs
+only (docs/design.md §14; ``tests/test_pg_public.py`` checks for private names).
+
+A statement runs on a Django cursor (:func:`execute`), so ``CaptureQueriesContext``,
+``execute_wrapper`` hooks, query logging and Django's error classes see it as any ORM query.
+Rows become model instances as the ORM builds them: each field's ``from_db_value``, then
+``Model.from_db`` (:func:`built`); a session returned by a PL/pgSQL function as one ``text[]``
+is first read back from text into what psycopg would have handed Django for each column
+(:func:`text_values`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from contextlib import suppress
+from datetime import datetime
+from decimal import Decimal
+from functools import cache
+from typing import Any, NamedTuple
+
+from django.db import DataError
+from django.db.models import (
+    BooleanField,
+    CharField,
+    DateTimeField,
+    DecimalField,
+    GeneratedField,
+    IntegerField,
+    JSONField,
+    Model,
+    TextField,
+    UUIDField,
+)
+
+from ..conf import app_settings
+
+__all__ = [
+    "TextPlan",
+    "as_django_time",
+    "built",
+    "datetime_text",
+    "execute",
+    "instances",
+    "loaders",
+    "text_plan",
+    "text_values",
+]
+
+
+def execute(
+    connection: Any, sql: str, params: Sequence[Any], *, c_times: bool = False
+) -> tuple[list[tuple[Any, ...]], Any]:
+    """Run one statement on Django ``connection`` through the cursor of :func:`_cursor`.
+
+    Args:
+        c_times: read ``timestamptz`` columns with psycopg's default loader (its C one with
+            ``psycopg[binary]``: ``psycopg.adapters.get_loader``) registered on this cursor,
+            instead of the Python loader Django registers on its connections, which costs
+            several microseconds a value; the caller relabels each value as Django's loader
+            does (:func:`as_django_time`).
+
+    Returns:
+        ``(all its rows, the session's time zone)``: psycopg's ``info.timezone`` as the result
+        arrived, the zone the ``::text`` of a timestamp in the rows is written in. Under a
+        host's ``execute_wrapper`` hooks it is read inside them all (an innermost hook of its
+        own), as psycopg reads the zone of the ORM's results: a hook that sets the zone after
+        the statement changes no value.
+
+    Raises:
+        django.db.Error: as any ORM query raises it.
+    """
+    zones: list[Any] = []
+
+    def note_zone(run: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        result = run(sql, params, many, context)
+        zones.append(connection.connection.info.timezone)
+        return result
+
+    with _cursor(connection, prepare=app_settings.PREPARED_STATEMENTS) as cursor:
+        if c_times:
+            cursor.cursor.adapters.register_loader("timestamptz", _default_time_loader())
+        if connection.execute_wrappers:
+            with connection.execute_wrapper(note_zone):
+                cursor.execute(sql, params)
+        else:
+            cursor.execute(sql, params)
+            zones.append(connection.connection.info.timezone)
+        return cursor.fetchall(), zones[-1]
+
+
+@cache
+def _default_time_loader() -> Any:
+    """psycopg's default text loader of ``timestamptz`` (public ``psycopg.adapters``)."""
+    import psycopg
+    from psycopg.pq import Format
+
+    return psycopg.adapters.get_loader(psycopg.adapters.types["timestamptz"].oid, Format.TEXT)
+
+
+def as_django_time(value: Any, timezone: Any) -> Any:
+    """A ``timestamptz`` psycopg's default loader read (in the session's time zone) as Django's
+    loader returns it: relabelled with the Django connection's ``timezone`` (UTC; ``None``
+    without ``USE_TZ``: a naive wall time), as ``BaseTzLoader.load`` does."""
+    if value is None or value.tzinfo is timezone:
+        return value
+    return value.replace(tzinfo=timezone)
+
+
+def _cursor(connection: Any, *, prepare: bool) -> Any:
+    """A Django cursor for a hot-path statement: ``connection.cursor()`` (parameters bound as
+    Django binds them: client-side unless ``OPTIONS`` set ``server_side_binding``); with
+    ``prepare`` (``PREPARED_STATEMENTS``) a ``psycopg.Cursor`` (server-side binding) sending
+    each statement with ``prepare=True``, wrapped as ``connection.cursor()`` wraps its own
+    (:func:`_debug_wrapper` while queries are logged, else ``make_cursor``).
+
+    Prepared statements live in one server session, so they break under a pooler that hands a
+    client's statements to several (PgBouncer in transaction mode before 1.21, or with
+    ``max_prepared_statements = 0``): the setting is off by default. Django sets psycopg's
+    ``prepare_threshold`` to ``None`` unless ``OPTIONS`` set it, and psycopg then ignores
+    ``prepare=True``: a threshold no query reaches turns explicit requests back on (Django's
+    own cursors bind client-side and never prepare).
+    """
+    if not prepare:
+        return connection.cursor()
+    from django.db.backends.postgresql.psycopg_any import register_tzloader
+
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    with connection.wrap_database_errors:
+        raw = connection.connection
+        if raw.prepare_threshold is None:
+            raw.prepare_threshold = 2**31 - 1
+        cursor = _preparing_cursor()(raw)
+        # What Django's create_cursor does for its own: a time zone that is not the
+        # connection's (USE_TZ or TIME_ZONE changed since it connected) gets a loader.
+        register_tzloader(connection.timezone, cursor)
+    if connection.queries_logged:
+        return _debug_wrapper()(cursor, connection)
+    return connection.make_cursor(cursor)
+
+
+@cache
+def _preparing_cursor() -> Any:
+    """A ``psycopg.Cursor`` subclass sending every statement with ``prepare=True``."""
+    import psycopg
+
+    class PreparingCursor(psycopg.Cursor):
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            return super().execute(query, params, **{**kwargs, "prepare": True})
+
+    return PreparingCursor
+
+
+@cache
+def _debug_wrapper() -> Any:
+    """Django's ``CursorDebugWrapper`` logging a statement with its parameters inlined
+    (``connection.ops.compose_sql``), as the ORM's client-side cursors log theirs: a
+    server-binding cursor keeps only the ``$n`` form, or nothing once prepared."""
+    from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
+
+    class PreparedDebugWrapper(CursorDebugWrapper):
+        def execute(self, sql: Any, params: Any = None) -> Any:
+            with self.debug_sql(self.db.ops.compose_sql(sql, params), params):
+                return CursorWrapper.execute(self, sql, params)
+
+    return PreparedDebugWrapper
+
+
+#: ``bool`` of PostgreSQL's text form of a boolean.
+_BOOLEAN_TEXT = {"true": True, "false": False}.get
+
+
+def datetime_text(text: str, timezone: Any, session_zone: Any) -> datetime:
+    """A ``timestamptz`` from its ``::text`` form (``DateStyle`` ISO, :func:`serves`), as
+    Django's loader makes the column: read in the session's time zone ``session_zone``
+    (psycopg's ``info.timezone``; ``astimezone`` sets the ``fold`` of a repeated hour), then
+    relabelled with ``timezone``, the Django connection's (``None`` without ``USE_TZ``: naive).
+    Django sets the session to that zone, so only a host's ``SET TIME ZONE`` behind its back
+    makes the two differ; the ORM's values are then what this returns too.
+
+    Raises:
+        django.db.DataError: a time Python's ``datetime`` cannot hold (before year 1 or after
+            9999 in the session's zone), as Django raises from psycopg's loader.
+    """
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError as error:
+        raise DataError(f"timestamp out of Python's range: {text!r}") from error
+    if value.tzinfo is timezone and session_zone is timezone:  # the usual case: all UTC
+        return value
+    with suppress(OverflowError):  # as psycopg's loader: next to the range's end, keep the offset
+        value = value.astimezone(session_zone)
+    return value.replace(tzinfo=timezone)
+
+
+def _text_converter(field: Any) -> Any:
+    """How the ``::text`` of ``field``'s column becomes what psycopg hands Django for it:
+    ``convert(text)``, ``None`` (text as it is; JSON too, which ``from_db_value`` decodes as
+    it decodes the column Django reads as text), or :func:`datetime_text`.
+
+    Raises:
+        AssertionError: a field type this does not know (a model change must add it).
+    """
+    kind = field.output_field if isinstance(field, GeneratedField) else field
+    for types, convert in _TEXT_CONVERTERS:
+        if isinstance(kind, types):
+            return convert
+    raise AssertionError(f"no text converter for {field!r}")  # pragma: no cover - a code change
+
+
+_TEXT_CONVERTERS: tuple[tuple[Any, Any], ...] = (
+    (DateTimeField, datetime_text),
+    (BooleanField, _BOOLEAN_TEXT),
+    (IntegerField, int),  # BigIntegerField and the other integers
+    (UUIDField, uuid.UUID),
+    (DecimalField, Decimal),  # numeric's text is the value's exact digits
+    (CharField | TextField | JSONField, None),
+)
+
+
+def loaders(fields: Sequence[Any]) -> tuple[tuple[int, Any], ...]:
+    """``(position, from_db_value)`` of each of ``fields`` that has one, as the ORM applies them."""
+    return tuple((i, f.from_db_value) for i, f in enumerate(fields) if hasattr(f, "from_db_value"))
+
+
+class TextPlan(NamedTuple):
+    """How a text array of some fields becomes their values (:func:`text_plan`)."""
+
+    #: The fields' attnames, in array order.
+    attnames: tuple[str, ...]
+    #: ``(position, convert)`` of the fields converted from text, timestamps but.
+    converters: tuple[tuple[int, Any], ...]
+    #: Positions of the timestamps (:func:`datetime_text`).
+    times: tuple[int, ...]
+    #: ``(position, from_db_value)``, as :func:`loaders`.
+    loaders: tuple[tuple[int, Any], ...]
+
+
+def text_plan(fields: Sequence[Any]) -> TextPlan:
+    """The :class:`TextPlan` of a text array of ``fields`` (their ``::text``, in order); the
+    caller keeps it (building it costs more than using it)."""
+    converted = [_text_converter(field) for field in fields]
+    return TextPlan(
+        tuple(field.attname for field in fields),
+        tuple((i, c) for i, c in enumerate(converted) if c and c is not datetime_text),
+        tuple(i for i, c in enumerate(converted) if c is datetime_text),
+        loaders(fields),
+    )
+
+
+def text_values(
+    connection: Any, array: Sequence[Any], session_zone: Any, plan: TextPlan
+) -> list[Any]:
+    """The values of the fields of ``plan`` (in its order) as the ORM loads them, from the
+    text array a function returned on Django ``connection`` with the session in
+    ``session_zone`` (its first ``len(plan.attnames)`` elements).
+
+    Raises:
+        django.db.DataError: a timestamp out of Python's range (:func:`datetime_text`).
+    """
+    values = list(array[: len(plan.attnames)])
+    for index, convert in plan.converters:
+        if values[index] is not None:
+            values[index] = convert(values[index])
+    timezone = connection.timezone
+    for index in plan.times:
+        if values[index] is not None:
+            values[index] = datetime_text(values[index], timezone, session_zone)
+    for index, load in plan.loaders:
+        values[index] = load(values[index], None, connection)
+    return values
+
+
+def instances(
+    connection: Any,
+    alias: str,
+    model: type[Model],
+    rows: Sequence[Sequence[Any]],
+    insert: tuple[int, Any] | None = None,
+) -> list[Any]:
+    """``model`` instances of ``rows`` (every concrete field, in order; with ``insert``, the
+    row lacks the column at that position, whose value is given) as the ORM builds them read
+    from ``alias``: timestamps relabelled as Django's loader does (:func:`as_django_time`,
+    for rows read with ``c_times``; a no-op otherwise), each field's ``from_db_value``, then
+    ``Model.from_db``."""
+    fields = model._meta.concrete_fields
+    names = [field.attname for field in fields]
+    times = [i for i, field in enumerate(fields) if isinstance(field, DateTimeField)]
+    field_loaders, timezone = loaders(fields), connection.timezone
+    built_rows = []
+    for row in rows:
+        values = list(row) if insert is None else [*row[: insert[0]], insert[1], *row[insert[0] :]]
+        for index in times:
+            values[index] = as_django_time(values[index], timezone)
+        for index, load in field_loaders:
+            values[index] = load(values[index], None, connection)
+        built_rows.append(model.from_db(alias, names, values))
+    return built_rows
+
+
+def built(model: type[Model], alias: str, values: dict[str, Any]) -> Any:
+    """``model.from_db`` of ``values`` by attname: the concrete fields present loaded, any
+    other deferred, as the ORM builds a row read from ``alias``."""
+    names = [f.attname for f in model._meta.concrete_fields if f.attname in values]
+    return model.from_db(alias, names, [values[name] for name in names])

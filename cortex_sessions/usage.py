@@ -1,0 +1,163 @@
+"""Usage of messages and its sums (docs/design.md §16.1): validation of a message's ``usage``
+and the amounts an append adds to (or a delete takes from) its session's totals.
+
+Pure functions, no database: the services call them (docs/design.md §7.1).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from decimal import Decimal
+from typing import Any, NamedTuple
+
+from .content import check_json_value
+from .exceptions import InvalidUsage
+
+__all__ = [
+    "COST_PATTERN",
+    "MAX_USAGE_TOKENS",
+    "MODEL_MAX_CHARS",
+    "TOKEN_KEYS",
+    "TOTAL_COST_PATTERN",
+    "USAGE_KEYS",
+    "Totals",
+    "check_usage",
+    "sums_of",
+    "totals_of",
+]
+
+#: The token counts a usage may carry, each a non-negative integer.
+TOKEN_KEYS = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens")
+#: Every key a usage may carry.
+USAGE_KEYS = frozenset({*TOKEN_KEYS, "model", "cost"})
+MODEL_MAX_CHARS = 255
+#: Largest token count in a usage (a trillion): far above any model's, and low enough that a
+#: session's 64-bit totals hold the sum of millions of such messages.
+MAX_USAGE_TOKENS = 10**12
+#: A message's cost: a non-negative decimal below 10^10, at most 6 fractional digits, no sign,
+#: exponent or spaces. The session's ``cost`` (``numeric(20, 6)``) holds sums below 10^14:
+#: ten thousand messages of the largest cost.
+COST_PATTERN = re.compile(r"(?:0|[1-9][0-9]{0,9})(?:\.[0-9]{1,6})?")
+#: A session's cost as a text key (a list cursor): up to 14 integer digits.
+TOTAL_COST_PATTERN = re.compile(r"(?:0|[1-9][0-9]{0,13})(?:\.[0-9]{1,6})?")
+
+
+class Totals(NamedTuple):
+    """What some messages add to their session's totals (docs/design.md §16.1-§16.2)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: Decimal = Decimal(0)
+    context_tokens: int = 0
+
+    def __add__(self, other: Any) -> Totals:  # a sum, not a concatenation
+        return Totals(*(mine + theirs for mine, theirs in zip(self, other, strict=True)))
+
+
+def check_usage(usage: Any, *, field: str = "usage") -> dict[str, Any] | None:
+    """Validate a message's ``usage`` (docs/design.md §16.1).
+
+    Args:
+        usage: ``None``, or a mapping with any of the keys ``input_tokens``,
+            ``output_tokens``, ``cached_input_tokens``, ``reasoning_tokens`` (integers from 0
+            to 10**12, never ``bool``), ``model`` (a string of at most 255 characters) and
+            ``cost`` (a string: a non-negative decimal below 10**10 with at most 6 fractional
+            digits, e.g. ``"0.0123"``; a JSON number is refused, as binary floats cannot
+            carry money exactly).
+        field: the input field named in the error.
+
+    Returns:
+        ``None``, or a new dict of the given keys with the values as given (``cost`` as its
+        string).
+
+    Raises:
+        InvalidUsage: anything else (code ``invalid_usage``).
+        NulCharacter, InvalidText: ``model`` holds NUL or a lone surrogate.
+    """
+    if usage is None:
+        return None
+    if not isinstance(usage, Mapping):
+        raise InvalidUsage("usage must be an object or null.", field=field)
+    unknown = [key for key in usage if key not in USAGE_KEYS]
+    if unknown:
+        raise InvalidUsage(
+            f"usage has unknown keys: {', '.join(sorted(map(str, unknown)))}; allowed: "
+            f"{', '.join(sorted(USAGE_KEYS))}.",
+            field=field,
+        )
+    checked: dict[str, Any] = {}
+    for key, value in usage.items():
+        if key in TOKEN_KEYS:
+            if type(value) is not int or not 0 <= value <= MAX_USAGE_TOKENS:
+                raise InvalidUsage(
+                    f"usage.{key} must be an integer from 0 to {MAX_USAGE_TOKENS}; got {value!r}.",
+                    field=field,
+                )
+        elif key == "model":
+            if not isinstance(value, str) or len(value) > MODEL_MAX_CHARS:
+                raise InvalidUsage(
+                    f"usage.model must be a string of at most {MODEL_MAX_CHARS} characters.",
+                    field=field,
+                )
+            check_json_value(value, field=field)
+        elif not isinstance(value, str) or not COST_PATTERN.fullmatch(value):
+            raise InvalidUsage(
+                "usage.cost must be a non-negative decimal given as a JSON string, with at most "
+                f'6 fractional digits (e.g. "0.0042"); got {value!r}.',
+                field=field,
+            )
+        checked[key] = value
+    return checked
+
+
+def totals_of(rows: Iterable[tuple[Mapping[str, Any] | None, int]]) -> Totals:
+    """The sums of ``(usage, token_count)`` pairs: what those messages add to their session
+    (docs/design.md §16.1-§16.2).
+
+    Args:
+        rows: each message's validated ``usage`` (or ``None``) and its ``token_count``.
+
+    Returns:
+        :class:`Totals` (``cost`` a ``Decimal``).
+    """
+    input_tokens = output_tokens = context_tokens = 0
+    cost = Decimal(0)
+    for usage, token_count in rows:
+        context_tokens += token_count
+        if usage:
+            input_tokens += usage.get("input_tokens", 0)
+            output_tokens += usage.get("output_tokens", 0)
+            if "cost" in usage:
+                cost += Decimal(usage["cost"])
+    return Totals(input_tokens, output_tokens, cost, context_tokens)
+
+
+def sums_of(messages: Any) -> Totals:
+    """The totals of the messages of the queryset ``messages``, summed by the database in one
+    aggregate query (docs/design.md §16.1-§16.2): for a fork and the recount, which must not
+    load every row.
+
+    Returns:
+        :class:`Totals` (zeros for no rows).
+    """
+    from django.db.models import BigIntegerField, DecimalField, Sum, Value
+    from django.db.models.fields.json import KeyTextTransform
+    from django.db.models.functions import Cast, Coalesce
+
+    def total(expression: Any, field: Any, zero: Any) -> Any:
+        return Coalesce(Sum(Cast(expression, field)), Value(zero), output_field=field)
+
+    money = DecimalField(max_digits=20, decimal_places=6)
+    found = messages.aggregate(
+        input_tokens=total(KeyTextTransform("input_tokens", "usage"), BigIntegerField(), 0),
+        output_tokens=total(KeyTextTransform("output_tokens", "usage"), BigIntegerField(), 0),
+        cost=total(KeyTextTransform("cost", "usage"), money, Decimal(0)),
+        context_tokens=total("token_count", BigIntegerField(), 0),
+    )
+    return Totals(
+        int(found["input_tokens"]),
+        int(found["output_tokens"]),
+        Decimal(found["cost"]).quantize(Decimal("0.000001")),
+        int(found["context_tokens"]),
+    )

@@ -1,0 +1,334 @@
+"""``CortexCheckpointSaver`` as a cortex store (docs/design.md §19.1): threads are sessions.
+
+LangGraph's own contract is ``test_langgraph_conformance.py``; this pins what only a scoped,
+session-backed saver has: thread ids as session ids, scope and agent from the config, tenant
+safety, the ``messages`` channel mirrored into the session (new messages only, once per
+checkpoint), archived sessions, deletion with the session, the admin, and a real graph.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+pytest.importorskip("langgraph")
+
+from django.contrib.auth import get_user_model
+from django.urls import reverse
+from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.graph import START, MessagesState, StateGraph
+
+from cortex_sessions import services
+from cortex_sessions.exceptions import (
+    InvalidInput,
+    InvalidMetadata,
+    ScopeForbidden,
+    SessionArchived,
+    SessionNotFound,
+    ValueTooLong,
+)
+from cortex_sessions.integrations.langchain import CortexChatMessageHistory
+from cortex_sessions.integrations.langgraph import (
+    CortexCheckpointSaver,
+    athread_config,
+    thread_config,
+)
+from cortex_sessions.integrations.langgraph.mirror import new_messages
+from cortex_sessions.integrations.langgraph.models import (
+    Checkpoint,
+    CheckpointBlob,
+    CheckpointWrite,
+)
+from cortex_sessions.models import Message, Session
+from example_project.runtimes.langgraph_example import main
+from tests.asyncio_support import async_test
+
+pytestmark = pytest.mark.django_db
+
+ACME = "org=acme"
+ALICE = "org=acme/user=alice"
+GLOBEX = "org=globex"
+AGENT = "graph-bot"
+
+
+def _config(thread_id, **extra):
+    return {"configurable": {"thread_id": str(thread_id), "checkpoint_ns": "", **extra}}
+
+
+def _put(saver, config, values=None, parent=None):
+    checkpoint = empty_checkpoint()
+    values = values or {}
+    checkpoint["channel_values"] = values
+    checkpoint["channel_versions"] = {key: saver.get_next_version(None, None) for key in values}
+    if parent is not None:
+        config = {"configurable": {**config["configurable"], "checkpoint_id": parent}}
+    stored = saver.put(
+        config, checkpoint, {"source": "loop", "step": 0}, checkpoint["channel_versions"]
+    )
+    return stored["configurable"]["checkpoint_id"]
+
+
+def chat_graph(saver, replies):
+    model = FakeMessagesListChatModel(responses=[AIMessage(text) for text in replies])
+
+    def chat(state: MessagesState):
+        return {"messages": [model.invoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("chat", chat)
+    builder.add_edge(START, "chat")
+    return builder.compile(checkpointer=saver)
+
+
+def test_first_put_creates_the_session_with_the_thread_id_at_the_configs_scope():
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    thread_id = uuid.uuid4()
+    _put(saver, _config(thread_id, scope=ALICE))
+    session = Session.objects.get(pk=thread_id)
+    assert (session.scope, session.agent_id, session.is_default) == (ALICE, AGENT, False)
+    assert Checkpoint.objects.filter(session=session).count() == 1
+
+
+def test_thread_config_names_the_agents_default_session():
+    config = thread_config(scope=ALICE, agent_id=AGENT)
+    default, _ = services.resolve_session(scope=ALICE, agent_id=AGENT)
+    assert config["configurable"] == {
+        "thread_id": str(default.pk),
+        "scope": ALICE,
+        "agent_id": AGENT,
+    }
+
+
+# A sync graph run puts its checkpoints and writes from LangGraph's worker threads, concurrently
+# and on their own connections: these tests commit for real, on a database with real concurrent
+# transactions (in-memory SQLite refuses the second writer at once: "table is locked"). The async
+# run below covers the same ground on every database.
+@pytest.mark.concurrent_db
+@pytest.mark.django_db(transaction=True)
+def test_a_graph_run_mirrors_its_messages_into_the_session_once_each():
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    graph = chat_graph(saver, ["San Francisco.", "California."])
+    config = thread_config(scope=ALICE, agent_id=AGENT)
+    graph.invoke({"messages": [HumanMessage("Which city?", id="q1")]}, config)
+    graph.invoke({"messages": [HumanMessage("Which state?", id="q2")]}, config)
+    session = Session.objects.get(pk=config["configurable"]["thread_id"])
+    rows = list(Message.objects.filter(session=session).order_by("seq"))
+    assert [(row.role, row.text) for row in rows] == [
+        ("user", "Which city?"),
+        ("assistant", "San Francisco."),
+        ("user", "Which state?"),
+        ("assistant", "California."),
+    ]
+    assert session.message_count == 4
+    # The mirrored messages are the graph's, exactly: the LangChain history reads them back.
+    history = CortexChatMessageHistory(scope=ALICE, agent_id=AGENT, session_id=session.pk)
+    assert history.messages == graph.get_state(config).values["messages"]
+
+
+def test_a_repeated_put_of_one_checkpoint_mirrors_nothing_twice():
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    thread_id = uuid.uuid4()
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"messages": [HumanMessage("hi", id="h1")]}
+    checkpoint["channel_versions"] = {"messages": "1"}
+    for _ in range(2):
+        saver.put(_config(thread_id), checkpoint, {"step": 0}, {"messages": "1"})
+    assert Message.objects.filter(session_id=thread_id).count() == 1
+    assert Checkpoint.objects.filter(session_id=thread_id).count() == 1
+
+
+def test_only_messages_the_parent_did_not_hold_are_mirrored():
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    thread_id = uuid.uuid4()
+    first = _put(saver, _config(thread_id), {"messages": [HumanMessage("a", id="a")]})
+    _put(
+        saver,
+        _config(thread_id),
+        {"messages": [HumanMessage("a", id="a"), AIMessage("b", id="b")]},
+        parent=first,
+    )
+    assert [m.text for m in Message.objects.filter(session_id=thread_id).order_by("seq")] == [
+        "a",
+        "b",
+    ]
+
+
+def test_child_namespaces_and_other_channels_are_not_mirrored():
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    thread_id = uuid.uuid4()
+    _put(saver, _config(thread_id, checkpoint_ns="sub:1"), {"messages": [HumanMessage("x")]})
+    _put(saver, _config(thread_id), {"notes": [HumanMessage("y")]})
+    assert not Message.objects.filter(session_id=thread_id).exists()
+    quiet = CortexCheckpointSaver(scope=ACME, agent_id=AGENT, messages_key=None)
+    _put(quiet, _config(thread_id), {"messages": [HumanMessage("z")]})
+    assert not Message.objects.filter(session_id=thread_id).exists()
+
+
+def test_new_messages_by_id_then_by_equality():
+    a, b = HumanMessage("a", id="a"), AIMessage("b")
+    assert new_messages([a, b], [a]) == [b]
+    assert new_messages([a, b], [a, AIMessage("b")]) == []
+    assert new_messages([a, RemoveMessage(id="a")], []) == [a]
+    assert new_messages("not a list", None) == []
+
+
+def test_threads_of_another_tenant_are_invisible_and_untouchable():
+    acme = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    globex = CortexCheckpointSaver(scope=GLOBEX, agent_id=AGENT)
+    thread_id = uuid.uuid4()
+    _put(acme, _config(thread_id), {"k": "v"})
+    assert globex.get_tuple(_config(thread_id)) is None
+    assert list(globex.list(_config(thread_id))) == []
+    assert list(globex.list(None)) == []
+    with pytest.raises(SessionNotFound):
+        _put(globex, _config(thread_id), {"k": "theirs"})
+    with pytest.raises(SessionNotFound):
+        globex.put_writes(
+            {"configurable": {**_config(thread_id)["configurable"], "checkpoint_id": "x"}},
+            [("ch", 1)],
+            "task",
+        )
+    globex.delete_thread(str(thread_id))
+    assert acme.get_tuple(_config(thread_id)).checkpoint["channel_values"] == {"k": "v"}
+
+
+def test_a_config_scope_outside_the_savers_is_forbidden():
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    with pytest.raises(ScopeForbidden):
+        saver.get_tuple(_config(uuid.uuid4(), scope=GLOBEX))
+
+
+def test_threads_of_another_agent_are_not_found():
+    ours = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    theirs = services.create_session(scope=ACME, agent_id="other")
+    with pytest.raises(SessionNotFound):
+        _put(ours, _config(theirs.pk), {"k": "v"})
+    assert ours.get_tuple(_config(theirs.pk)) is None
+
+
+def test_list_without_a_thread_lists_every_thread_within_the_scope():
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    mine = [uuid.uuid4(), uuid.uuid4()]
+    for thread_id in mine:
+        _put(saver, _config(thread_id, scope=ALICE), {"k": 1})
+    _put(CortexCheckpointSaver(scope=GLOBEX, agent_id=AGENT), _config(uuid.uuid4()), {"k": 2})
+    assert {t.config["configurable"]["thread_id"] for t in saver.list(None)} == set(map(str, mine))
+    narrowed = saver.list({"configurable": {"scope": "org=acme/user=bob"}})
+    assert list(narrowed) == []
+
+
+@pytest.mark.parametrize("thread_id", ["thread-1", "", None])
+def test_a_thread_id_that_is_no_session_id_is_invalid_input(thread_id):
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    with pytest.raises(InvalidInput) as caught:
+        saver.get_tuple({"configurable": {"thread_id": thread_id}})
+    assert caught.value.field == "thread_id"
+    assert not Session.objects.exists()
+
+
+def test_a_new_thread_needs_an_agent():
+    saver = CortexCheckpointSaver(scope=ACME)
+    with pytest.raises(InvalidInput) as caught:
+        _put(saver, _config(uuid.uuid4()))
+    assert caught.value.field == "agent_id"
+    _put(saver, _config(uuid.uuid4(), agent_id="from-config"))
+    assert Session.objects.get().agent_id == "from-config"
+
+
+def test_overlong_names_are_refused_and_write_nothing():
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    with pytest.raises(ValueTooLong):
+        _put(saver, _config(uuid.uuid4(), checkpoint_ns="n" * 256))
+    with pytest.raises(ValueTooLong):
+        _put(saver, _config(uuid.uuid4()), {"c" * 256: 1})
+    assert not Checkpoint.objects.exists()
+    assert not Session.objects.exists()
+
+
+@pytest.mark.parametrize("value", [float("nan"), "nul \x00", {1, 2}])
+def test_metadata_that_is_not_storable_json_is_refused_and_writes_nothing(value):
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    checkpoint = empty_checkpoint()
+    with pytest.raises(InvalidMetadata):
+        saver.put(_config(uuid.uuid4()), checkpoint, {"step": 0, "bad": [value]}, {})
+    assert not Session.objects.exists()
+
+
+def test_an_archived_thread_reads_and_refuses_writes():
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    thread_id = uuid.uuid4()
+    first = _put(saver, _config(thread_id), {"k": "v"})
+    services.archive_session(scope=ACME, session_id=thread_id)
+    assert saver.get_tuple(_config(thread_id)) is not None
+    with pytest.raises(SessionArchived):
+        _put(saver, _config(thread_id), {"k": "w"}, parent=first)
+    with pytest.raises(SessionArchived):
+        saver.put_writes(_config(thread_id, checkpoint_id=first), [("ch", 1)], "task")
+
+
+def test_deleting_the_session_deletes_its_checkpoints_blobs_and_writes():
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    thread_id = uuid.uuid4()
+    first = _put(saver, _config(thread_id), {"messages": [HumanMessage("hi")]})
+    saver.put_writes(_config(thread_id, checkpoint_id=first), [("ch", 1)], "task")
+    services.delete_session(scope=ACME, session_id=thread_id)
+    for model in (Checkpoint, CheckpointBlob, CheckpointWrite):
+        assert not model.objects.exists()
+    assert saver.get_tuple(_config(thread_id)) is None
+
+
+def test_delete_thread_deletes_the_session():
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    thread_id = uuid.uuid4()
+    _put(saver, _config(thread_id), {"messages": [HumanMessage("hi")]})
+    saver.delete_thread(str(thread_id))
+    assert not Session.objects.filter(pk=thread_id).exists()
+    assert not Message.objects.exists()
+    saver.delete_thread("not-a-uuid")  # a missing thread: nothing, as LangGraph's savers do
+
+
+@pytest.mark.concurrent_db
+@pytest.mark.django_db(transaction=True)
+def test_example_runs_two_turns_and_mirrors_four_messages():
+    outcome = main(scope=ALICE, agent_id=AGENT)
+    assert outcome["answers"] == ["San Francisco.", "California."]
+    assert outcome["second_turn_prompt"] == [
+        "Which city is the Golden Gate Bridge in?",
+        "San Francisco.",
+        "And which state?",
+    ]
+    assert (outcome["message_count"], outcome["last_message"]) == (4, "California.")
+
+
+@async_test
+async def test_an_async_graph_run_checkpoints_and_mirrors():
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    graph = chat_graph(saver, ["Hello!"])
+    config = await athread_config(scope=ALICE, agent_id=AGENT)
+    result = await graph.ainvoke({"messages": [HumanMessage("Hi")]}, config)
+    assert result["messages"][-1].content == "Hello!"
+    state = await graph.aget_state(config)
+    assert [m.content for m in state.values["messages"]] == ["Hi", "Hello!"]
+    session = await services.aget_session(
+        scope=ALICE, session_id=config["configurable"]["thread_id"]
+    )
+    assert (session.message_count, session.last_message) == (2, "Hello!")
+
+
+def test_the_admin_lists_and_shows_checkpoints_with_their_thread(client):
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    thread_id = uuid.uuid4()
+    _put(saver, _config(thread_id, scope=ALICE), {"k": "v"})
+    admin = get_user_model().objects.create_superuser("root", "root@example.com", "pw")
+    client.force_login(admin)
+    listing = client.get(reverse("admin:cortex_langgraph_checkpoint_changelist"))
+    assert listing.status_code == 200
+    assert str(thread_id) in listing.content.decode()
+    assert ALICE in listing.content.decode()
+    row = Checkpoint.objects.get()
+    page = client.get(reverse("admin:cortex_langgraph_checkpoint_change", args=[row.pk]))
+    assert page.status_code == 200
+    assert row.checkpoint_id in page.content.decode()

@@ -1,0 +1,206 @@
+"""Usage and token counts at the app's edges (docs/design.md §16.1-§16.2): the system check of
+``TOKEN_COUNTER``, import and export, the admin, and migration ``0019_context_window``'s data
+step on existing rows."""
+
+from __future__ import annotations
+
+import io
+import json
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.test import override_settings
+from django.urls import reverse
+
+from cortex_sessions import services, transfer
+from cortex_sessions.checks import check_settings
+from cortex_sessions.exceptions import InvalidUsage
+from cortex_sessions.models import Message, Session
+from cortex_sessions.tokens import estimate_tokens
+from tests.test_migrations import APP, Migrator
+
+SCOPE = "org=acme/user=1"
+USAGE = {"input_tokens": 12, "output_tokens": 3, "model": "m", "cost": "0.0012"}
+
+
+def ids(**settings):
+    with override_settings(CORTEX_SESSIONS=settings):
+        return [message.id for message in check_settings()]
+
+
+NOT_CALLABLE = 42
+
+
+def answers_a_string(role, content):
+    return "3"
+
+
+def answers_negative(role, content):
+    return -1
+
+
+def raises(role, content):
+    raise RuntimeError("no tokenizer")
+
+
+def counts_one(role, content):
+    return 1
+
+
+# -- the system check -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "no.such.module.counter",
+        "nodots",
+        "tests.test_usage_edges.NOT_CALLABLE",
+        "tests.test_usage_edges.answers_a_string",
+        "tests.test_usage_edges.answers_negative",
+        "tests.test_usage_edges.raises",
+        42,
+    ],
+)
+def test_a_bad_token_counter_is_e022(path):
+    assert ids(TOKEN_COUNTER=path) == ["cortex_sessions.E022"]
+
+
+def test_a_good_token_counter_passes_the_check():
+    assert ids(TOKEN_COUNTER="tests.test_usage_edges.counts_one") == []
+    assert ids(TOKEN_COUNTER=counts_one) == []
+    assert ids() == []
+
+
+# -- import and export ----------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_usage_travels_through_export_and_import_and_the_totals_follow():
+    session = services.create_session(scope=SCOPE, agent_id="a", title="t")
+    services.append_messages(
+        scope=SCOPE,
+        session_id=session.pk,
+        messages=[
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello", "usage": USAGE},
+        ],
+    )
+    exported = "".join(transfer.export_conversations(scope=SCOPE))
+    (line,) = exported.splitlines()
+    messages = json.loads(line)["messages"]
+    assert "usage" not in messages[0] and messages[1]["usage"] == USAGE
+    report = transfer.import_conversations(io.StringIO(exported), scope="org=other", agent_id="a")
+    assert report.imported == 1
+    copy = Session.objects.get(scope="org=other")
+    assert (copy.input_tokens, copy.output_tokens, copy.cost) == (12, 3, Decimal("0.0012"))
+    assert copy.context_tokens == Session.objects.get(pk=session.pk).context_tokens
+    assert list(Message.objects.filter(session=copy).order_by("seq").values_list("usage")) == [
+        (None,),
+        (USAGE,),
+    ]
+
+
+@pytest.mark.django_db
+def test_an_import_with_bad_usage_imports_nothing_of_that_conversation():
+    line = json.dumps({"messages": [{"role": "assistant", "content": "x", "usage": {"cost": 0.1}}]})
+    with pytest.raises(InvalidUsage, match=r"messages\[0\]"):
+        transfer.parse_conversation(line)
+    report = transfer.import_conversations(io.StringIO(line + "\n"), scope=SCOPE, agent_id="a")
+    assert (report.imported, report.failed) == (0, 1)
+    assert not Session.objects.exists()
+
+
+# -- admin ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_admin_shows_usage_and_totals_read_only(admin_client):
+    session = services.create_session(scope=SCOPE, agent_id="a")
+    result = services.append_messages(
+        scope=SCOPE,
+        session_id=session.pk,
+        messages=[{"role": "assistant", "content": "hello", "usage": USAGE}],
+    )
+    page = admin_client.get(
+        reverse("admin:cortex_sessions_message_change", args=[result.messages[0].pk])
+    ).content.decode()
+    assert "&quot;input_tokens&quot;: 12" in page and 'name="usage"' not in page
+    page = admin_client.get(
+        reverse("admin:cortex_sessions_session_change", args=[session.pk])
+    ).content.decode()
+    assert "0.001200" in page and 'name="cost"' not in page
+    # A post naming the totals writes none of them.
+    admin_client.post(
+        reverse("admin:cortex_sessions_session_change", args=[session.pk]),
+        {"title": "x", "metadata": "{}", "cost": "99", "input_tokens": "5"},
+    )
+    stored = Session.objects.get(pk=session.pk)
+    assert (stored.input_tokens, stored.cost) == (12, Decimal("0.0012"))
+
+
+# -- the migration --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def migrator():
+    migrator = Migrator()
+    try:
+        yield migrator
+    finally:
+        migrator.migrate(migrator.latest)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_0019_gives_existing_messages_their_token_counts_and_sessions_their_context(
+    migrator, monkeypatch
+):
+    import importlib
+
+    migration = importlib.import_module("cortex_sessions.migrations.0019_context_window")
+    monkeypatch.setattr(migration, "BATCH_SIZE", 2)  # several batches of each kind
+    apps = migrator.migrate("0018_drop_pre_release_append_functions")
+    OldSession = apps.get_model(APP, "Session")
+    OldMessage = apps.get_model(APP, "Message")
+    texts = {}
+    for n in range(3):
+        session = OldSession.objects.create(agent_id="a", scope=f"org=x/user={n}")
+        for seq in range(1, n + 2):
+            text = "word " * (seq * 3)
+            OldMessage.objects.create(
+                session=session,
+                agent_id="a",
+                scope=session.scope,
+                seq=seq,
+                role="user",
+                content=[{"type": "text", "text": text}],
+            )
+            texts.setdefault(session.pk, []).append(text)
+    OldMessage.objects.create(agent_id="legacy", scope="org=x", role="user", content=[])
+    empty = OldSession.objects.create(agent_id="a", scope="org=x/empty=1")
+
+    migrator.migrate("0019_context_window")
+
+    for pk, session_texts in texts.items():
+        counts = [estimate_tokens("user", [{"type": "text", "text": t}]) for t in session_texts]
+        stored = list(
+            Message.objects.filter(session_id=pk)
+            .order_by("seq")
+            .values_list("token_count", flat=True)
+        )
+        assert stored == counts
+        assert Session.objects.get(pk=pk).context_tokens == sum(counts)
+    assert Message.objects.get(session__isnull=True).token_count == 4
+    assert Session.objects.get(pk=empty.pk).context_tokens == 0
+    # Backward: the columns go, no row does.
+    migrator.migrate("0018_drop_pre_release_append_functions")
+    with connection.cursor() as cursor:
+        columns = [
+            column.name
+            for column in connection.introspection.get_table_description(
+                cursor, "cortex_sessions_message"
+            )
+        ]
+    assert "token_count" not in columns and "usage" not in columns
+    assert OldMessage.objects.count() == 7
