@@ -23,6 +23,7 @@ __all__ = [
     "recent_messages",
     "recent_messages_two_statements",
     "resolve_existing",
+    "usage_totals",
 ]
 
 SESSION_COLUMNS = (
@@ -86,6 +87,33 @@ def count_sessions(
     """``SELECT count(*)`` with the list's filters (as ``services.count_sessions``)."""
     where, params = _filters(scope, exact=exact, default_only=default_only, search=search)
     return conn.execute(f"SELECT count(*) FROM {SESSION_TABLE} WHERE {where}", params).fetchone()[0]
+
+
+_USAGE_SUMS = (
+    "count(*), COALESCE(sum(message_count), 0), COALESCE(sum(input_tokens), 0), "
+    "COALESCE(sum(output_tokens), 0), COALESCE(sum(cost), 0), COALESCE(sum(context_tokens), 0)"
+)
+
+
+def usage_totals(
+    conn: psycopg.Connection, *, scope: str, group_by: str | None = None
+) -> list[tuple]:
+    """The usage sums of the live sessions within ``scope`` (as ``services.usage_totals``):
+    one row, or one per agent or per scope level beneath ``scope``."""
+    where, params = _filters(scope, exact=False, default_only=False, search=None)
+    if group_by is None:
+        return conn.execute(
+            f"SELECT {_USAGE_SUMS} FROM {SESSION_TABLE} WHERE {where}", params
+        ).fetchall()
+    if group_by == "agent_id":
+        key: str = "agent_id"
+    else:  # the level after "<scope>/", up to the next "/"
+        key = f"NULLIF(split_part(substr(scope, {len(scope) + 2}), '/', 1), '')"
+    return conn.execute(
+        f"SELECT {key} AS k, {_USAGE_SUMS} FROM {SESSION_TABLE} WHERE {where} GROUP BY k "
+        "ORDER BY k NULLS FIRST",
+        params,
+    ).fetchall()
 
 
 def get_session(conn: psycopg.Connection, *, scope: str, session_id: Any) -> tuple | None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from decimal import Decimal
 from typing import Any
 from urllib.parse import urlencode
 
@@ -30,7 +29,6 @@ from cortex_sessions.search_limits import search_timeout
 __all__ = ["message_dict", "session_dict", "urlpatterns"]
 
 PAGE_SIZE = 50
-_MICRO = Decimal("0.000001")
 
 
 def _time(value: datetime | None) -> str | None:
@@ -63,7 +61,7 @@ def session_dict(session: Session) -> dict[str, Any]:
         "legal_hold": session.legal_hold,
         "input_tokens": session.input_tokens,
         "output_tokens": session.output_tokens,
-        "cost": None if session.cost is None else f"{Decimal(session.cost).quantize(_MICRO):f}",
+        "cost": f"{session.cost:.6f}",
         "context_tokens": session.context_tokens,
     }
 

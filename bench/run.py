@@ -690,6 +690,20 @@ def run_all(
             lambda s, kw=kwargs: floor.count_sessions(base, scope=s, **kw),
             scopes,
         )
+    # Per-tenant accounting (docs/design.md §16.1): an org's usage, whole and grouped.
+    for name, group_by in (
+        ("usage totals (org)", None),
+        ("usage by agent (org)", "agent_id"),
+        ("usage by scope level (org)", "scope"),
+    ):
+        read_op(
+            name,
+            None,
+            lambda s, g=group_by: services.usage_totals(scope=s, group_by=g),
+            lambda s, g=group_by: floor.usage_totals(base, scope=s, group_by=g),
+            fx["orgs"],
+            "one statement over the org's live sessions",
+        )
     hot_op(
         "get by id",
         TARGETS["get"],

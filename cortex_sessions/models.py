@@ -129,19 +129,32 @@ class Session(models.Model):
     )
     #: Sums of the messages' ``usage`` (docs/design.md §16.1), moved with every write that adds
     #: or removes messages, as ``message_count`` is (§5).
-    input_tokens = models.PositiveBigIntegerField(_("input tokens"), default=0, editable=False)
-    output_tokens = models.PositiveBigIntegerField(_("output tokens"), default=0, editable=False)
+    #: Each also has a database default, so rows written by SQL of a host's own (a bulk load)
+    #: start at zero rather than failing; the recount sets them from the rows.
+    input_tokens = models.PositiveBigIntegerField(
+        _("input tokens"), default=0, db_default=0, editable=False
+    )
+    output_tokens = models.PositiveBigIntegerField(
+        _("output tokens"), default=0, db_default=0, editable=False
+    )
     cost = models.DecimalField(
-        _("cost"), max_digits=20, decimal_places=6, default=Decimal(0), editable=False
+        _("cost"),
+        max_digits=20,
+        decimal_places=6,
+        default=Decimal(0),
+        db_default=Decimal(0),
+        editable=False,
     )
     #: The tokens of what the context read returns without a budget (docs/design.md §16.2).
-    context_tokens = models.PositiveBigIntegerField(_("context tokens"), default=0, editable=False)
+    context_tokens = models.PositiveBigIntegerField(
+        _("context tokens"), default=0, db_default=0, editable=False
+    )
     #: When the session expires (docs/design.md §18.1): from then on every read hides it, and
     #: ``manage.py cortex_sessions_expire`` deletes it (unless it is on legal hold).
     expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
     #: A session on legal hold is never deleted by any path, and its messages are frozen
     #: (docs/design.md §18.1). Set by the admin and host code, never by the REST API's client.
-    legal_hold = models.BooleanField(_("legal hold"), default=False)
+    legal_hold = models.BooleanField(_("legal hold"), default=False, db_default=False)
 
     objects = SessionQuerySet.as_manager()
 
@@ -279,7 +292,10 @@ class Message(models.Model):
     #: What producing the message cost, as the host reports it (docs/design.md §16.1).
     usage = models.JSONField(_("usage"), null=True, blank=True, default=None, editable=False)
     #: The tokens the message takes in a model's context, from ``TOKEN_COUNTER`` (§16.2).
-    token_count = models.PositiveIntegerField(_("token count"), default=0, editable=False)
+    #: A database default too, as the session totals have (a bulk load's rows count 0).
+    token_count = models.PositiveIntegerField(
+        _("token count"), default=0, db_default=0, editable=False
+    )
     #: On a compaction summary: the last ``seq`` it stands for (docs/design.md §16.3).
     compacts_through_seq = models.PositiveIntegerField(
         _("compacts through seq"), null=True, blank=True, editable=False

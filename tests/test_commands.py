@@ -11,6 +11,7 @@ from django.core.management import CommandError, call_command
 from cortex_sessions import services
 from cortex_sessions.backfill import BACKFILL_MARKER
 from cortex_sessions.models import Message, Session
+from cortex_sessions.tokens import estimate_tokens
 from tests.factories import MessageFactory
 
 SCOPE = "org=acme/user=1"
@@ -164,10 +165,16 @@ def test_recount_command_reports_a_last_message_drift_alone():
 def test_recount_command_repairs_drift_left_by_direct_message_deletes():
     session = _session_with_messages(SCOPE, ["one", "two", "three"])
     Message.objects.filter(session=session, seq=3).delete()
+    context = Session.objects.get(pk=session.pk).context_tokens
 
     out = run("cortex_sessions_recount", "--scope", SCOPE)
 
-    assert f"{session.pk}: message_count 3 -> 2, last_message updated (fixed)" in out
+    # The deleted row's tokens leave the context too (docs/design.md §16.2).
+    three = estimate_tokens("user", [{"type": "text", "text": "three"}])
+    assert (
+        f"{session.pk}: message_count 3 -> 2, last_message updated, context_tokens {context} -> "
+        f"{context - three} (fixed)" in out
+    )
     assert _counters(session) == (2, "two")
 
 

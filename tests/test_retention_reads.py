@@ -84,6 +84,12 @@ def test_an_expired_sessions_messages_cannot_be_read_or_appended(expired):
     assert Message.objects.filter(session=expired).count() == 2
 
 
+@pytest.mark.parametrize("max_tokens", [None, 1000])
+def test_an_expired_sessions_context_cannot_be_read(expired, max_tokens):
+    with pytest.raises(SessionNotFound):
+        services.context_messages(scope=SCOPE, session_id=expired.pk, max_tokens=max_tokens)
+
+
 def test_an_expired_session_is_no_reference_candidate(expired, live):
     current = services.create_session(scope=SCOPE, agent_id="a")
     found = reference_candidates(scope=SCOPE, session_id=current.pk, query="hello")

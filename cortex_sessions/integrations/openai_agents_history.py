@@ -20,7 +20,7 @@ from typing import Any
 from django.db import connections
 
 from .. import routing
-from ..models import Message
+from ..models import Message, Session
 from ..scope import Scope
 
 __all__ = ["history_page", "serves"]
@@ -78,5 +78,8 @@ def _page_sql(quote_name: Any) -> str:
         "SELECT seq, role, content, jsonb_path_query_first(content, %s::jsonpath) AS block "
         f"FROM {quote_name(Message._meta.db_table)} "
         "WHERE session_id = %s AND scope >= %s AND scope < %s AND (scope = %s OR scope >= %s) "
+        # an expired session's messages are hidden until the sweep deletes them (§18.1)
+        f"AND NOT EXISTS (SELECT 1 FROM {quote_name(Session._meta.db_table)} s WHERE"
+        " s.id = session_id AND s.expires_at <= statement_timestamp()) "
         "AND seq > %s ORDER BY seq LIMIT %s) AS page"
     )

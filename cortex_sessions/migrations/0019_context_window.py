@@ -2,8 +2,9 @@
 ``token_count`` and ``compacts_through_seq``; a session's totals ``input_tokens``,
 ``output_tokens``, ``cost`` and ``context_tokens``.
 
-- The columns are added with constant defaults (on PostgreSQL 11+ and MariaDB 10.3+ a change of
-  the catalogue only, no table rewrite).
+- The columns are added with constant database defaults (on PostgreSQL 11+ and MariaDB 10.3+ a
+  change of the catalogue only, no table rewrite), which they keep: a row written by a host's
+  own SQL starts at zero.
 - On PostgreSQL the hot-path functions are replaced (docs/design.md §14.1): the append becomes
   ``cortex_sessions_append_one_v5`` (it moves the totals and writes ``usage`` and
   ``token_count``), the session reads ``cortex_sessions_get_v2`` and
@@ -206,7 +207,7 @@ class Migration(migrations.Migration):
             model_name="message",
             name="token_count",
             field=models.PositiveIntegerField(
-                default=0, editable=False, verbose_name="token count"
+                db_default=0, default=0, editable=False, verbose_name="token count"
             ),
         ),
         migrations.AddField(
@@ -220,13 +221,14 @@ class Migration(migrations.Migration):
             model_name="session",
             name="context_tokens",
             field=models.PositiveBigIntegerField(
-                default=0, editable=False, verbose_name="context tokens"
+                db_default=0, default=0, editable=False, verbose_name="context tokens"
             ),
         ),
         migrations.AddField(
             model_name="session",
             name="cost",
             field=models.DecimalField(
+                db_default=Decimal("0"),
                 decimal_places=6,
                 default=Decimal("0"),
                 editable=False,
@@ -238,14 +240,14 @@ class Migration(migrations.Migration):
             model_name="session",
             name="input_tokens",
             field=models.PositiveBigIntegerField(
-                default=0, editable=False, verbose_name="input tokens"
+                db_default=0, default=0, editable=False, verbose_name="input tokens"
             ),
         ),
         migrations.AddField(
             model_name="session",
             name="output_tokens",
             field=models.PositiveBigIntegerField(
-                default=0, editable=False, verbose_name="output tokens"
+                db_default=0, default=0, editable=False, verbose_name="output tokens"
             ),
         ),
         OnVendors(vendors=["postgresql"], operations=_functions()),

@@ -77,7 +77,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="session",
             name="legal_hold",
-            field=models.BooleanField(default=False, verbose_name="legal hold"),
+            field=models.BooleanField(db_default=False, default=False, verbose_name="legal hold"),
         ),
         # The scope and agent indexes end with expires_at, which every read now filters on,
         # so counts stay index-only scans (docs/performance.md).

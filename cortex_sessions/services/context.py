@@ -260,7 +260,9 @@ def _context_sql() -> str:
         "WITH RECURSIVE"
         f' s AS (SELECT s."id", s."last_seq" FROM {session} s WHERE s."id" = %(id)s'
         ' AND s."scope" >= %(lo)s AND s."scope" < %(hi)s'
-        ' AND (s."scope" = %(exact)s OR s."scope" >= %(below)s)),'
+        ' AND (s."scope" = %(exact)s OR s."scope" >= %(below)s)'
+        # an expired session is hidden until the sweep deletes it (docs/design.md §18.1)
+        ' AND (s."expires_at" IS NULL OR s."expires_at" > statement_timestamp())),'
         f' c AS (SELECT m."seq", m."compacts_through_seq", m."token_count" FROM {message} m'
         ' WHERE m."session_id" = %(id)s AND EXISTS (SELECT 1 FROM s)'
         " AND m.\"role\" = 'user' AND m.\"source\" = 'checkpoint'"

@@ -13,34 +13,41 @@ its open batch, which rolls back; the next run starts over on what is still due.
 
 from __future__ import annotations
 
+import random
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db import connections
+from django.db import OperationalError, connections
 from django.db.models import Q
 from django.utils import timezone
 
 from .. import signals
 from ..conf import app_settings
 from ..exceptions import SessionNotFound
+from ..faults import is_deadlock
 from ..models import Message, Session
 from ..retention import Policy, parse_policies
 from ..scope import Scope, scope_q
 from ._common import (
+    DEADLOCK_BACKOFF_SECONDS,
     UNCHANGED,
     Unchanged,
     _check_expires_at,
     _check_int,
     _db_for_write,
+    _in_callers_transaction,
     _send_on_commit,
     _session_id,
     _write_transaction,
 )
 
 __all__ = ["DEFAULT_BATCH_SIZE", "ExpiryReport", "expire_sessions", "set_retention"]
+
+_T = TypeVar("_T")
 
 #: Sessions one batch of :func:`expire_sessions` locks and acts on, by default.
 DEFAULT_BATCH_SIZE = 500
@@ -140,6 +147,26 @@ def _policy_q(policy: Policy, now: datetime) -> Q:
     return condition
 
 
+#: How many times a batch the database rolled back to break a deadlock runs again.
+BATCH_ATTEMPTS = 10
+
+
+def _retried(using: str, batch: Callable[[], _T]) -> _T:
+    """``batch()`` — one batch in its own transaction — run again when the database rolled it
+    back to break a deadlock (InnoDB locks the message rows a delete examines, so two workers'
+    deletes can meet; nothing of the batch was written), up to :data:`BATCH_ATTEMPTS` times.
+    Inside a caller's transaction a deadlock propagates (it rolled the caller's work back)."""
+    outermost = not _in_callers_transaction(using)
+    for attempt in range(1, BATCH_ATTEMPTS + 1):
+        try:
+            return batch()
+        except OperationalError as exc:
+            if not outermost or not is_deadlock(exc) or attempt == BATCH_ATTEMPTS:
+                raise
+            time.sleep(random.uniform(0, DEADLOCK_BACKOFF_SECONDS * attempt))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def _locked_batch(using: str, due: Q, batch_size: int) -> list[tuple[uuid.UUID, str, str]]:
     """Up to ``batch_size`` due sessions as ``(id, agent_id, scope)``, locked until the
     transaction ends; rows another transaction holds are skipped where the database can."""
@@ -169,18 +196,25 @@ def _delete_due(
         report.held += held
         return
     total = messages = 0
-    while True:
-        with _write_transaction(using):  # one batch
+
+    def batch() -> tuple[list[uuid.UUID], int]:
+        with _write_transaction(using):
             rows = _locked_batch(using, deletable, batch_size)
-            if not rows:
-                break
             ids = [pk for pk, _, _ in rows]
+            if not ids:
+                return ids, 0
             deleted_messages, _ = Message.objects.using(using).filter(session_id__in=ids).delete()
             Session.objects.using(using).filter(pk__in=ids).delete()
             for pk, agent_id, scope in rows:
                 _send_on_commit(
                     signals.session_deleted, session_id=pk, agent_id=agent_id, scope=scope
                 )
+        return ids, deleted_messages
+
+    while True:
+        ids, deleted_messages = _retried(using, batch)
+        if not ids:
+            break
         # committed: only now is the batch reported
         total += len(ids)
         messages += deleted_messages
@@ -218,15 +252,20 @@ def _archive_due(
         report.archived += count
         return
     total = 0
+
+    def batch() -> list[uuid.UUID]:
+        with _write_transaction(using):
+            ids = [pk for pk, _, _ in _locked_batch(using, live, batch_size)]
+            if ids:
+                Session.objects.using(using).filter(pk__in=ids).update(
+                    archived_at=now, is_default=False, updated_at=timezone.now()
+                )
+        return ids
+
     while True:
-        with _write_transaction(using):  # one batch
-            rows = _locked_batch(using, live, batch_size)
-            if not rows:
-                break
-            ids = [pk for pk, _, _ in rows]
-            Session.objects.using(using).filter(pk__in=ids).update(
-                archived_at=now, is_default=False, updated_at=timezone.now()
-            )
+        ids = _retried(using, batch)
+        if not ids:
+            break
         total += len(ids)
         report.batches += 1
         say(f"{what}: batch {report.batches}: archived {len(ids)} sessions")

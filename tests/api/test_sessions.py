@@ -28,6 +28,10 @@ SESSION_FIELDS = {
     "forked_at_seq",
     "expires_at",
     "legal_hold",
+    "input_tokens",
+    "output_tokens",
+    "cost",
+    "context_tokens",
 }
 
 
