@@ -31,6 +31,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 
 from cortex_sessions.content import preview
+from cortex_sessions.tokens import count_tokens
 
 from .db import create_database, database_url, drop_secondary_indexes, restore_indexes
 
@@ -40,10 +41,13 @@ SESSION_TABLE = "cortex_sessions_session"
 MESSAGE_TABLE = "cortex_sessions_message"
 SESSION_COLUMNS = (
     "id, agent_id, scope, title, metadata, cwd, message_count, last_message, last_seq, "
-    "is_default, backfilled_by, created_at, updated_at"
+    "is_default, backfilled_by, created_at, updated_at, input_tokens, output_tokens, cost, "
+    "context_tokens, legal_hold"
 )
-MESSAGE_COLUMNS = "session_id, agent_id, scope, seq, role, source, content, metadata, created_at"
-LEGACY_COLUMNS = "agent_id, scope, role, source, content, metadata, created_at"
+MESSAGE_COLUMNS = (
+    "session_id, agent_id, scope, seq, role, source, content, metadata, created_at, token_count"
+)
+LEGACY_COLUMNS = "agent_id, scope, role, source, content, metadata, created_at, token_count"
 BIG_SESSION_TITLE = "bench: big session"
 PEER_SESSION_TITLE = "bench: peer-size session"
 CHUNK_SESSIONS = 5_000
@@ -261,8 +265,13 @@ def _session(
     messages = []
     last_text = ""
     updated = created
+    context_tokens = 0
     for seq, role, source, text, moment in _conversation(rng, count, created):
-        messages.append((session_id, agent, scope, seq, role, source, _content(text), "{}", moment))
+        tokens = count_tokens(role, [{"type": "text", "text": text}])
+        context_tokens += tokens
+        messages.append(
+            (session_id, agent, scope, seq, role, source, _content(text), "{}", moment, tokens)
+        )
         if role in ("user", "assistant"):
             last_text = text
         updated = moment
@@ -284,6 +293,11 @@ def _session(
         "",
         created,
         updated,
+        0,
+        0,
+        0,
+        context_tokens,
+        False,
     )
     return row, messages
 
@@ -384,7 +398,7 @@ def load_legacy(url: str, *, rows: int, per_pair: int = 100, default_share: int 
             for pair in range(0, pairs, default_share):
                 agent, scope = _legacy_pair(pair)
                 row = (uuid.uuid4(), agent, scope, "Default", "{}", None, 0, "", 0, True, "")
-                copy.write_row((*row, EPOCH, EPOCH))
+                copy.write_row((*row, EPOCH, EPOCH, 0, 0, 0, 0, False))
                 existing += 1
         with conn.cursor().copy(f"COPY {MESSAGE_TABLE} ({LEGACY_COLUMNS}) FROM STDIN") as copy:
             moment = EPOCH
@@ -394,7 +408,8 @@ def load_legacy(url: str, *, rows: int, per_pair: int = 100, default_share: int 
                 text = text_of_length(rng, message_length(rng, role))
                 moment += timedelta(milliseconds=rng.randint(1, 2000))
                 source = "user" if role == "user" else "host"
-                copy.write_row((agent, scope, role, source, _content(text), "{}", moment))
+                tokens = count_tokens(role, [{"type": "text", "text": text}])
+                copy.write_row((agent, scope, role, source, _content(text), "{}", moment, tokens))
         restore_indexes(conn, restore)
         conn.commit()
     _vacuum(url, (SESSION_TABLE, MESSAGE_TABLE))

@@ -399,7 +399,7 @@ class SessionFilter(django_filters.FilterSet):
         """The form of the parameters, built once per filterset class (django-filter builds a
         new form class, and a form field per filter, on every request). Sharing the class is
         Django's own model: each form instance deep-copies the class's base fields
-        (docs/design.md §14.3)."""
+        (docs/design.md §14.5)."""
         cls = type(self)
         form_class = SessionFilter._form_classes.get(cls)
         if form_class is None:

@@ -7,6 +7,9 @@ form, §2.2) to a scope at or beneath the resolved one; anything wider or beside
 
 from __future__ import annotations
 
+import functools
+import time
+from collections.abc import Callable
 from typing import Any
 
 from rest_framework.exceptions import NotAuthenticated
@@ -17,12 +20,21 @@ from cortex_sessions.scope import Scope, as_scope
 
 from .exceptions import InvalidQuery
 
-__all__ = ["SCOPE_HEADER", "SCOPE_QUERY_PARAM", "narrow_scope", "resolve_request_scope"]
+__all__ = [
+    "SCOPE_HEADER",
+    "SCOPE_QUERY_PARAM",
+    "SESSION_SCOPE_KEY",
+    "narrow_scope",
+    "resolve_request_scope",
+    "session_cached_resolver",
+]
 
 #: Header that narrows a request's scope (``X-Cortex-Scope``).
 SCOPE_HEADER = "X-Cortex-Scope"
 #: Query parameter that narrows a request's scope.
 SCOPE_QUERY_PARAM = "scope"
+#: Key of :func:`session_cached_resolver`'s entry in ``request.session``.
+SESSION_SCOPE_KEY = "_cortex_scope"
 
 
 def narrow_scope(base: Scope, requested: Any, *, field: str = SCOPE_QUERY_PARAM) -> Scope:
@@ -109,3 +121,63 @@ def resolve_request_scope(request: Any) -> Scope:
     if param is not None:
         return narrow_scope(base, param)
     return base
+
+
+def session_cached_resolver(
+    resolver: Callable[[Any], Scope | str | None], *, max_age: float = 60.0
+) -> Callable[[Any], Scope | str | None]:
+    """A ``SCOPE_RESOLVER`` that keeps ``resolver``'s answer in the login session for
+    ``max_age`` seconds, so the requests of one logged-in client skip the resolver's own work
+    (a membership query, say) in between (docs/design.md §14.5).
+
+    Use it only for a resolver whose answer depends on the user alone and may be up to
+    ``max_age`` seconds old (a changed membership takes that long to apply)::
+
+        # myhost/scopes.py
+        org_scope = session_cached_resolver(org_scope_resolver, max_age=60)
+        # settings.py: CORTEX_SESSIONS = {"SCOPE_RESOLVER": "myhost.scopes.org_scope"}
+
+    The entry holds the user's pk, the canonical scope and the time it was resolved; a request
+    of another user, an expired entry, an anonymous request or one without a stored session
+    (HTTP Basic, a token: no cookie) calls ``resolver``. A ``None`` answer is never kept.
+
+    Args:
+        resolver: the resolver ``(request) -> Scope | str | None``.
+        max_age: seconds an answer is reused; each refresh writes the session once.
+
+    Returns:
+        The caching resolver.
+
+    Raises:
+        ValueError: ``max_age`` is negative.
+    """
+    if max_age < 0:
+        raise ValueError("max_age must be 0 or more")
+
+    @functools.wraps(resolver)
+    def cached(request: Any) -> Scope | str | None:
+        user = getattr(request, "user", None)
+        session = getattr(request, "session", None)
+        if (
+            user is None
+            or not user.is_authenticated
+            or session is None
+            or session.session_key is None
+        ):
+            return resolver(request)
+        now = time.time()
+        entry = session.get(SESSION_SCOPE_KEY)
+        if (
+            isinstance(entry, list)
+            and len(entry) == 3
+            and entry[0] == str(user.pk)
+            and isinstance(entry[2], int | float)
+            and 0 <= now - entry[2] < max_age
+        ):
+            return as_scope(entry[1])
+        resolved = resolver(request)
+        if resolved is not None and resolved != "":
+            session[SESSION_SCOPE_KEY] = [str(user.pk), str(as_scope(resolved)), now]
+        return resolved
+
+    return cached

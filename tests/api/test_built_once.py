@@ -1,4 +1,4 @@
-"""What a request of the API builds once per class, not per request (docs/design.md §14.3):
+"""What a request of the API builds once per class, not per request (docs/design.md §14.5):
 the filterset's form class, one session queryset per list."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The response serializers' planned rendering writes what DRF's own ``to_representation``
-writes, byte for byte (docs/design.md §14.3)."""
+writes, byte for byte (docs/design.md §14.5)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ RESPONSE_SERIALIZERS = [
     api.MessagesDeletedSerializer,
     api.PoppedMessageSerializer,
     api.MessagePageSerializer,
+    api.ContextWindowSerializer,
 ]
 
 
@@ -102,6 +103,10 @@ def _cases(rows):
         (api.PoppedMessageSerializer, {"session": rows.session, "message": second}),
         (api.MessagePageSerializer, page),
         (api.MessagePageSerializer, {"results": [], "has_more": False, "next": None}),
+        (
+            api.ContextWindowSerializer,
+            services.context_messages(scope="org=a", session_id=rows.session.id),
+        ),
     ]
 
 

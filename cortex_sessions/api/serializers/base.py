@@ -24,7 +24,7 @@ __all__ = [
 class StrictSerializerMixin(SharedFieldsMixin):
     """A body field the serializer does not define is a 400 naming it (docs/design.md §12.4).
 
-    Its fields are built once per class (:class:`~.shared.SharedFieldsMixin`, §14.3).
+    Its fields are built once per class (:class:`~.shared.SharedFieldsMixin`, §14.5).
 
     Each unknown key gets an error ``{"code": "unknown_field"}`` under its own name, together
     with the other field errors. Keys in ``ignored_fields`` (the read-only fields of

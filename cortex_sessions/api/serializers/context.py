@@ -11,6 +11,7 @@ from rest_framework import serializers
 from .base import StrictSerializerMixin
 from .fields import ContentField, StrictFieldMixin
 from .messages import MessageSerializer
+from .rendering import PlannedRepresentationMixin
 
 __all__ = ["CompactSerializer", "ContextWindowSerializer", "ThroughSeqField"]
 
@@ -47,7 +48,7 @@ class CompactSerializer(StrictSerializerMixin, serializers.Serializer[Any]):
     )
 
 
-class ContextWindowSerializer(serializers.Serializer[Any]):
+class ContextWindowSerializer(PlannedRepresentationMixin, serializers.Serializer[Any]):
     """Response of ``GET /sessions/{id}/context/`` (docs/design.md §16.4)."""
 
     messages = MessageSerializer(

@@ -1,4 +1,4 @@
-"""Output serializers rendered from a plan built once per class (docs/design.md §14.3).
+"""Output serializers rendered from a plan built once per class (docs/design.md §14.5).
 
 DRF builds a serializer's fields on every instance: a ``ModelSerializer`` introspects its
 model, deep-copies its declared fields and binds them, which cost more than the service call of

@@ -1,4 +1,4 @@
-"""Request-body serializers whose fields are built once per class (docs/design.md §14.3).
+"""Request-body serializers whose fields are built once per class (docs/design.md §14.5).
 
 DRF deep-copies a serializer's declared fields and binds them on every instance, which costs
 more than the validation itself for a one-message append. The API's body serializers hold no

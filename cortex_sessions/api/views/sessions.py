@@ -109,7 +109,7 @@ class SessionViewSet(
 
         The list and the count get an empty base instead: their ``SessionFilter`` builds the
         whole query from the scope and the parameters (``filter_queryset``), so a scoped base
-        would be built only to be replaced (docs/design.md §14.3).
+        would be built only to be replaced (docs/design.md §14.5).
         """
         scope = getattr(self.request, "cortex_scope", None)
         if scope is None or self.action in ("list", "count"):
