@@ -355,23 +355,15 @@ class CortexSession:
         if effective is not None and effective <= 0:
             return []
         scope = self.scope
-        return await self._run(lambda pk: _read_history(pk, scope, effective))
+        from .openai_compaction import read_history  # it imports this module
+
+        return await self._run(lambda pk: read_history(pk, scope, effective))
 
     async def _atomic_replace_items(self, items: list[Any]) -> bool:
         """The replacement hook of the SDK's ``OpenAIResponsesCompactionSession``: the
-        compacted ``items`` become one cortex compaction summary standing for every message
-        so far, in one transaction (docs/design.md §16.3, §16.5); nothing is deleted, and
-        :meth:`get_items` then reads the context (the summary's items, then what follows).
-
-        Returns:
-            ``True``: the replacement is done (the SDK skips ``clear_session`` and
-            ``add_items``).
-
-        Raises:
-            InvalidInput, InvalidContent: an item is not a JSON object; nothing is written.
-            MessageTooLarge: the compacted items are over ``MAX_MESSAGE_BYTES``.
-            SessionNotFound, SessionArchived: as :meth:`add_items`.
-        """
+        compacted ``items`` become one cortex compaction, deleting nothing, and :meth:`get_items`
+        then reads the context (docs/design.md §16.3, §16.5;
+        :func:`~.openai_compaction.replace_with_compaction`, which lists the errors)."""
         from .openai_compaction import replace_with_compaction
 
         return await replace_with_compaction(self, items)
@@ -567,30 +559,6 @@ def _check_session(pk: uuid.UUID, scope: Scope) -> None:
     services.get_session(scope=scope, session_id=pk)  # raises SessionNotFound
 
 
-def _read_history(pk: uuid.UUID, scope: Scope, limit: int | None) -> list[dict[str, Any]]:
-    """What :meth:`CortexSession.get_items` returns: the session's items, or, once it holds a
-    compaction summary (docs/design.md §16.3), the context's (§16.4) — the newest summary's
-    items, then the items after what it stands for. Telling the two apart is one indexed
-    existence test (the checkpoint index of docs/design.md §8.5)."""
-    if limit is None and history.serves(scope):  # the page statement tells it (one statement)
-        return _read_items(pk, scope, None)
-    using = routing.db_for_read(Message, scope=scope)
-    compacted = (
-        Message.objects.using(using)
-        .filter(session_id=pk, role="user", source="checkpoint", compacts_through_seq__isnull=False)
-        .exists()
-    )
-    return _window_items(pk, scope, limit) if compacted else _read_items(pk, scope, limit)
-
-
-def _window_items(pk: uuid.UUID, scope: Scope, limit: int | None) -> list[dict[str, Any]]:
-    """The items of the session's context (docs/design.md §16.4), newest ``limit`` (or all)."""
-    from .openai_compaction import window_items
-
-    items = window_items(scope, pk)
-    return items if limit is None else items[-limit:]
-
-
 def _read_items(pk: uuid.UUID, scope: Scope, limit: int | None) -> list[dict[str, Any]]:
     """Items of the session, newest ``limit`` (or all) in chronological order.
 
@@ -609,8 +577,10 @@ def _read_items(pk: uuid.UUID, scope: Scope, limit: int | None) -> list[dict[str
                 count, after_next, entries, compacted = history.history_page(
                     pk, scope, after=after, size=_HISTORY_PAGE, block_type=ITEM_BLOCK_TYPE
                 )
-                if compacted:
-                    return _window_items(pk, scope, None)
+                if compacted:  # the context's items instead (docs/design.md §16.5)
+                    from .openai_compaction import window_items
+
+                    return window_items(scope, pk)
                 if not count and after == 0:
                     _check_session(pk, scope)
                 items.extend(

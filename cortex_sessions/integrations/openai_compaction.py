@@ -28,20 +28,22 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from .. import services
+from .. import routing, services
 from ..exceptions import InvalidThroughSeq
 from ..models import Message
 from ..scope import Scope
+from . import openai_agents_history as history
 from .blocks import text_blocks
 from .openai_agents import (
     ITEM_BLOCK_TYPE,
     CortexSession,
+    _read_items,
     _settled,
     item_to_message,
     message_to_item,
 )
 
-__all__ = ["replace_with_compaction", "summary_content", "window_items"]
+__all__ = ["read_history", "replace_with_compaction", "summary_content", "window_items"]
 
 #: The readable text of a compaction summary written by the SDK's compaction (its items, an
 #: encrypted ``compaction`` item among them, have little text of their own).
@@ -123,3 +125,22 @@ async def replace_with_compaction(session: CortexSession, items: list[Any]) -> b
     scope = session.scope
     await _settled(session._run(lambda pk: _compact(scope, pk, compacted)))
     return True
+
+
+def read_history(pk: uuid.UUID, scope: Scope, limit: int | None) -> list[dict[str, Any]]:
+    """What :meth:`CortexSession.get_items` returns: the session's items, or, once it holds a
+    compaction summary (docs/design.md §16.3), the context's (§16.4) — the newest summary's
+    items, then the items after what it stands for. Telling the two apart is one indexed
+    existence test (the checkpoint index of docs/design.md §8.5)."""
+    if limit is None and history.serves(scope):  # the page statement tells it (one statement)
+        return _read_items(pk, scope, None)
+    using = routing.db_for_read(Message, scope=scope)
+    compacted = (
+        Message.objects.using(using)
+        .filter(session_id=pk, role="user", source="checkpoint", compacts_through_seq__isnull=False)
+        .exists()
+    )
+    if not compacted:
+        return _read_items(pk, scope, limit)
+    items = window_items(scope, pk)
+    return items if limit is None else items[-limit:]
