@@ -45,6 +45,8 @@ TEXT = "Please look at the failing test in the billing module and propose a fix.
 TARGET = 1.2
 #: Sessions of the user whose sessions ADK's ``list_sessions`` lists.
 LISTED = 50
+#: The pairs ``--only`` may name, in the order they run.
+PAIRS = ("openai-agents", "adk", "langgraph", "langchain", "pydantic-ai")
 
 
 async def _pair(
@@ -230,21 +232,31 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.runtimes")
     parser.add_argument("--items", type=int, default=1000, help="items seeded per session")
     parser.add_argument("--reps", type=int, default=300, help="timed repetitions per operation")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=PAIRS,
+        help="run only this pair (repeatable; default: every pair)",
+    )
     args = parser.parse_args(argv)
+    only = set(args.only or PAIRS)
     create_database(DATABASE)
     setup_django(database_url(DATABASE))
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
     rows: list[dict[str, Any]] = []
-    for runner in (openai_agents, google_adk):
-        rows.extend(asyncio.run(runner(args.items, args.reps)))
+    for name, runner in (("openai-agents", openai_agents), ("adk", google_adk)):
+        if name in only:
+            rows.extend(asyncio.run(runner(args.items, args.reps)))
     skipped: list[str] = []
     for name, sync_runner in (
-        ("LangGraph", runtimes_more.langgraph),
-        ("LangChain", runtimes_more.langchain),
-        ("Pydantic AI", runtimes_more.pydantic_ai),
+        ("langgraph", runtimes_more.langgraph),
+        ("langchain", runtimes_more.langchain),
+        ("pydantic-ai", runtimes_more.pydantic_ai),
     ):
+        if name not in only:
+            continue
         try:
             rows.extend(sync_runner(database_url(DATABASE), args.items, args.reps))
         except ImportError as exc:
