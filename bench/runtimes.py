@@ -16,7 +16,11 @@ hits both alike:
 Pairs (adapter vs SDK store, same engine and server):
 
 - ``CortexSession`` vs the OpenAI Agents SDK's ``SQLAlchemySession`` (async SQLAlchemy on asyncpg);
-- ``CortexSessionService`` vs Google ADK's ``DatabaseSessionService`` (async SQLAlchemy on asyncpg).
+- ``CortexSessionService`` vs Google ADK's ``DatabaseSessionService`` (async SQLAlchemy on asyncpg);
+- ``CortexCheckpointSaver`` vs ``PostgresSaver``, ``CortexChatMessageHistory`` vs
+  ``PostgresChatMessageHistory``, and Pydantic AI's ``save_messages``/``load_history`` vs a
+  plain-SQL floor (it has no store of its own): :mod:`bench.runtimes_more`, skipped with a
+  printed line when a peer package is not installed.
 
 The ratio is adapter / SDK store: at most 1.2 is the target (docs/design.md §13.4). Figures are
 in docs/performance.md.
@@ -32,6 +36,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from . import runtimes_more
 from .db import create_database, database_url
 from .setup import setup_django
 
@@ -40,6 +45,8 @@ TEXT = "Please look at the failing test in the billing module and propose a fix.
 TARGET = 1.2
 #: Sessions of the user whose sessions ADK's ``list_sessions`` lists.
 LISTED = 50
+#: The pairs ``--only`` may name, in the order they run.
+PAIRS = ("openai-agents", "adk", "langgraph", "langchain", "pydantic-ai")
 
 
 async def _pair(
@@ -225,15 +232,35 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.runtimes")
     parser.add_argument("--items", type=int, default=1000, help="items seeded per session")
     parser.add_argument("--reps", type=int, default=300, help="timed repetitions per operation")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=PAIRS,
+        help="run only this pair (repeatable; default: every pair)",
+    )
     args = parser.parse_args(argv)
+    only = set(args.only or PAIRS)
     create_database(DATABASE)
     setup_django(database_url(DATABASE))
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
     rows: list[dict[str, Any]] = []
-    for runner in (openai_agents, google_adk):
-        rows.extend(asyncio.run(runner(args.items, args.reps)))
+    for name, runner in (("openai-agents", openai_agents), ("adk", google_adk)):
+        if name in only:
+            rows.extend(asyncio.run(runner(args.items, args.reps)))
+    skipped: list[str] = []
+    for name, sync_runner in (
+        ("langgraph", runtimes_more.langgraph),
+        ("langchain", runtimes_more.langchain),
+        ("pydantic-ai", runtimes_more.pydantic_ai),
+    ):
+        if name not in only:
+            continue
+        try:
+            rows.extend(sync_runner(database_url(DATABASE), args.items, args.reps))
+        except ImportError as exc:
+            skipped.append(f"{name}: skipped, not installed ({exc.name or exc})")
     print(f"Sessions of {args.items:,} items; medians of {args.reps} reps; ratio = adapter / SDK")
     print("(the machine may be shared: figures move between runs; compare within one run)")
     print("| pair | operation | adapter ms | SDK store ms | ratio | target |")
@@ -245,6 +272,8 @@ def main(argv: list[str] | None = None) -> None:
             f"| {row['pair']} | {row['op']} | {row['ours_ms']:.3f} | {row['theirs_ms']:.3f} | "
             f"{ratio:.2f}× | ≤ {TARGET}× ({mark}) |"
         )
+    for line in skipped:
+        print(line)
 
 
 if __name__ == "__main__":

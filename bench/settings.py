@@ -42,6 +42,13 @@ INSTALLED_APPS = [
     "cortex_sessions.integrations.adk",
 ]
 
+try:  # the LangGraph saver's app (``bench.runtimes``), when langgraph is installed
+    import langgraph.checkpoint.base  # noqa: F401
+except ImportError:  # pragma: no cover
+    pass
+else:
+    INSTALLED_APPS.append("cortex_sessions.integrations.langgraph")
+
 CORTEX_SESSIONS: dict = {}
 
 if os.environ.get("BENCH_REPLICA_URL"):

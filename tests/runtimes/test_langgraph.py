@@ -220,6 +220,43 @@ def test_list_without_a_thread_lists_every_thread_within_the_scope():
     assert list(narrowed) == []
 
 
+def _list_with_queries(saver, config):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        listed = list(saver.list(config))
+    return listed, len(captured.captured_queries)
+
+
+@pytest.mark.parametrize("chunk", [500, 1])
+def test_listing_reads_every_checkpoints_channel_values_in_a_fixed_number_of_queries(
+    monkeypatch, chunk
+):
+    from cortex_sessions.integrations.langgraph import store
+
+    monkeypatch.setattr(store, "_BLOB_CHUNK", chunk)
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    thread_id = uuid.uuid4()
+    for n in range(2):
+        _put(saver, _config(thread_id), {"step": n, "same": "kept"})
+    _, two = _list_with_queries(saver, _config(thread_id))
+    for n in range(2, 6):
+        _put(saver, _config(thread_id), {"step": n, "same": "kept"})
+    _put(saver, _config(uuid.uuid4()), {"step": 99})  # another thread: listed with None only
+    listed, six = _list_with_queries(saver, _config(thread_id))
+    assert [t.checkpoint["channel_values"] for t in listed] == [
+        {"step": n, "same": "kept"} for n in reversed(range(6))
+    ]
+    everything, _ = _list_with_queries(saver, None)
+    assert sorted(t.checkpoint["channel_values"]["step"] for t in everything) == [
+        *range(6),
+        99,
+    ]
+    if chunk == 500:
+        assert six == two
+
+
 @pytest.mark.parametrize("thread_id", ["thread-1", "", None])
 def test_a_thread_id_that_is_no_session_id_is_invalid_input(thread_id):
     saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)

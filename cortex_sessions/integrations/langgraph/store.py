@@ -302,8 +302,9 @@ def list_tuples(
 
 
 def _tuples(serde: SerializerProtocol, alias: str, page: list[Checkpoint]) -> list[CheckpointTuple]:
-    """Build tuples for ``page``: one query for its pending writes, one per checkpoint for its
-    channel values."""
+    """Build tuples for ``page``: one query for its pending writes, and one for the channel
+    values of every checkpoint in it (one per ``_BLOB_CHUNK`` distinct channel versions), so a
+    thread's ``list`` costs the same few statements whatever its length."""
     writes: dict[tuple[Any, str, str], list[CheckpointWrite]] = {}
     wanted = Q()
     for row in page:
@@ -316,12 +317,17 @@ def _tuples(serde: SerializerProtocol, alias: str, page: list[Checkpoint]) -> li
         writes.setdefault((write.session_id, write.checkpoint_ns, write.checkpoint_id), []).append(
             write
         )
+    checkpoints = [_loads(serde, row.type, row.checkpoint) for row in page]
+    blobs = _blobs(alias, page, checkpoints)
     out = []
-    for row in page:
-        checkpoint = _loads(serde, row.type, row.checkpoint)
-        checkpoint["channel_values"] = _values(
-            serde, alias, row, checkpoint.get("channel_versions") or {}
-        )
+    for row, checkpoint in zip(page, checkpoints, strict=True):
+        checkpoint["channel_values"] = {
+            channel: _loads(serde, blob.type, blob.blob)
+            for channel, version in (checkpoint.get("channel_versions") or {}).items()
+            if (blob := blobs.get((row.session_id, row.checkpoint_ns, channel, str(version))))
+            is not None
+            and blob.type != "empty"
+        }
         thread_id = str(row.session_id)
         pending = sorted(
             writes.get((row.session_id, row.checkpoint_ns, row.checkpoint_id), []),
@@ -345,20 +351,29 @@ def _tuples(serde: SerializerProtocol, alias: str, page: list[Checkpoint]) -> li
     return out
 
 
-def _values(
-    serde: SerializerProtocol, alias: str, row: Checkpoint, versions: Mapping[str, Any]
-) -> dict[str, Any]:
-    if not versions:
-        return {}
-    wanted = Q()
-    for channel, version in versions.items():
-        wanted |= Q(channel=channel, version=str(version))
-    blobs = CheckpointBlob.objects.using(alias).filter(
-        wanted, session_id=row.session_id, checkpoint_ns=row.checkpoint_ns
-    )
-    return {
-        blob.channel: _loads(serde, blob.type, blob.blob) for blob in blobs if blob.type != "empty"
+#: Distinct channel versions read per blob query of :func:`_blobs`.
+_BLOB_CHUNK = 500
+
+
+def _blobs(
+    alias: str, page: list[Checkpoint], checkpoints: list[Any]
+) -> dict[tuple[Any, str, str, str], CheckpointBlob]:
+    """The blob rows the checkpoints of ``page`` name (``checkpoints``: their decoded bodies),
+    by ``(session_id, checkpoint_ns, channel, version)``; each distinct one read once."""
+    keys = {
+        (row.session_id, row.checkpoint_ns, channel, str(version))
+        for row, checkpoint in zip(page, checkpoints, strict=True)
+        for channel, version in (checkpoint.get("channel_versions") or {}).items()
     }
+    ordered = sorted(keys, key=lambda key: (str(key[0]), key[1], key[2], key[3]))
+    found: dict[tuple[Any, str, str, str], CheckpointBlob] = {}
+    for start in range(0, len(ordered), _BLOB_CHUNK):
+        wanted = Q()
+        for session_id, ns, channel, version in ordered[start : start + _BLOB_CHUNK]:
+            wanted |= Q(session_id=session_id, checkpoint_ns=ns, channel=channel, version=version)
+        for blob in CheckpointBlob.objects.using(alias).filter(wanted):
+            found[(blob.session_id, blob.checkpoint_ns, blob.channel, blob.version)] = blob
+    return found
 
 
 def delete_thread(scope: Scope, agent_id: str | None, thread_id: str) -> None:
