@@ -9,6 +9,7 @@ checkpoint), archived sessions, deletion with the session, the admin, and a real
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 import pytest
 
@@ -16,6 +17,7 @@ pytest.importorskip("langgraph")
 
 from django.contrib.auth import get_user_model
 from django.urls import reverse
+from django.utils import timezone
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
 from langgraph.checkpoint.base import empty_checkpoint
@@ -304,6 +306,22 @@ def test_an_archived_thread_reads_and_refuses_writes():
         _put(saver, _config(thread_id), {"k": "w"}, parent=first)
     with pytest.raises(SessionArchived):
         saver.put_writes(_config(thread_id, checkpoint_id=first), [("ch", 1)], "task")
+
+
+def test_an_expired_thread_is_hidden_and_refuses_writes():
+    """docs/design.md §18.1: an expired session is gone for every read and write until the
+    sweep deletes it, through the saver too."""
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    thread_id = uuid.uuid4()
+    first = _put(saver, _config(thread_id), {"k": "v"})
+    Session.objects.filter(pk=thread_id).update(expires_at=timezone.now() - timedelta(seconds=5))
+    assert saver.get_tuple(_config(thread_id)) is None
+    assert list(saver.list(None)) == []
+    with pytest.raises(SessionNotFound):
+        _put(saver, _config(thread_id), {"k": "w"}, parent=first)
+    with pytest.raises(SessionNotFound):
+        saver.put_writes(_config(thread_id, checkpoint_id=first), [("ch", 1)], "task")
+    assert Checkpoint.objects.count() == 1  # nothing written
 
 
 def test_deleting_the_session_deletes_its_checkpoints_blobs_and_writes():

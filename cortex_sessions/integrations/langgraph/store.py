@@ -34,7 +34,7 @@ from ...exceptions import (
     SessionNotFound,
     ValueTooLong,
 )
-from ...models import Session
+from ...models import Session, not_expired_q
 from ...scope import Scope, scope_q
 from ..blocks import is_storable
 from . import threads
@@ -280,7 +280,9 @@ def list_tuples(
     if limit is not None and limit <= 0:
         return []
     alias = routing.db_for_read(Checkpoint, scope=scope)
-    rows = Checkpoint.objects.using(alias).filter(scope_q(scope, field="session__scope"))
+    rows = Checkpoint.objects.using(alias).filter(
+        scope_q(scope, field="session__scope"), not_expired_q(prefix="session__")
+    )
     if agent_id is not None:
         rows = rows.filter(session__agent_id=agent_id)
     if thread_id is not None:

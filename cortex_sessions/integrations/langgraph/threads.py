@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 
 from ... import routing, services, signals
 from ...exceptions import InvalidInput, ScopeForbidden, SessionNotFound
-from ...models import Session
+from ...models import Session, not_expired_q
 from ...scope import Scope, as_scope, scope_q
 
 __all__ = ["Target", "create_or_get", "find", "scope_and_agent", "target_of", "thread_uuid"]
@@ -102,7 +102,8 @@ def target_of(config: Mapping[str, Any], bound: Scope, agent_id: str | None) -> 
 
 
 def _lookup(alias: str, scope: Scope, agent_id: str | None, pk: uuid.UUID) -> Session | None:
-    rows = Session.objects.using(alias).filter(scope_q(scope), pk=pk)
+    # an expired session is hidden from every read until the sweep deletes it (§18.1)
+    rows = Session.objects.using(alias).filter(scope_q(scope), not_expired_q(), pk=pk)
     if agent_id is not None:
         rows = rows.filter(agent_id=agent_id)
     return rows.first()
@@ -153,5 +154,9 @@ def create_or_get(target: Target, alias: str) -> Session:
                 using=alias,
             )
     if target.agent_id is not None and session.agent_id != target.agent_id:
+        raise SessionNotFound()
+    if session.expires_at is not None and not Session.objects.using(alias).filter(
+        not_expired_q(), pk=session.pk
+    ).exists():  # expired: gone for every read and write until the sweep (§18.1)
         raise SessionNotFound()
     return session
