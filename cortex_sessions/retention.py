@@ -23,6 +23,8 @@ __all__ = ["ACTIONS", "POLICY_KEYS", "Policy", "PolicyError", "parse_policies", 
 ACTIONS = ("delete", "archive")
 #: The keys a policy may have; ``agent_id`` is the only optional one.
 POLICY_KEYS = frozenset({"scope", "agent_id", "after", "action"})
+#: The longest ``after`` (seconds, 1,000 years): a longer one cannot be subtracted from now.
+MAX_AFTER = 1000 * 365 * 24 * 3600
 
 
 class PolicyError(ValueError):
@@ -88,9 +90,11 @@ def parse_policy(value: Any, index: int) -> Policy:
     if action not in ACTIONS:
         raise PolicyError(f"{where}['action'] is {action!r}, not one of {ACTIONS!r}.", index=index)
     after = value["after"]
-    if not isinstance(after, int) or isinstance(after, bool) or after <= 0:
+    if not isinstance(after, int) or isinstance(after, bool) or not 0 < after <= MAX_AFTER:
         raise PolicyError(
-            f"{where}['after'] is {after!r}, not a positive integer of seconds.", index=index
+            f"{where}['after'] is {after!r}, not an integer of seconds from 1 to {MAX_AFTER} (1,000"
+            " years).",
+            index=index,
         )
     agent_id = value.get("agent_id")
     if agent_id is not None:

@@ -48,6 +48,9 @@ def test_good_policies_pass(retention):
         ([{**GOOD, "after": 1.5}], ["cortex_sessions.E023"]),
         ([{**GOOD, "after": "86400"}], ["cortex_sessions.E023"]),
         ([{**GOOD, "after": True}], ["cortex_sessions.E023"]),
+        # more than 1,000 years: the sweep could not subtract it from now
+        ([{**GOOD, "after": 10**11}], ["cortex_sessions.E023"]),
+        ([{**GOOD, "after": 2**63}], ["cortex_sessions.E023"]),
         ([{**GOOD, "ttl": 5}], ["cortex_sessions.E023"]),  # unknown key
         ([{"scope": "org=acme", "action": "delete"}], ["cortex_sessions.E023"]),  # no after
         ([{**GOOD, "agent_id": ""}], ["cortex_sessions.E023"]),

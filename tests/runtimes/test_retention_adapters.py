@@ -57,3 +57,5 @@ def test_adk_service_does_not_return_an_expired_session():
     assert got is None
     listed = async_to_sync(service.list_sessions)(app_name="app", user_id="u")
     assert listed.sessions == []
+    # every user's sessions of the app, on a service bound to no tenant
+    assert async_to_sync(service.list_sessions)(app_name="app").sessions == []

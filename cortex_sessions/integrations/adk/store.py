@@ -244,6 +244,8 @@ def _list_sync(
         )
     elif service.within is not None:
         rows = rows.filter(session__in=services.session_queryset(scope=service.within).using(using))
+    else:  # an unbound service: still never an expired session (docs/design.md §18.1)
+        rows = rows.filter(not_expired_q(prefix="session__"))
     found = list(_with_last_event(rows))
     if not found:
         return ListSessionsResponse(sessions=[])

@@ -155,8 +155,9 @@ def create_or_get(target: Target, alias: str) -> Session:
             )
     if target.agent_id is not None and session.agent_id != target.agent_id:
         raise SessionNotFound()
-    if session.expires_at is not None and not Session.objects.using(alias).filter(
-        not_expired_q(), pk=session.pk
-    ).exists():  # expired: gone for every read and write until the sweep (§18.1)
+    if (
+        session.expires_at is not None
+        and not Session.objects.using(alias).filter(not_expired_q(), pk=session.pk).exists()
+    ):  # expired: gone for every read and write until the sweep (§18.1)
         raise SessionNotFound()
     return session
