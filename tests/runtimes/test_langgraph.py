@@ -387,3 +387,23 @@ def test_the_admin_lists_and_shows_checkpoints_with_their_thread(client):
     page = client.get(reverse("admin:cortex_langgraph_checkpoint_change", args=[row.pk]))
     assert page.status_code == 200
     assert row.checkpoint_id in page.content.decode()
+
+
+def test_the_admin_deletes_checkpoints_only_with_their_session(client):
+    """A checkpoint alone is never deleted in the admin (it would leave its writes behind);
+    deleting its session takes it along."""
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    thread_id = uuid.uuid4()
+    _put(saver, _config(thread_id), {"k": "v"})
+    admin = get_user_model().objects.create_superuser("root", "root@example.com", "pw")
+    client.force_login(admin)
+    row = Checkpoint.objects.get()
+    delete = reverse("admin:cortex_langgraph_checkpoint_delete", args=[row.pk])
+    assert client.post(delete, {"post": "yes"}).status_code == 403
+    listing = client.get(reverse("admin:cortex_langgraph_checkpoint_changelist"))
+    assert "delete_selected" not in listing.content.decode()
+    assert Checkpoint.objects.count() == 1
+    session_delete = reverse("admin:cortex_sessions_session_delete", args=[thread_id])
+    assert client.post(session_delete, {"post": "yes"}).status_code == 302
+    assert not Session.objects.filter(pk=thread_id).exists()
+    assert not Checkpoint.objects.exists()

@@ -1,7 +1,9 @@
 """Admin for the LangGraph integration: browse a thread's checkpoints (docs/design.md §19.1).
 
-Nothing here is added or changed: checkpoints are written only by ``CortexCheckpointSaver``.
-Deleting stays allowed, so deleting a cortex session in its admin takes its checkpoints with it.
+Nothing here is added, changed or deleted on its own: checkpoints are written only by
+``CortexCheckpointSaver``, and a checkpoint deleted alone would leave its pending writes behind
+and the thread reading its parent. They go with their session: deleting a cortex session in
+its admin takes its checkpoints with it (never a session on legal hold, docs/design.md §18.1).
 The thread itself is the cortex session (its messages are the conversation the graph's
 ``messages`` channel mirrored), browsable in the session admin.
 """
@@ -36,6 +38,19 @@ class CheckpointAdmin(ReadOnlyModelAdmin):
     )
     fields = readonly_fields
     list_select_related = ("session",)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Only as part of deleting its session in the session admin (whose delete view asks
+        about each row the delete takes along), and never under a legal hold; never from this
+        admin's own pages (no delete view, no bulk action)."""
+        match = getattr(request, "resolver_match", None)
+        opts = self.model._meta
+        if obj is None or (
+            match is not None
+            and (match.url_name or "").startswith(f"{opts.app_label}_{opts.model_name}_")
+        ):
+            return False
+        return not obj.session.legal_hold and super().has_delete_permission(request, obj)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Checkpoint]:
         """Checkpoints with their session (the thread), read in the same query."""
