@@ -100,7 +100,7 @@ def _settings(value: SessionSettings | Mapping[str, Any] | None) -> SessionSetti
 
     Raises:
         TypeError: a dict with a key ``SessionSettings`` has no field for (``{"limitt": 1}``),
-            as the SDK's own stores raise.
+            or a value that is neither (``5``), as the SDK's own stores raise.
     """
     if value is None:
         return SessionSettings()
@@ -109,6 +109,8 @@ def _settings(value: SessionSettings | Mapping[str, Any] | None) -> SessionSetti
         if unknown:
             raise TypeError(f"Unknown session settings: {', '.join(map(str, unknown))}.")
         return coerce_session_settings(dict(value))
+    if not isinstance(value, SessionSettings):
+        raise TypeError(f"session_settings must be a SessionSettings or a dict, not {value!r}.")
     return value
 
 

@@ -24,6 +24,8 @@ SCOPE = "org=acme/user=alice"
 def test_an_unknown_session_settings_key_is_a_type_error_as_in_the_sdks_stores():
     with pytest.raises(TypeError, match="limitt"):
         CortexSession(scope=SCOPE, agent_id="a", session_settings={"limitt": 1})
+    with pytest.raises(TypeError, match="SessionSettings"):  # neither a dict nor settings
+        CortexSession(scope=SCOPE, agent_id="a", session_settings=5)
     assert CortexSession(
         scope=SCOPE, agent_id="a", session_settings={"limit": 3}
     ).session_settings == SessionSettings(limit=3)
