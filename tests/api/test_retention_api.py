@@ -35,7 +35,19 @@ def test_expires_at_is_set_on_create_and_changed_by_patch_and_merge_patch(api):
     assert response.json()["expires_at"] is None
 
 
-@pytest.mark.parametrize("bad", ["soon", "2031-02-30T00:00:00Z", 5, ["2031-01-01"]])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "soon",
+        "2031-02-30T00:00:00Z",
+        5,
+        ["2031-01-01"],
+        # no UTC offset: refused, never read in the server's time zone (the services and the
+        # import read a string alike)
+        "2031-01-01T00:00:00",
+        "2031-01-01",
+    ],
+)
 def test_a_bad_expires_at_is_400_naming_it_and_nothing_is_written(api, bad):
     response = api.post(BASE, {"agent_id": "a", "expires_at": bad}, format="json")
     assert response.status_code == 400

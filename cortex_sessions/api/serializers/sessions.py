@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils.dateparse import parse_datetime
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -151,10 +153,33 @@ class ListedSessionSerializer(SearchResultMixin, SessionSerializer):
         read_only_fields = fields
 
 
+class AwareDateTimeField(serializers.DateTimeField):
+    """A date-time that must carry its UTC offset (``…Z`` or ``…+02:00``): a value without one
+    (``"2027-01-01T00:00:00"``, ``"2027-01-01"``) is refused with ``invalid`` rather than read in
+    the server's time zone, so the API, the services and the import read one string alike
+    (docs/design.md §18.1)."""
+
+    default_error_messages = {
+        "invalid": _("Datetime has wrong format. Give an ISO 8601 date-time with its UTC offset.")
+    }
+
+    def to_internal_value(self, value: Any) -> Any:
+        """DRF's parse, after checking that a string names its offset."""
+        if isinstance(value, str):
+            try:
+                parsed = parse_datetime(value.strip())
+            except ValueError:  # well formed, no such date (February 30th)
+                parsed = None
+            if parsed is None or parsed.tzinfo is None:
+                self.fail("invalid")
+        return super().to_internal_value(value)
+
+
 def expires_at_field() -> serializers.DateTimeField:
-    """The writable ``expires_at`` of a request body (docs/design.md §18.1): ISO 8601, or
-    ``null`` for never; a bad format is 400 ``invalid`` naming it, nothing written."""
-    return serializers.DateTimeField(
+    """The writable ``expires_at`` of a request body (docs/design.md §18.1): ISO 8601 with the
+    UTC offset, or ``null`` for never; a bad format (or no offset) is 400 ``invalid`` naming it,
+    nothing written."""
+    return AwareDateTimeField(
         required=False,
         allow_null=True,
         help_text=(
