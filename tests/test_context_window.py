@@ -262,6 +262,34 @@ def test_deleting_a_compacted_message_keeps_context_tokens_exact():
     assert _context(session).compacted_through_seq is None
 
 
+def test_deleting_what_a_short_summary_stands_for_never_drives_context_tokens_negative():
+    """A covered message (or an older summary) may hold more tokens than the whole context:
+    the delete recomputes ``context_tokens`` instead of subtracting what went (it was an
+    IntegrityError on the non-negative check)."""
+    session = _session()
+    _append(session, ("user", "x" * 4000), ("assistant", "x" * 4000), ("user", "x" * 4000))
+    _compact(session, 3, summary="short")
+    services.delete_message(scope=SCOPE, session_id=session.pk, seq=3)
+    _assert_context_tokens_exact(session)
+    older = _session()
+    _append(older, ("user", "x" * 400), ("assistant", "x" * 400), ("user", "x" * 400))
+    _compact(older, 3, summary="long summary " * 400)  # seq 4
+    _append(older, ("assistant", "y"))
+    _compact(older, 5, summary="short")  # seq 6: the big summary 4 is an older one now
+    services.delete_message(scope=SCOPE, session_id=older.pk, seq=4)
+    _assert_context_tokens_exact(older)
+    services.delete_messages_after(scope=SCOPE, session_id=older.pk, after_seq=1)
+    _assert_context_tokens_exact(older)
+
+
+def test_recount_keeps_the_context_tokens_of_a_compacted_session():
+    session = _session()
+    _append(session, ("user", "x" * 400), ("assistant", "x" * 400), ("user", "x" * 400))
+    _compact(session, 3, summary="short")
+    assert services.recount_sessions(scope=SCOPE) == []  # no drift to report
+    _assert_context_tokens_exact(session)
+
+
 def test_delete_after_and_clear_keep_context_tokens_exact():
     session = _session()
     _append(session, ("user", "aaaa"), ("assistant", "bbbb"), ("user", "c"))

@@ -14,6 +14,7 @@ from ..models import Message, Session
 from ..scope import Scope
 from ..usage import Totals, sums_of
 from ._common import _db_for_read, _db_for_write, _session_id, _write_transaction
+from .context import context_tokens_of
 from .messages import _newest_text
 
 
@@ -94,7 +95,9 @@ def recount_sessions(
             rows = Message.objects.using(using).filter(session=session)
             actual = rows.aggregate(n=Count("pk"))["n"]
             last = _newest_text(session, using)
-            totals = sums_of(rows)
+            # context_tokens is the context's (a compaction leaves out what it stands for,
+            # docs/design.md §16.2-§16.4), not every row's
+            totals = sums_of(rows)._replace(context_tokens=context_tokens_of(session, using=using))
             stored = _stored_totals(session)
             if (actual, last, totals) == (session.message_count, session.last_message, stored):
                 continue

@@ -285,6 +285,8 @@ def _after_delete(
     (docs/design.md §5, §17.1); ``removed``: what those rows added to the usage totals
     (§16.1-§16.2)."""
     removed = removed or Totals()
+    if compacted:  # context_tokens is recomputed below, never moved by what went (§16.3)
+        removed = removed._replace(context_tokens=0)
     session.message_count -= deleted
     session.last_message = _newest_text(session, using)
     session.updated_at = timezone.now()
