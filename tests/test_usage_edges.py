@@ -182,8 +182,8 @@ def test_0019_gives_existing_messages_their_token_counts_and_sessions_their_cont
 
     apps = migrator.migrate("0019_context_window")
     # The models as 0019 leaves them (later migrations add columns the database lacks here).
-    Session = apps.get_model(APP, "Session")  # noqa: N806 - a model class
-    Message = apps.get_model(APP, "Message")  # noqa: N806 - a model class
+    Session = apps.get_model(APP, "Session")
+    Message = apps.get_model(APP, "Message")
 
     for pk, session_texts in texts.items():
         counts = [estimate_tokens("user", [{"type": "text", "text": t}]) for t in session_texts]

@@ -161,6 +161,28 @@ def test_a_serializer_with_a_field_reading_its_parent_is_rendered_by_drf():
     assert data == {"name": "ann", "shout": "!ANN"}
 
 
+@pytest.mark.django_db
+def test_fields_a_host_removes_from_an_instance_are_left_out_as_drf_does():
+    """DRF's dynamic-fields pattern: a serializer instance whose ``fields`` were changed
+    renders those fields, not the class's plan."""
+    session = services.create_session(scope="org=a", agent_id="bot")
+    popped = api.SessionSerializer(session)
+    popped.fields.pop("metadata")
+    assert "metadata" not in popped.data
+    assert "metadata" in api.SessionSerializer(session).data
+
+    class Narrow(api.SessionSerializer):
+        def __init__(self, *args, keep=(), **kwargs):
+            super().__init__(*args, **kwargs)
+            for name in set(self.fields) - set(keep):
+                self.fields.pop(name)
+
+    assert Narrow(session, keep=("id", "agent_id")).data == {
+        "id": str(session.pk),
+        "agent_id": "bot",
+    }
+
+
 def test_an_absent_attribute_is_left_out_and_a_callable_one_called_as_drf_does():
     class Row(PlannedRepresentationMixin, serializers.Serializer):
         name = serializers.CharField(read_only=True)

@@ -128,6 +128,21 @@ class PlannedRepresentationMixin:
         PlannedRepresentationMixin._render_plans[cls] = plan
         return plan
 
+    def _fields_changed(self, plan: tuple[_Step, ...]) -> bool:
+        """Whether this instance's ``fields``, if something built them, are not the plan's (a
+        host popped, added or renamed one, as DRF's dynamic-fields pattern does); checked
+        once per instance and number of fields."""
+        built = self.__dict__.get("fields")  # DRF's cached_property, once built
+        if built is None:
+            return False
+        seen = self.__dict__.get("_cortex_fields_checked")
+        if seen is not None and seen[0] == len(built):
+            return bool(seen[1])
+        readable = [name for name, field in built.items() if not field.write_only]
+        changed = readable != [step[0] for step in plan]
+        self.__dict__["_cortex_fields_checked"] = (len(built), changed)
+        return changed
+
     def to_representation(self, instance: Any) -> Any:
         """``Serializer.to_representation`` from the class's plan (DRF's when it has none).
 
@@ -136,7 +151,7 @@ class PlannedRepresentationMixin:
             fields whose attribute is absent and not required left out.
         """
         plan = type(self).render_plan()
-        if plan is None:
+        if plan is None or self._fields_changed(plan):  # DRF's dynamic fields: DRF's own path
             return super().to_representation(instance)  # type: ignore[misc]
         is_mapping = isinstance(instance, Mapping)
         ret: dict[str, Any] = {}
