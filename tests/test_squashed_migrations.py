@@ -125,8 +125,9 @@ def test_the_squashes_create_each_table_index_and_function_once():
 
 
 def test_the_migration_after_the_squash_holds_the_function_sql_the_code_describes():
-    """The squash's functions are 1.0.0's; ``0019_context_window`` replaces each under a new
-    name, with the SQL the code describes today (docs/design.md §14.1)."""
+    """The squash's functions are 1.0.0's; the later migrations replace each under a new name
+    (``0019_context_window``, then ``0020_retention``), the newest with the SQL the code
+    describes today (docs/design.md §14.1)."""
     squash = _squash(SQUASHES[1])
     # the newest migration that (re)creates the functions
     latest = [m for m in map(_squash, LATER) if hasattr(m, "CREATE_APPEND_ONE")][-1]
