@@ -407,3 +407,20 @@ def test_the_admin_deletes_checkpoints_only_with_their_session(client):
     assert client.post(session_delete, {"post": "yes"}).status_code == 302
     assert not Session.objects.filter(pk=thread_id).exists()
     assert not Checkpoint.objects.exists()
+
+
+@pytest.mark.parametrize("bad", ["a\x00b", "a\ud800b"], ids=["NUL", "lone surrogate"])
+def test_a_name_no_database_can_store_is_refused_before_anything_is_written(bad):
+    """A NUL (PostgreSQL stores none) or a lone surrogate (no database encodes one) in a
+    namespace, a task id or a read's checkpoint id is a coded InvalidInput, never a raw
+    database error, on every database."""
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    thread_id = uuid.uuid4()
+    first = _put(saver, _config(thread_id), {"k": "v"})
+    with pytest.raises(InvalidInput):
+        _put(saver, {"configurable": {"thread_id": str(thread_id), "checkpoint_ns": bad}}, {})
+    with pytest.raises(InvalidInput):
+        saver.put_writes(_config(thread_id, checkpoint_id=first), [("ch", 1)], bad)
+    with pytest.raises(InvalidInput):
+        saver.get_tuple(_config(thread_id, checkpoint_id=bad))
+    assert Checkpoint.objects.count() == 1 and not CheckpointWrite.objects.exists()

@@ -30,6 +30,8 @@ from ... import routing
 from ...exceptions import (
     InvalidInput,
     InvalidMetadata,
+    InvalidText,
+    NulCharacter,
     SessionArchived,
     SessionNotFound,
     ValueTooLong,
@@ -45,8 +47,20 @@ __all__ = ["delete_thread", "list_tuples", "put_checkpoint", "put_writes"]
 
 
 def _bounded(value: str, limit: int, field: str) -> str:
+    """``value``, checked as a name the saver stores: at most ``limit`` characters, no NUL
+    (which PostgreSQL cannot store) and no lone surrogate (which no database can encode).
+
+    Raises:
+        ValueTooLong, NulCharacter, InvalidText: naming ``field``; nothing is written.
+    """
     if len(value) > limit:
         raise ValueTooLong(f"{field} is longer than {limit} characters.", field=field)
+    if "\x00" in value:
+        raise NulCharacter(f"{field} contains a NUL character.", field=field)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidText(f"{field} contains a lone surrogate.", field=field) from None
     return value
 
 
@@ -288,9 +302,9 @@ def list_tuples(
     if thread_id is not None:
         rows = rows.filter(session_id=threads.thread_uuid(thread_id))
     if checkpoint_ns is not None:
-        rows = rows.filter(checkpoint_ns=checkpoint_ns)
+        rows = rows.filter(checkpoint_ns=_bounded(checkpoint_ns, NAME_CHARS, "checkpoint_ns"))
     if checkpoint_id is not None:
-        rows = rows.filter(checkpoint_id=checkpoint_id)
+        rows = rows.filter(checkpoint_id=_bounded(checkpoint_id, ID_CHARS, "checkpoint_id"))
     if before is not None:
         rows = rows.filter(checkpoint_id__lt=before)
     for number, (key, value) in enumerate((filter or {}).items()):
