@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from .. import signals
 from ..conf import app_settings
-from ..exceptions import SessionNotFound
+from ..exceptions import InvalidInput, SessionNotFound
 from ..faults import is_deadlock
 from ..models import Message, Session
 from ..retention import Policy, parse_policies
@@ -300,11 +300,14 @@ def set_retention(
 
     Raises:
         NoScope, InvalidScope, SessionNotFound.
-        InvalidInput: a bad ``expires_at`` (nothing written).
+        InvalidInput: a bad ``expires_at``, or a ``legal_hold`` that is not a ``bool``
+            (nothing written).
     """
     changes: dict[str, Any] = {}
     if legal_hold is not UNCHANGED:
-        changes["legal_hold"] = bool(legal_hold)
+        if not isinstance(legal_hold, bool):  # "false" or None would decide a hold by accident
+            raise InvalidInput("legal_hold must be True or False.", field="legal_hold")
+        changes["legal_hold"] = legal_hold
     if expires_at is not UNCHANGED:
         changes["expires_at"] = _check_expires_at(expires_at)
     using = _db_for_write()
