@@ -4,6 +4,7 @@ batches, dry run; several workers at once and a run killed mid-way (PostgreSQL, 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -259,3 +260,63 @@ def test_a_run_killed_mid_way_is_finished_exactly_by_the_next():
     assert (report.expired, report.messages, report.held) == (len(left), len(left), 1)
     assert _ids() == {held, live}
     assert Message.objects.count() == 2
+
+
+def _child_env(url: str) -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {"DATABASE_URL", "CORTEX_STRICT_ROUTER", "DJANGO_SETTINGS_MODULE"}
+    }
+    env.update(
+        DATABASE_URL=url,
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        PYTHONPATH=str(ROOT),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def _data(env: dict[str, str], *args: str) -> object:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.expiry_data", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout) if done.stdout else None
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="the other databases run the test above")
+def test_on_sqlite_a_run_killed_mid_way_is_finished_exactly_by_the_next(tmp_path):
+    """The kill test on SQLite, on a database file the child processes share (the test
+    database is in memory): killed after its first batch, the next run finishes exactly."""
+    env = _child_env(f"sqlite:///{tmp_path / 'expiry.sqlite3'}")
+    _data(env, "migrate")
+    ids = _data(env, "populate", "40")
+    command = [sys.executable, "-m", "django", "cortex_sessions_expire", "--batch-size", "1"]
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        assert "expired: batch 1: deleted 1 sessions" in first, process.stderr.read()
+        os.kill(process.pid, signal.SIGKILL)
+    finally:
+        process.wait(timeout=60)
+        process.stdout.close()
+        process.stderr.close()
+    assert process.returncode == -signal.SIGKILL
+    halfway = _data(env, "state")
+    left = set(halfway) & set(ids["expired"])
+    assert 0 < len(left) < len(ids["expired"])  # killed after its first batch, before its last
+    assert all(halfway[pk] == 1 for pk in left)  # no session lost its messages alone
+    rerun = subprocess.run(
+        [*command[:-1], "7"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert rerun.returncode == 0, rerun.stderr
+    assert _data(env, "state") == {ids["held"][0]: 1, ids["live"][0]: 1}
