@@ -57,14 +57,13 @@ from ..exceptions import (
     InvalidContent,
     InvalidInput,
     MessageNotFound,
-    SessionArchived,
-    SessionNotFound,
 )
 from ..models import Message, Session, not_expired_q
 from ..scope import Scope, as_scope, scope_q
 from . import openai_agents_history as history
 from .blocks import find_block, text_blocks, verbatim_block
 from .runtime_usage import attach_usage, openai_run_usage
+from .sessions import on_session
 
 __all__ = [
     "ITEM_BLOCK_TYPE",
@@ -81,9 +80,6 @@ _PAGE = 1000
 #: Messages per statement of a whole history on PostgreSQL (one JSON array each; a history of
 #: up to this many messages is one statement, as the SDK's own stores read it).
 _HISTORY_PAGE = 5000
-#: How often a default-following operation resolves the default when it was deleted or
-#: archived between the resolve and the operation (docs/design.md §6.3, §11.2).
-_DEFAULT_ATTEMPTS = 3
 _ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 T = TypeVar("T")
 
@@ -315,21 +311,14 @@ class CortexSession:
         services the operation calls check the scope themselves, so a deleted or archived
         session raises their ``SessionNotFound`` / ``SessionArchived``. Default-following: the
         default is resolved on every call; a default deleted or archived between the resolve
-        and the operation is resolved again (``_DEFAULT_ATTEMPTS`` times in all).
+        and the operation is resolved again (``DEFAULT_ATTEMPTS`` times in all).
         """
-        if self._pinned is not None:
-            if self._current_pk is None:
-                self._resolve()
-            assert self._current_pk is not None
-            return operation(self._current_pk)
-        for attempt in range(1, _DEFAULT_ATTEMPTS + 1):
-            pk = self._resolve().pk
-            try:
-                return operation(pk)
-            except (SessionNotFound, SessionArchived):
-                if attempt == _DEFAULT_ATTEMPTS:
-                    raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        return on_session(
+            operation,
+            pinned=self._pinned is not None,
+            current_pk=self._current_pk,
+            resolve=self._resolve,
+        )
 
     async def _run(self, operation: Callable[[uuid.UUID], T]) -> T:
         return await sync_to_async(self._on_session, thread_sensitive=True)(operation)

@@ -12,18 +12,15 @@ from langchain_core.messages import BaseMessage
 
 from ... import services
 from ...conf import app_settings
-from ...exceptions import SessionArchived, SessionNotFound
 from ...models import Session
 from ...scope import Scope, as_scope
+from ..sessions import on_session
 from .messages import from_cortex, to_cortex
 
 __all__ = ["CortexChatMessageHistory"]
 
 #: Messages read per query when the history is read.
 _PAGE = 1000
-#: How often a default-following operation resolves the default again when it was deleted or
-#: archived between the resolve and the operation (docs/design.md §6.3, §11.2).
-_DEFAULT_ATTEMPTS = 3
 T = TypeVar("T")
 
 
@@ -83,19 +80,12 @@ class CortexChatMessageHistory(BaseChatMessageHistory):
         """Run ``operation(pk)`` on the session this history stores to (the pinned session,
         checked once; or the default, resolved for every call and once more when it was
         deleted or archived meanwhile)."""
-        if self._pinned is not None:
-            if self._current_pk is None:
-                self._resolve()
-            assert self._current_pk is not None
-            return operation(self._current_pk)
-        for attempt in range(1, _DEFAULT_ATTEMPTS + 1):
-            pk = self._resolve().pk
-            try:
-                return operation(pk)
-            except (SessionNotFound, SessionArchived):
-                if attempt == _DEFAULT_ATTEMPTS:
-                    raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        return on_session(
+            operation,
+            pinned=self._pinned is not None,
+            current_pk=self._current_pk,
+            resolve=self._resolve,
+        )
 
     # -- BaseChatMessageHistory -------------------------------------------------------------------
 
