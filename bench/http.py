@@ -233,8 +233,9 @@ def measure(
     threads: int,
     rounds: int,
     seconds: float,
+    only: frozenset[str] = frozenset(),
 ) -> list[dict[str, Any]]:
-    """Time every endpoint under each worker class.
+    """Time every endpoint (or those named in ``only``) under each worker class.
 
     Returns:
         One row per (worker class, endpoint): ``kind``, ``endpoint``, ``family``, ``app_ms``
@@ -252,7 +253,7 @@ def measure(
             kind, workers=workers, threads=threads, env=env, log=workdir / "gunicorn.log"
         ) as server:
             live, skipped = [], []
-            for endpoint in endpoints(ids):
+            for endpoint in chosen(ids, only):
                 if not _exists(endpoint):
                     skipped.append(
                         {"kind": kind, "endpoint": endpoint.name, "skipped": endpoint.note}
@@ -365,13 +366,14 @@ def _package(filename: str) -> str:
     return "other (stdlib, json, datetime, C calls)"
 
 
-def profile(ids: dict[str, str], *, requests: int) -> list[str]:
-    """Each endpoint's requests in-process under cProfile (django.test.Client, the session
-    cookie), app then floor: ms per request, and where the app's time goes."""
+def profile(ids: dict[str, str], *, requests: int, only: frozenset[str] = frozenset()) -> list[str]:
+    """Each endpoint's (or those named in ``only``) requests in-process under cProfile
+    (django.test.Client, the session cookie), app then floor: ms per request, and where the
+    app's time goes."""
     from django.test import Client
 
     lines: list[str] = []
-    for endpoint in endpoints(ids):
+    for endpoint in chosen(ids, only):
         if not _exists(endpoint):
             lines.append(f"== {endpoint.name}: skipped ({endpoint.note})")
             continue
@@ -439,6 +441,27 @@ def _breakdown(stats: pstats.Stats, requests: int) -> list[str]:
     return lines
 
 
+def chosen(ids: dict[str, str], only: frozenset[str] = frozenset()) -> list[Endpoint]:
+    """:func:`endpoints`, only those named in ``only`` when it is not empty (``--endpoints``),
+    in their usual order."""
+    return [endpoint for endpoint in endpoints(ids) if not only or endpoint.name in only]
+
+
+def _endpoint_names(text: str) -> frozenset[str]:
+    """``--endpoints``: names of :func:`endpoints`, comma-separated.
+
+    Raises:
+        argparse.ArgumentTypeError: a name that is not an endpoint's.
+    """
+    names = frozenset(name.strip() for name in text.split(",") if name.strip())
+    known = {endpoint.name for endpoint in endpoints({"agent": ""})}
+    if unknown := sorted(names - known):
+        raise argparse.ArgumentTypeError(
+            f"unknown endpoint {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
+    return names
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -461,6 +484,12 @@ def main(argv: list[str] | None = None, *, say: Callable[[str], None] = print) -
     parser.add_argument("--workers", type=_positive, default=2, help="gunicorn workers")
     parser.add_argument("--threads", type=_positive, default=2, help="threads of a gthread worker")
     parser.add_argument("--kinds", default="sync,gthread", help="worker classes, comma-separated")
+    parser.add_argument(
+        "--endpoints",
+        type=_endpoint_names,
+        default=frozenset(),
+        help="only these endpoints, comma-separated (e.g. append,append+key); default all",
+    )
     parser.add_argument("--profile", action="store_true", help="profile in-process instead")
     parser.add_argument("--requests", type=_positive, default=300, help="requests profiled")
     parser.add_argument("--regenerate", action="store_true", help="reload the data first")
@@ -474,7 +503,7 @@ def main(argv: list[str] | None = None, *, say: Callable[[str], None] = print) -
     scale = scale_of(args.sessions)
     ids = prepare(scale, regenerate=args.regenerate)
     if args.profile:
-        for line in profile(ids, requests=args.requests):
+        for line in profile(ids, requests=args.requests, only=args.endpoints):
             say(line)
         return
     kinds = [kind.strip() for kind in args.kinds.split(",") if kind.strip()]
@@ -485,6 +514,7 @@ def main(argv: list[str] | None = None, *, say: Callable[[str], None] = print) -
         threads=args.threads,
         rounds=args.rounds,
         seconds=args.duration,
+        only=args.endpoints,
     )
     say(
         f"-- {args.sessions:,} sessions, {args.workers} workers ({args.threads} threads for "

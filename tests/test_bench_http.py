@@ -75,6 +75,25 @@ def test_the_profile_mode_shows_where_each_endpoint_spends_its_time(prefix: str)
     assert "rest_framework" in result.stdout
 
 
+def test_endpoints_names_the_endpoints_profiled(prefix: str):
+    result = _bench(prefix, "--profile", "--requests", "3", "--endpoints", "append+key, get")
+    assert result.returncode == 0, result.stderr[-3000:]
+    profiled = [line for line in result.stdout.splitlines() if line.startswith("== ")]
+    assert [line.split(":")[0] for line in profiled] == ["== append+key", "== get"]
+
+
+def test_an_unknown_endpoint_name_is_a_usage_error():
+    with pytest.raises(SystemExit) as exited:
+        bench_http.main(["--endpoints", "append,apend"])
+    assert exited.value.code == 2
+    assert bench_http.chosen({"agent": "a"}, frozenset({"get", "append"})) == [
+        endpoint
+        for endpoint in bench_http.endpoints({"agent": "a"})
+        if endpoint.name in {"get", "append"}
+    ]
+    assert bench_http.chosen({"agent": "a"}) == bench_http.endpoints({"agent": "a"})
+
+
 @pytest.mark.django_db
 def test_the_floor_writes_a_session_and_a_message_as_the_api_does():
     # The floor is a fair one only if its bodies are the API's.
