@@ -7,21 +7,114 @@ them (:mod:`cortex_sessions.integrations.langchain.messages`). The saver calls t
 transaction that inserts the checkpoint row, and only when the row is new, so a repeated ``put``
 of one checkpoint mirrors nothing twice. Edits and removals of earlier messages (a
 ``RemoveMessage``, an update with the same id) are not mirrored: the session keeps what was said.
+
+The channel's value at a checkpoint this process stored is remembered (:func:`remember`, the
+latest checkpoint of each of the last ``REMEMBERED`` threads), so the next ``put`` of the
+thread finds its parent's messages without reading the parent's blob back and decoding it;
+another process's checkpoint (or a forgotten one) is read from the database as before.
 """
 
 from __future__ import annotations
 
+import threading
+import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from datetime import datetime
+from typing import Any, NamedTuple
 
 from langchain_core.messages import BaseMessage
 
 from ... import services
 from ...conf import app_settings
+from ...exceptions import InvalidInput
 from ...models import Session
 from ..langchain.messages import to_cortex
 
-__all__ = ["mirror_messages", "new_messages"]
+__all__ = [
+    "MISSING",
+    "MirroredRow",
+    "forget",
+    "mirror_messages",
+    "mirrored_rows",
+    "new_messages",
+    "recall",
+    "remember",
+]
+
+#: Threads whose latest checkpoint's messages :func:`remember` keeps.
+REMEMBERED = 1024
+#: What :func:`recall` returns for a checkpoint it does not remember.
+MISSING: Any = object()
+
+_remembered: OrderedDict[tuple[str, uuid.UUID], tuple[str, Any]] = OrderedDict()
+_lock = threading.Lock()
+
+
+def remember(alias: str, session_id: uuid.UUID, checkpoint_id: str, value: Any) -> None:
+    """Keep ``value``, the messages channel's value at the root-namespace checkpoint
+    ``checkpoint_id`` of the session just stored on database ``alias`` (a copy of a list; one
+    checkpoint per thread, the last ``REMEMBERED`` threads)."""
+    kept = tuple(value) if isinstance(value, list | tuple) else value
+    with _lock:
+        _remembered[(alias, session_id)] = (checkpoint_id, kept)
+        _remembered.move_to_end((alias, session_id))
+        while len(_remembered) > REMEMBERED:
+            _remembered.popitem(last=False)
+
+
+def recall(alias: str, session_id: uuid.UUID, checkpoint_id: str) -> Any:
+    """The value :func:`remember` kept for that checkpoint, or :data:`MISSING`."""
+    with _lock:
+        found = _remembered.get((alias, session_id))
+    if found is None or found[0] != checkpoint_id:
+        return MISSING
+    return found[1]
+
+
+def forget(session_id: uuid.UUID) -> None:
+    """Drop what :func:`remember` kept for the session (its thread was deleted)."""
+    with _lock:
+        for key in [key for key in _remembered if key[1] == session_id]:
+            del _remembered[key]
+
+
+class MirroredRow(NamedTuple):
+    """One validated message to mirror: its column values (as ``services.append_messages``
+    stores them) and its ``content``, ``metadata`` and ``usage`` as JSON text (``usage``
+    ``None``: NULL)."""
+
+    columns: dict[str, Any]
+    content_json: str
+    metadata_json: str
+    usage_json: str | None
+
+
+def mirrored_rows(fresh: Sequence[BaseMessage], now: datetime) -> list[MirroredRow] | None:
+    """``fresh`` validated as ``services.append_messages`` validates its input (``now``: their
+    ``created_at``), for the one-statement put of ``_pg_writes``.
+
+    Returns:
+        The rows, or ``None`` when one is refused or there are more than
+        ``MAX_MESSAGES_PER_APPEND``: the ORM path then raises the error as it always has,
+        and only when the checkpoint is new.
+    """
+    from ...services.messages import _build_message
+
+    if len(fresh) > app_settings.MAX_MESSAGES_PER_APPEND:
+        return None
+    rows = []
+    try:
+        for index, message in enumerate(fresh):
+            built = _build_message(to_cortex(message), index, now)
+            rows.append(
+                MirroredRow(
+                    built.columns, built.content_json, built.metadata_json, built.usage_json
+                )
+            )
+    except InvalidInput:
+        return None
+    return rows
 
 
 def new_messages(current: Any, previous: Any) -> list[BaseMessage]:

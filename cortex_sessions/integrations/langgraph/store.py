@@ -9,12 +9,13 @@ Values go through the saver's serializer (``dumps_typed`` / ``loads_typed``).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from django.db import transaction
 from django.db.models import Q
 from django.db.models.fields.json import KeyTransform
+from django.utils import timezone
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
     CheckpointTuple,
@@ -39,8 +40,7 @@ from ...exceptions import (
 from ...models import Session, not_expired_q
 from ...scope import Scope, scope_q
 from ..blocks import is_storable
-from . import threads
-from .mirror import mirror_messages
+from . import _pg_writes, mirror, threads
 from .models import ID_CHARS, NAME_CHARS, Checkpoint, CheckpointBlob, CheckpointWrite
 
 __all__ = ["delete_thread", "list_tuples", "put_checkpoint", "put_writes"]
@@ -147,6 +147,36 @@ def put_checkpoint(
     )
 
     alias = routing.db_for_write(Session)
+    pk = threads.thread_uuid(target.thread_id)
+    mirrored = bool(messages_key) and ns == "" and messages_key in new_versions
+    current = values.get(messages_key) if mirrored and messages_key else None
+
+    def previous() -> Any:
+        found = mirror.recall(alias, pk, parent_id)
+        if found is mirror.MISSING:
+            return _parent_value(serde, alias, pk, parent_id, messages_key or "")
+        return found
+
+    def keep() -> None:  # what the next put of the thread finds as its parent's, on commit
+        kept = current if mirrored else mirror.recall(alias, pk, parent_id)
+        if messages_key and ns == "" and kept is not mirror.MISSING:
+            transaction.on_commit(
+                lambda: mirror.remember(alias, pk, checkpoint_id, kept), using=alias
+            )
+
+    config_out = _config(target.thread_id, ns, checkpoint_id)
+    if _pg_writes.serves(alias) and _put_pg(
+        alias,
+        target,
+        pk,
+        (ns, checkpoint_id, parent_id, kind, data),
+        stored_metadata,
+        blob_rows,
+        current,
+        previous,
+    ):
+        keep()
+        return config_out
     with transaction.atomic(using=alias):
         session = _live_session(target, alias, create=True)
         CheckpointBlob.objects.using(alias).bulk_create(
@@ -176,24 +206,63 @@ def put_checkpoint(
             Checkpoint.objects.using(alias).create(
                 session=session, checkpoint_ns=ns, checkpoint_id=checkpoint_id, **fields
             )
-            if messages_key and ns == "" and messages_key in new_versions:
-                mirror_messages(
-                    session,
-                    values.get(messages_key),
-                    lambda: _parent_value(serde, alias, session, parent_id, messages_key),
-                )
-    return _config(target.thread_id, ns, checkpoint_id)
+            if mirrored:
+                mirror.mirror_messages(session, current, previous)
+        keep()
+    return config_out
+
+
+def _put_pg(
+    alias: str,
+    target: threads.Target,
+    pk: Any,
+    checkpoint: tuple[str, str, str, str, bytes],
+    metadata: dict[str, Any],
+    blob_rows: list[tuple[str, str, str, bytes | None]],
+    current: Any,
+    previous: Callable[[], Any],
+) -> bool:
+    """:func:`put_checkpoint` of an existing thread on PostgreSQL, in one statement
+    (:mod:`._pg_writes`); ``False`` (nothing written) when the ORM path must run instead: a
+    new thread, a thread outside the scope, or mirrored messages it refuses.
+
+    Raises:
+        SessionArchived: the session is archived.
+    """
+    now = timezone.now()
+    fresh = (
+        mirror.new_messages(current, previous())
+        if isinstance(current, Sequence) and current
+        else []
+    )
+    rows = mirror.mirrored_rows(fresh, now)
+    if rows is None:
+        return False
+    return (
+        _pg_writes.put_checkpoint(
+            alias,
+            canonical=target.scope.canonical,
+            agent_id=target.agent_id,
+            session_id=pk,
+            checkpoint=checkpoint,
+            metadata=metadata,
+            blobs=blob_rows,
+            mirrored=rows,
+            now=now,
+        )
+        is not None
+    )
 
 
 def _parent_value(
-    serde: SerializerProtocol, alias: str, session: Session, parent_id: str, channel: str
+    serde: SerializerProtocol, alias: str, session_id: Any, parent_id: str, channel: str
 ) -> Any:
     """The value of ``channel`` at the root-namespace checkpoint ``parent_id``, or ``None``."""
     if not parent_id:
         return None
     parent = (
         Checkpoint.objects.using(alias)
-        .filter(session=session, checkpoint_ns="", checkpoint_id=parent_id)
+        .filter(session_id=session_id, checkpoint_ns="", checkpoint_id=parent_id)
         .values_list("type", "checkpoint")
         .first()
     )
@@ -204,7 +273,7 @@ def _parent_value(
         return None
     blob = (
         CheckpointBlob.objects.using(alias)
-        .filter(session=session, checkpoint_ns="", channel=channel, version=str(version))
+        .filter(session_id=session_id, checkpoint_ns="", channel=channel, version=str(version))
         .values_list("type", "blob")
         .first()
     )
@@ -248,6 +317,21 @@ def put_writes(
         return
     replace = all(channel in WRITES_IDX_MAP for _, channel, _, _ in rows)
     alias = routing.db_for_write(Session)
+    if _pg_writes.serves(alias):
+        first: dict[int, tuple[int, str, str, bytes]] = {}
+        for row in rows:  # a repeated index (a special channel twice) keeps its first write
+            first.setdefault(row[0], row)
+        if _pg_writes.put_writes(
+            alias,
+            canonical=target.scope.canonical,
+            agent_id=target.agent_id,
+            session_id=threads.thread_uuid(target.thread_id),
+            key=(ns, checkpoint_id, task_id, task_path),
+            rows=list(first.values()),
+            replace=replace,
+        ):
+            return
+        raise SessionNotFound()
     with transaction.atomic(using=alias):
         session = _live_session(target, alias, create=False)
         key = {"session": session, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
@@ -399,6 +483,7 @@ def delete_thread(scope: Scope, agent_id: str | None, thread_id: str) -> None:
 
     try:
         pk = threads.thread_uuid(thread_id)
+        mirror.forget(pk)
         services.get_session(scope=scope, session_id=pk, agent_id=agent_id)
         services.delete_session(scope=scope, session_id=pk)
     except (SessionNotFound, InvalidInput):
