@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping
-from datetime import datetime
+from functools import cache
 from typing import Any
 
 from django.db import connections
@@ -60,7 +60,6 @@ def read_tuples(
     checkpoint_id: str | None,
     before: str | None,
     limit: int | None,
-    now: datetime,
 ) -> list[CheckpointTuple]:
     """The checkpoint tuples of thread ``session_id``, newest first (by checkpoint id, then
     namespace), as :func:`.store.list_tuples` returns them, in one statement (two when a
@@ -76,7 +75,6 @@ def read_tuples(
         checkpoint_id: only this checkpoint; before: only checkpoints with a smaller id
             (both already checked for length by the caller).
         limit: at most this many (``None``: all; ``>= 1``).
-        now: a session whose ``expires_at`` is not after ``now`` is hidden (§18.1).
 
     Returns:
         ``[]`` for a thread that is missing, outside ``scope``, another agent's or expired.
@@ -84,11 +82,7 @@ def read_tuples(
     connection = connections[alias]
     quote = connection.ops.quote_name
     canonical = scope.canonical
-    checks = [session_id, canonical, canonical + "0", canonical, canonical + "/", now]
-    agent_sql = ""
-    if agent_id is not None:
-        agent_sql = " AND s.agent_id = %s"
-        checks.insert(5, agent_id)
+    checks = [session_id, canonical, canonical + "0", canonical, canonical + "/", agent_id]
     where, where_params = _checkpoint_filter(checkpoint_ns, checkpoint_id, before)
     if limit == 1 and checkpoint_ns is not None and checkpoint_id is None and before is None:
         blobs_mode = "latest"
@@ -98,7 +92,6 @@ def read_tuples(
         blobs_mode = "none"
     sql, params = _statement(
         quote,
-        agent_sql,
         where,
         blobs_mode,
         one_ns=checkpoint_ns is not None,
@@ -110,9 +103,7 @@ def read_tuples(
     values += [session_id, *where_params]
     if limit is not None:
         values.append(limit)
-    if blobs_mode == "latest":
-        values += [session_id, checkpoint_ns]
-    elif blobs_mode == "all":
+    if blobs_mode == "all":
         values.append(session_id)
         if checkpoint_ns is not None:
             values.append(checkpoint_ns)
@@ -126,6 +117,11 @@ def read_tuples(
     blobs: dict[_Key, tuple[str, Any]] = {
         (row[1], row[2], row[3]): (row[4], row[5]) for row in rows if row[0] == 1
     }
+    for channel, version, kind, data in page[0][7] or ():  # the newest of each channel
+        blobs[page[0][1], bytes(channel).decode(), bytes(version).decode()] = (
+            bytes(kind).decode(),
+            data,
+        )
     checkpoints = [_loads(serde, row[4], row[5]) for row in page]
     missing = {
         (row[1], str(channel), str(version))
@@ -161,9 +157,9 @@ def _tuple(
     checkpoint: dict[str, Any],
     blobs: Mapping[_Key, tuple[str, Any]],
 ) -> CheckpointTuple:
-    """One tuple from a checkpoint row ``(kind, ns, id, parent, type, body, metadata, writes)``,
-    its decoded body and the blobs read."""
-    _, ns, checkpoint_id, parent_id, _, _, metadata, writes = row
+    """One tuple from a checkpoint row ``(kind, ns, id, parent, type, body, metadata, newest
+    values, writes)``, its decoded body and the blobs read."""
+    _, ns, checkpoint_id, parent_id, _, _, metadata, _, writes = row
     checkpoint["channel_values"] = {
         channel: _loads(serde, *blob)
         for channel, version in (checkpoint.get("channel_versions") or {}).items()
@@ -220,35 +216,44 @@ def _utf8(column: str) -> str:
     return f"convert_to({column}, 'UTF8')"
 
 
+@cache
 def _statement(
-    quote: Any, agent_sql: str, where: str, blobs_mode: str, *, one_ns: bool, limited: bool
+    quote: Any, where: str, blobs_mode: str, *, one_ns: bool, limited: bool
 ) -> tuple[str, int]:
     """The statement of :func:`read_tuples` and its number of parameters.
 
-    Rows: ``(0, ns, checkpoint_id, parent_id, type, body, metadata, writes)`` per checkpoint in
-    order, then ``(1, ns, channel, version, type, blob, NULL, NULL)`` per blob read.
+    Rows: ``(0, ns, checkpoint_id, parent_id, type, body, metadata, newest, writes)`` per
+    checkpoint in order (``newest``: the latest mode's values, ``[channel, version, type,
+    blob]`` each, else ``NULL``; ``writes``: ``[task_id, channel, type, blob, task_path, idx]``
+    each), then in the all mode ``(1, ns, channel, version, type, blob, NULL, NULL, NULL)`` per
+    value of the thread.
     """
     session = quote(Session._meta.db_table)
     checkpoint = quote(Checkpoint._meta.db_table)
     blob = quote(CheckpointBlob._meta.db_table)
     write = quote(CheckpointWrite._meta.db_table)
-    params = 6 + (1 if agent_sql else 0)
-    # the session checks of every read (§2.3 scope range, agent, §18.1 expiry)
+    params = 6
+    # the session checks of every read: §2.3's scope range, the agent (``COALESCE``: any, when
+    # ``NULL``), §18.1's expiry on the server's clock (as services/_pg.py); the scope test in a
+    # ``CASE``, which the planner does not estimate against the scope column's statistics (on
+    # every call: the statement is not prepared), for a row found by its key anyway
     sql = (
-        "WITH RECURSIVE ok AS (SELECT s.id FROM "
-        f"{session} s WHERE s.id = %s AND s.scope >= %s AND s.scope < %s"
-        " AND (s.scope = %s OR s.scope >= %s)"
-        f"{agent_sql} AND (s.expires_at IS NULL OR s.expires_at > %s))"
+        f"WITH RECURSIVE ok AS (SELECT 1 FROM {session} s WHERE s.id = %s AND CASE WHEN"
+        " s.scope >= %s AND s.scope < %s AND (s.scope = %s OR s.scope >= %s)"
+        " AND (s.expires_at IS NULL OR s.expires_at > statement_timestamp()) THEN TRUE END"
+        " AND s.agent_id = COALESCE(%s, s.agent_id))"
     )
     if blobs_mode == "latest":
-        # the namespace's channels, one index probe each (a skip scan)
+        # the newest value of each channel of the namespace, one index probe per channel
+        # (a skip scan of the unique key: session, namespace, channel, version)
+        probe = (
+            f"SELECT b.checkpoint_ns, b.channel, b.version, b.type, b.blob FROM {blob} b"
+            " WHERE b.session_id = %s AND b.checkpoint_ns = %s{} ORDER BY b.channel,"
+            " b.version DESC LIMIT 1"
+        )
         sql += (
-            ", ch(channel) AS ("
-            f"SELECT (SELECT min(b.channel) FROM {blob} b"
-            " WHERE b.session_id = %s AND b.checkpoint_ns = %s)"
-            f" UNION ALL SELECT (SELECT min(b.channel) FROM {blob} b WHERE b.session_id = %s"
-            " AND b.checkpoint_ns = %s AND b.channel > ch.channel)"
-            " FROM ch WHERE ch.channel IS NOT NULL)"
+            f", ch AS (({probe.format('')}) UNION ALL SELECT n.* FROM ch CROSS JOIN LATERAL"
+            f" ({probe.format(' AND b.channel > ch.channel')}) n)"
         )
         params += 4
     writes = ", ".join(
@@ -261,9 +266,15 @@ def _statement(
             _utf8("w.idx::text"),
         ]
     )
+    latest = (
+        "(SELECT array_agg(ARRAY[convert_to(ch.channel, 'UTF8'), convert_to(ch.version, 'UTF8'),"
+        " convert_to(ch.type, 'UTF8'), ch.blob]) FROM ch)"
+        if blobs_mode == "latest"
+        else "NULL::bytea[]"
+    )
     sql += (
         " (SELECT 0 AS kind, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.type,"
-        f" c.checkpoint, c.metadata, (SELECT array_agg(ARRAY[{writes}]) FROM {write} w"
+        f" c.checkpoint, c.metadata, {latest}, (SELECT array_agg(ARRAY[{writes}]) FROM {write} w"
         " WHERE w.session_id = c.session_id AND w.checkpoint_ns = c.checkpoint_ns"
         f" AND w.checkpoint_id = c.checkpoint_id) FROM {checkpoint} c"
         f" WHERE c.session_id = %s AND EXISTS (SELECT 1 FROM ok){where}"
@@ -272,24 +283,13 @@ def _statement(
     params += 1 + where.count("%s")
     sql += " LIMIT %s)" if limited else ")"
     params += 1 if limited else 0
-    blob_columns = (
-        "b.checkpoint_ns, b.channel, b.version, b.type, b.blob, NULL::jsonb, NULL::bytea[]"
-    )
-    if blobs_mode == "latest":
+    if blobs_mode == "all":
         sql += (
-            f" UNION ALL (SELECT 1, {blob_columns} FROM ch CROSS JOIN LATERAL (SELECT"
-            f" x.checkpoint_ns, x.channel, x.version, x.type, x.blob FROM {blob} x"
-            " WHERE x.session_id = %s AND x.checkpoint_ns = %s AND x.channel = ch.channel"
-            " ORDER BY x.version DESC LIMIT 1) b WHERE EXISTS (SELECT 1 FROM ok))"
-        )
-        params += 2
-    elif blobs_mode == "all":
-        sql += (
-            f" UNION ALL (SELECT 1, {blob_columns} FROM {blob} b WHERE b.session_id = %s"
+            " UNION ALL (SELECT 1, b.checkpoint_ns, b.channel, b.version, b.type, b.blob,"
+            f" NULL::jsonb, NULL::bytea[], NULL::bytea[] FROM {blob} b WHERE b.session_id = %s"
             f"{' AND b.checkpoint_ns = %s' if one_ns else ''} AND EXISTS (SELECT 1 FROM ok))"
         )
         params += 2 if one_ns else 1
-    if blobs_mode != "none":
         # checkpoints first, newest first (the blobs' order does not matter)
         sql += " ORDER BY 1, 3 DESC, 2"
     return sql, params

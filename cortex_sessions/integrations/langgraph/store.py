@@ -15,7 +15,6 @@ from typing import Any, cast
 from django.db import transaction
 from django.db.models import Q
 from django.db.models.fields.json import KeyTransform
-from django.utils import timezone
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
     CheckpointTuple,
@@ -315,7 +314,6 @@ def list_tuples(
             ),
             before=before,
             limit=limit,
-            now=timezone.now(),
         )
     rows = Checkpoint.objects.using(alias).filter(
         scope_q(scope, field="session__scope"), not_expired_q(prefix="session__")
