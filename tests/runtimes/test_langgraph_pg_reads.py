@@ -264,3 +264,25 @@ async def test_the_async_reads_take_the_same_path(monkeypatch):
     _orm(monkeypatch)
     assert latest == await saver.aget_tuple(config)
     assert listed == [item async for item in saver.alist(config)]
+
+
+@postgres_only
+def test_prepared_statements_read_the_same(monkeypatch, settings):
+    settings.CORTEX_SESSIONS = {
+        **getattr(settings, "CORTEX_SESSIONS", {}),
+        "PREPARED_STATEMENTS": True,
+    }
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    thread = _seed(saver, steps=3)
+    first = list(saver.list(_config(thread.thread_id)))[-1].config
+    for read in (
+        lambda: saver.get_tuple(_config(thread.thread_id)),
+        lambda: list(saver.list(_config(thread.thread_id))),
+        lambda: saver.get_tuple(first),
+        lambda: list(saver.list(_config(thread.thread_id), limit=2)),
+        lambda: CortexCheckpointSaver(scope=GLOBEX).get_tuple(_config(thread.thread_id)),
+    ):
+        for _ in range(6):  # past the server's custom-plan runs, to its generic plan
+            read()
+        fast, slow = _both(monkeypatch, read)
+        assert fast == slow

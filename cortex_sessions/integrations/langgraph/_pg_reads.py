@@ -18,8 +18,10 @@ version it names that the statement did not return (a fork, a read by ``checkpoi
 page of ``list``) is read by a second statement, by key. Nothing is returned for a thread
 outside the scope, of another agent or expired (the session checks are in the statement).
 
-SQL only through Django's public cursor API (docs/design.md §14); SQLite and MySQL/MariaDB keep
-the ORM path of :mod:`.store`, which returns the same tuples.
+SQL only through public Django and psycopg APIs, on the core's hot-path cursor
+(:func:`cortex_sessions.services._pg_run.execute`: logged, hooked and prepared with
+``PREPARED_STATEMENTS`` as the core's statements, docs/design.md §14); psycopg 2, SQLite and
+MySQL/MariaDB keep the ORM path of :mod:`.store`, which returns the same tuples.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ...models import Session
 from ...scope import Scope
+from ...services._pg import enabled
+from ...services._pg_run import execute
 from .models import Checkpoint, CheckpointBlob, CheckpointWrite
 
 __all__ = ["read_tuples", "serves"]
@@ -45,8 +49,9 @@ _Key = tuple[str, str, str]
 
 
 def serves(alias: str) -> bool:
-    """Whether :func:`read_tuples` serves reads on the database ``alias`` (PostgreSQL)."""
-    return bool(connections[alias].vendor == "postgresql")
+    """Whether :func:`read_tuples` serves reads on the database ``alias``: PostgreSQL through
+    psycopg 3, as the core's hot paths (:func:`cortex_sessions.services._pg.enabled`)."""
+    return enabled(alias)
 
 
 def read_tuples(
@@ -108,9 +113,7 @@ def read_tuples(
         if checkpoint_ns is not None:
             values.append(checkpoint_ns)
     assert len(values) == params
-    with connection.cursor() as cursor:
-        cursor.execute(sql, values)
-        rows = cursor.fetchall()
+    rows, _ = execute(connection, sql, values)  # prepared with PREPARED_STATEMENTS (§14.2)
     page = [row for row in rows if row[0] == 0]
     if not page:
         return []
@@ -307,14 +310,9 @@ def _blobs_by_key(
         " version) ON b.checkpoint_ns = k.ns AND b.channel = k.channel"
         " AND b.version = k.version WHERE b.session_id = %s"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(
-            sql,
-            [
-                [key[0] for key in keys],
-                [key[1] for key in keys],
-                [key[2] for key in keys],
-                session_id,
-            ],
-        )
-        return {(ns, channel, version): (kind, data) for ns, channel, version, kind, data in cursor}
+    rows, _ = execute(
+        connection,
+        sql,
+        [[key[0] for key in keys], [key[1] for key in keys], [key[2] for key in keys], session_id],
+    )
+    return {(ns, channel, version): (kind, data) for ns, channel, version, kind, data in rows}
