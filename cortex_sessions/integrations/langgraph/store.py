@@ -40,7 +40,7 @@ from ...exceptions import (
 from ...models import Session, not_expired_q
 from ...scope import Scope, scope_q
 from ..blocks import is_storable
-from . import _pg_writes, mirror, threads
+from . import _pg_reads, _pg_writes, mirror, threads
 from .models import ID_CHARS, NAME_CHARS, Checkpoint, CheckpointBlob, CheckpointWrite
 
 __all__ = ["delete_thread", "list_tuples", "put_checkpoint", "put_writes"]
@@ -378,6 +378,27 @@ def list_tuples(
     if limit is not None and limit <= 0:
         return []
     alias = routing.db_for_read(Checkpoint, scope=scope)
+    if thread_id is not None and not filter and _pg_reads.serves(alias):
+        # one statement on PostgreSQL (two when a checkpoint names values it did not read)
+        return _pg_reads.read_tuples(
+            serde,
+            alias,
+            scope,
+            agent_id,
+            session_id=threads.thread_uuid(thread_id),
+            checkpoint_ns=(
+                None
+                if checkpoint_ns is None
+                else _bounded(checkpoint_ns, NAME_CHARS, "checkpoint_ns")
+            ),
+            checkpoint_id=(
+                None
+                if checkpoint_id is None
+                else _bounded(checkpoint_id, ID_CHARS, "checkpoint_id")
+            ),
+            before=before,
+            limit=limit,
+        )
     rows = Checkpoint.objects.using(alias).filter(
         scope_q(scope, field="session__scope"), not_expired_q(prefix="session__")
     )
