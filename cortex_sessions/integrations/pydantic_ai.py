@@ -49,9 +49,10 @@ from pydantic_ai.messages import (
 from .. import services
 from ..conf import app_settings
 from ..content import content_text
-from ..exceptions import InvalidContent, InvalidInput
+from ..exceptions import InvalidContent, InvalidInput, SessionNotFound
 from ..models import Session
-from ..scope import Scope
+from ..scope import Scope, as_scope
+from . import block_history
 from .blocks import find_block, text_blocks, verbatim_block
 
 __all__ = [
@@ -185,12 +186,34 @@ def save_messages(
     batch = app_settings.MAX_MESSAGES_PER_APPEND
     if len(rows) > batch:
         services.check_messages(rows)
-    session, _ = services.resolve_session(scope=scope, agent_id=agent_id, session_id=session_id)
+    pk = _as_uuid(session_id) if session_id is not None else None
+    if rows and pk is not None and isinstance(agent_id, str) and (pk, agent_id) in _CHECKED:
+        session_pk = pk  # the append checks the scope (and that it lives) in its statement
+    else:
+        session, _ = services.resolve_session(scope=scope, agent_id=agent_id, session_id=session_id)
+        session_pk = session.pk
+        if pk is not None:
+            _remember(pk, agent_id)
     for start in range(0, len(rows), batch):
         session = services.append_messages(
-            scope=scope, session_id=session.pk, messages=rows[start : start + batch]
+            scope=scope, session_id=session_pk, messages=rows[start : start + batch]
         ).session
     return session
+
+
+#: Pinned sessions :func:`save_messages` found to be an agent's, as ``(session id, agent
+#: id)``: a session's agent never changes (no service changes it, docs/design.md §3), so a
+#: later save to it appends at once, one statement on PostgreSQL, whose own checks refuse a
+#: session that is missing, out of scope, expired or archived (docs/design.md §19.3).
+_CHECKED: dict[tuple[uuid.UUID, str], None] = {}
+#: Most entries :data:`_CHECKED` holds; it starts afresh when full.
+_CHECKED_MAX = 10_000
+
+
+def _remember(pk: uuid.UUID, agent_id: str) -> None:
+    if len(_CHECKED) >= _CHECKED_MAX:
+        _CHECKED.clear()
+    _CHECKED[(pk, agent_id)] = None
 
 
 def load_history(
@@ -210,17 +233,60 @@ def load_history(
         NoScope, InvalidScope, InvalidAgentId.
         SessionNotFound: ``session_id`` is missing, out of scope or another agent's.
     """
-    session, _ = services.resolve_session(scope=scope, agent_id=agent_id, session_id=session_id)
+    services.check_agent_id(agent_id)  # first, as the service checks it
+    where = as_scope(scope)
+    fast = block_history.serves(where)
+    if fast and session_id is not None and (pk := _as_uuid(session_id)) is not None:
+        # a pinned session: the agent's check is in the read's own statement (§19.3)
+        loaded = _read(pk, where, agent_id)
+        if loaded is not None:
+            return loaded
+    session, _ = services.resolve_session(scope=where, agent_id=agent_id, session_id=session_id)
+    if fast:
+        loaded = _read(session.pk, where, None)
+        if loaded is None:
+            raise SessionNotFound()
+        return loaded
     history: list[ModelMessage] = []
     after = 0
     while True:
         page = services.list_messages(
-            scope=scope, session_id=session.pk, limit=_PAGE, after_seq=after
+            scope=where, session_id=session.pk, limit=_PAGE, after_seq=after
         )
         history.extend(m for row in page if (m := from_cortex(row.role, row.content)) is not None)
         if len(page) < _PAGE:
             return history
         after = page[-1].seq or after
+
+
+def _as_uuid(value: uuid.UUID | str) -> uuid.UUID | None:
+    """``value`` as a UUID, or ``None`` when it is not one (the service then says why)."""
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(value)
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def _read(pk: uuid.UUID, scope: Scope, agent_id: str | None) -> list[ModelMessage] | None:
+    """The history of session ``pk`` on PostgreSQL, the stored messages validated at once
+    (:func:`.block_history.read_history`); ``None`` when the session is not visible (or,
+    given ``agent_id``, not that agent's)."""
+    return block_history.read_history(
+        pk,
+        scope,
+        block_type=MESSAGE_BLOCK_TYPE,
+        key="message",
+        decode=ModelMessagesTypeAdapter.validate_json,
+        convert=_convert,
+        agent_id=agent_id,
+    )
+
+
+def _convert(role: str, block: Any, content: Any) -> ModelMessage | None:
+    """:func:`from_cortex` of a message whose block (or content) came apart."""
+    return from_cortex(role, [block] if block is not None else content)
 
 
 async def asave_messages(

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from langchain_core.chat_history import BaseChatMessageHistory
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, messages_from_dict
 
 from ... import services
 from ...conf import app_settings
+from ...exceptions import SessionNotFound
 from ...models import Session
 from ...scope import Scope, as_scope
+from .. import block_history
 from ..sessions import on_session
-from .messages import from_cortex, to_cortex
+from .messages import MESSAGE_BLOCK_TYPE, from_cortex, to_cortex
 
 __all__ = ["CortexChatMessageHistory"]
 
@@ -166,8 +169,28 @@ class CortexChatMessageHistory(BaseChatMessageHistory):
 
 
 def _read(scope: Scope, pk: uuid.UUID) -> list[BaseMessage]:
-    """Every message of session ``pk`` that reads as a LangChain message, in ``seq`` order,
-    one :func:`~cortex_sessions.services.list_messages` page of ``_PAGE`` at a time."""
+    """Every message of session ``pk`` that reads as a LangChain message, in ``seq`` order.
+
+    On PostgreSQL a page of up to :data:`.block_history.PAGE` messages per statement, the
+    stored messages decoded at once (:func:`.block_history.read_history`, docs/design.md
+    §19.2); elsewhere one :func:`~cortex_sessions.services.list_messages` page of ``_PAGE`` at
+    a time. Both return the same messages.
+
+    Raises:
+        SessionNotFound: the session is missing, out of scope or expired.
+    """
+    if block_history.serves(scope):
+        messages = block_history.read_history(
+            pk,
+            scope,
+            block_type=MESSAGE_BLOCK_TYPE,
+            key="message",
+            decode=_decode,
+            convert=_convert,
+        )
+        if messages is None:
+            raise SessionNotFound()
+        return messages
     out: list[BaseMessage] = []
     after = 0
     while True:
@@ -179,3 +202,13 @@ def _read(scope: Scope, pk: uuid.UUID) -> list[BaseMessage]:
         if len(page) < _PAGE:
             return out
         after = page[-1].seq or after
+
+
+def _decode(text: str) -> list[BaseMessage]:
+    """The messages of a JSON array of stored ``{"type", "data"}`` dicts."""
+    return messages_from_dict(json.loads(text))
+
+
+def _convert(role: str, block: Any, content: Any) -> BaseMessage | None:
+    """:func:`.messages.from_cortex` of a message whose block (or content) came apart."""
+    return from_cortex(role, [block] if block is not None else content)

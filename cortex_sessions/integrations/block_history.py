@@ -1,0 +1,165 @@
+"""A session's whole history as one runtime's verbatim records, on PostgreSQL a page per
+statement (docs/design.md §19.2, §19.3, §14).
+
+The LangChain history's ``messages`` and Pydantic AI's ``load_history`` read every message of a
+session. Through :func:`~cortex_sessions.services.list_messages` most of that time is the
+client's: a model instance per row, its whole content decoded (the text block only to be
+dropped), then each record rebuilt from its block. Here PostgreSQL picks each message's first
+block of the runtime's type (``jsonb_path_query_first``, as the OpenAI Agents adapter's
+:mod:`.openai_agents_history`) and aggregates the records it keeps verbatim into one JSON array,
+which the runtime decodes in one call (``json.loads``, or pydantic's ``validate_json``). A
+page holding a message whose record is kept as JSON text, or that has no such block (another
+writer's), is read again message by message for the adapter's own conversion. The scope check
+(and the agent's, for a pinned session) is in each statement.
+
+SQLite and MySQL/MariaDB keep the service path; both paths return the same records
+(``tests/runtimes/test_block_history.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from functools import cache
+from typing import Any, TypeVar
+
+from django.db import connections
+
+from .. import routing
+from ..models import Message, Session
+from ..scope import Scope
+from .openai_agents_history import serves
+
+__all__ = ["read_history", "serves"]
+
+T = TypeVar("T")
+
+#: Messages read per statement: a history longer than this is read a page at a time.
+PAGE = 5000
+
+
+def read_history(
+    pk: uuid.UUID,
+    scope: Scope,
+    *,
+    block_type: str,
+    key: str,
+    decode: Callable[[str], list[T]],
+    convert: Callable[[str, Any, Any], T | None],
+    agent_id: str | None = None,
+) -> list[T] | None:
+    """Every message of session ``pk`` as a runtime record, in ``seq`` order, or ``None``.
+
+    One statement per page of :data:`PAGE` messages; a page holding a message whose record is
+    not kept under ``key`` (kept as JSON text, or no block: another writer's) takes a second
+    statement, which reads it message by message for ``convert``.
+
+    Args:
+        pk: the session.
+        scope: the caller's scope; the session must lie at or beneath it and not have expired
+            (docs/design.md §2.3, §18.1).
+        block_type: the ``type`` of the content block keeping a record verbatim.
+        key: the block's key holding the record as JSON (``key + "_json"``: as JSON text).
+        decode: turns a JSON array (text) of records kept under ``key`` into the records, in
+            order (e.g. ``ModelMessagesTypeAdapter.validate_json``).
+        convert: ``(role, block, content) -> record or None`` for each message of a mixed
+            page: ``block`` is its first block of ``block_type`` (then ``content`` is
+            ``None``), or ``None`` (then ``content`` is the message's content); ``None`` skips
+            the message. It must return what ``decode`` does for a record under ``key``.
+        agent_id: when given, the session must also be this agent's.
+
+    Returns:
+        The records, or ``None`` when no such session is visible (missing, out of scope,
+        expired, or another agent's): the caller raises the service's error.
+
+    Raises:
+        django.db.Error: as the ORM would; and what ``decode`` and ``convert`` raise.
+    """
+    canonical = scope.canonical
+    connection = connections[routing.db_for_read(Message, scope=scope)]
+    quote_name = connection.ops.quote_name
+    visible: list[Any] = [pk, canonical, canonical + "0", canonical, canonical + "/"]
+    if agent_id is not None:
+        visible.append(agent_id)
+    jsonpath = f'$[*] ? (@.type == "{block_type}")'
+    out: list[T] = []
+    after = 0
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _page_sql(quote_name, agent_id is not None),
+                [key, key, key, jsonpath, pk, after, PAGE, *visible],
+            )
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        count, last_seq, verbatim, mixed = row
+        if not mixed:
+            out.extend(decode(verbatim))
+        else:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    _entries_sql(quote_name, agent_id is not None),
+                    [jsonpath, pk, after, last_seq, *visible],
+                )
+                entries = cursor.fetchone()
+            for role, block, content in json.loads(entries[0]) if entries else ():
+                record = convert(role, block, content)
+                if record is not None:
+                    out.append(record)
+        if count < PAGE:
+            return out
+        after = last_seq
+
+
+def _visible(agent: bool) -> str:
+    """The session ``s`` by id, within the scope (§2.3), not expired (§18.1) [and the
+    agent's]: a ``CASE``, as the services' one-statement reads, so the planner does not
+    estimate the scope comparisons. Parameters: id, the four scope parameters, [agent id]."""
+    return (
+        "s.id = %s AND CASE WHEN s.scope >= %s AND s.scope < %s AND (s.scope = %s OR "
+        "s.scope >= %s) AND (s.expires_at IS NULL OR s.expires_at > statement_timestamp())"
+        + (" AND s.agent_id = %s" if agent else "")
+        + " THEN TRUE END"
+    )
+
+
+@cache
+def _page_sql(quote_name: Any, agent: bool) -> str:
+    """The page statement of :func:`read_history`, built once.
+
+    The session is read first (``s``: at most one row), so a session that is not visible
+    returns no row and an empty one ``(0, NULL, '[]', NULL)``; the page walks
+    ``(session_id, seq)``, the unique index. ``mixed``: some message of the page has no
+    record under the key (a flag, not the messages themselves: an aggregate's arguments are
+    computed for every row, whatever its ``FILTER``, and building each row's JSON would cost
+    more than the page). Parameters: key three times, the jsonpath, id, after, limit, then
+    :func:`_visible`'s.
+    """
+    messages, sessions = quote_name(Message._meta.db_table), quote_name(Session._meta.db_table)
+    return (
+        "SELECT p.n, p.last_seq, p.verbatim, p.mixed FROM "
+        f"{sessions} s CROSS JOIN LATERAL (SELECT count(*) AS n, max(seq) AS last_seq, "
+        "coalesce((json_agg(block -> %s ORDER BY seq) FILTER (WHERE block ? %s))::text, '[]')"
+        " AS verbatim, bool_or(block IS NULL OR NOT block ? %s) AS mixed FROM (SELECT seq, "
+        "jsonb_path_query_first(content, %s::jsonpath) AS block "
+        f"FROM {messages} m WHERE m.session_id = %s AND m.seq > %s ORDER BY m.seq LIMIT %s)"
+        f" AS page) AS p WHERE {_visible(agent)}"
+    )
+
+
+@cache
+def _entries_sql(quote_name: Any, agent: bool) -> str:
+    """The statement reading a mixed page message by message, built once: one JSON array of
+    ``[role, block, content when there is no block]`` in ``seq`` order. Parameters: the
+    jsonpath, id, after, the page's last seq, then :func:`_visible`'s."""
+    messages, sessions = quote_name(Message._meta.db_table), quote_name(Session._meta.db_table)
+    return (
+        "SELECT coalesce(json_agg(json_build_array(role, block, CASE WHEN block IS NULL THEN"
+        " content END) ORDER BY seq)::text, '[]') FROM "
+        f"{sessions} s CROSS JOIN LATERAL (SELECT seq, role, content, "
+        "jsonb_path_query_first(content, %s::jsonpath) AS block "
+        f"FROM {messages} m WHERE m.session_id = %s AND m.seq > %s AND m.seq <= %s) AS page"
+        f" WHERE {_visible(agent)} GROUP BY s.id"
+    )
