@@ -36,6 +36,7 @@ from .state import (
     _update_shared_state,
     _user_state_q,
 )
+from .store_pg import serves, user_sessions
 
 if TYPE_CHECKING:
     from .service import CortexSessionService
@@ -230,10 +231,16 @@ def _list_sync(
 ) -> ListSessionsResponse:
     """:meth:`~.service.CortexSessionService.list_sessions`: two statements whatever the number
     of sessions (the sessions with their newest event's time, then the app's and their users'
-    shared state), as ADK's database store reads them."""
+    shared state), as ADK's database store reads them; one user's sessions on PostgreSQL in one
+    (:mod:`.store_pg`)."""
     listed = service.within if user_id is None else service.scope_for(app_name, user_id)
     # The list, its sessions (a subquery) and their shared state on one database.
     using = routing.db_for_read(AdkSession, scope=listed)
+    if user_id is not None and listed is not None and serves(using):
+        found_pg = user_sessions(service, app_name, user_id, listed, using)
+        for session, last_seq in found_pg:
+            _set_marker(session, last_seq)
+        return _listed([session for session, _ in found_pg])
     rows = AdkSession.objects.using(using).select_related("session").filter(app_name=app_name)
     if user_id is not None:
         scope = service.scope_for(app_name, user_id)
@@ -267,6 +274,12 @@ def _list_sync(
         )
         _set_marker(session, row.session.last_seq)
         sessions.append(session)
+    return _listed(sessions)
+
+
+def _listed(sessions: list[AdkSessionModel]) -> ListSessionsResponse:
+    """The response of ``list_sessions``: least recently updated first, as ADK's database store
+    orders them (then by user and id)."""
     sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
     return ListSessionsResponse(sessions=sessions)
 
