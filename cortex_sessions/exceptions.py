@@ -41,6 +41,7 @@ __all__ = [
     "SearchTimeout",
     "SessionArchived",
     "SessionNotFound",
+    "SummaryTooLarge",
     "TooManyKeys",
     "TooManyMessages",
     "ValueTooLong",
@@ -373,6 +374,17 @@ class InvalidThroughSeq(InvalidInput):
         "through_seq must be an integer from 1 to the session's last seq, beyond the newest "
         "compaction's through_seq."
     )
+
+
+class SummaryTooLarge(MessageTooLarge):
+    """A compaction's summary that is over ``MAX_MESSAGE_BYTES`` as a message's JSON
+    (docs/design.md §16.3). Unlike an appended message (413 ``message_too_large``), the
+    API answers 400 ``summary_too_large``: the client chose the summary and must shorten it.
+    A ``MessageTooLarge`` too, so callers catching that still catch it; ``params`` carry
+    ``size`` and ``limit`` (bytes). Nothing is written."""
+
+    code = "summary_too_large"
+    default_message = "The compaction summary is larger than MAX_MESSAGE_BYTES; shorten it."
 
 
 class ContextBudgetExceeded(CortexSessionsError):

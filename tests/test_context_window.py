@@ -21,6 +21,7 @@ from cortex_sessions.exceptions import (
     MessageTooLarge,
     SessionArchived,
     SessionNotFound,
+    SummaryTooLarge,
 )
 from cortex_sessions.models import Message
 from cortex_sessions.services.context import context_tokens_of
@@ -335,9 +336,13 @@ def test_empty_or_too_large_summary_is_refused_and_nothing_written():
                 "MAX_MESSAGE_BYTES": 100,
             }
         ),
-        pytest.raises(MessageTooLarge),
+        pytest.raises(SummaryTooLarge) as refused,
     ):
         _compact(session, 1, summary="x" * 200)
+    assert isinstance(refused.value, MessageTooLarge)  # callers catching that still do
+    assert refused.value.code == "summary_too_large"
+    assert refused.value.params["field"] == "summary"
+    assert refused.value.params["limit"] == 100 < refused.value.params["size"]
     session.refresh_from_db()
     assert (session.message_count, session.last_seq) == (1, 1)
 

@@ -62,6 +62,7 @@ ERROR_STATUS: dict[type[BaseException], int] = {
     core.IdempotencyKeyReused: status.HTTP_422_UNPROCESSABLE_ENTITY,
     core.ContextBudgetExceeded: status.HTTP_422_UNPROCESSABLE_ENTITY,
     core.MessageTooLarge: status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+    core.SummaryTooLarge: status.HTTP_400_BAD_REQUEST,
     core.SearchTimeout: status.HTTP_503_SERVICE_UNAVAILABLE,
     core.CortexSessionsError: status.HTTP_400_BAD_REQUEST,
 }

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from .. import signals
 from ..counters import last_message_of
-from ..exceptions import InvalidThroughSeq
+from ..exceptions import InvalidThroughSeq, MessageTooLarge, SummaryTooLarge
 from ..models import Message, Session
 from ..scope import Scope
 from ._common import (
@@ -90,8 +90,10 @@ def compact_session(
         SessionArchived: the session is archived (409).
         InvalidThroughSeq: ``through_seq`` is not an integer in ``1..last_seq`` beyond the
             newest live compaction's (``invalid_through_seq``).
-        InvalidContent, EmptyContent, MessageTooLarge, NulCharacter, InvalidText, TooManyKeys:
-            a bad summary (as a message's ``content``).
+        InvalidContent, EmptyContent, NulCharacter, InvalidText, TooManyKeys: a bad summary
+            (as a message's ``content``).
+        SummaryTooLarge: the summary is over ``MAX_MESSAGE_BYTES`` as a message's JSON (a
+            ``MessageTooLarge``; the API answers 400 ``summary_too_large``, not 413).
         InvalidUsage: a bad ``usage`` (docs/design.md §16.1).
         InvalidIdempotencyKey, IdempotencyKeyReused, IdempotencyKeyInProgress.
         WriteOutcomeUnknown: the commit failed and may have been carried out (§12.3).
@@ -102,7 +104,16 @@ def compact_session(
     item["source"] = Message.Source.CHECKPOINT
     if usage is not None:
         item["usage"] = usage
-    built = _build_message(item, 0, now)
+    try:
+        built = _build_message(item, 0, now)
+    except MessageTooLarge as error:
+        raise SummaryTooLarge(
+            f"The summary is {error.params['size']} bytes of JSON; MAX_MESSAGE_BYTES is "
+            f"{error.params['limit']}.",
+            field="summary",
+            size=error.params["size"],
+            limit=error.params["limit"],
+        ) from None
     if idempotency_key is None:
         return _compact(scope, session_id, through, built.columns)
     pk = _session_id(session_id)

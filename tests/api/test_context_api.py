@@ -171,14 +171,32 @@ def test_compacting_an_archived_session_is_409(api, chat):
     assert response.json()["code"] == "session_archived"
 
 
-def test_summary_over_max_message_bytes_is_refused(api, chat, settings):
+def test_summary_over_max_message_bytes_is_a_400_summary_too_large(api, chat, settings):
     settings.CORTEX_SESSIONS = {**settings.CORTEX_SESSIONS, "MAX_MESSAGE_BYTES": 100}
     before = _state()
     response = api.post(
         session_url(chat.pk, "compact/"), {"through_seq": 2, "summary": "x" * 200}, format="json"
     )
-    assert response.json()["code"] == "message_too_large"
-    assert response.status_code == 413  # as every message over MAX_MESSAGE_BYTES
+    assert response.status_code == 400  # the "each a 400 with its code"
+    body = response.json()
+    assert body["code"] == "summary_too_large"
+    assert [error["code"] for error in body["errors"]["summary"]] == ["summary_too_large"]
+    assert _state() == before
+    # An ordinary append over the limit keeps its 413 message_too_large.
+    append = api.post(
+        session_url(chat.pk, "messages/"), {"role": "user", "content": "x" * 200}, format="json"
+    )
+    assert (append.status_code, append.json()["code"]) == (413, "message_too_large")
+    assert _state() == before
+
+
+def test_an_empty_summary_is_a_400_empty_content(api, chat):
+    before = _state()
+    for summary in ("", []):
+        response = api.post(
+            session_url(chat.pk, "compact/"), {"through_seq": 2, "summary": summary}, format="json"
+        )
+        assert (response.status_code, response.json()["code"]) == (400, "empty_content")
     assert _state() == before
 
 

@@ -140,6 +140,9 @@ def test_schema_documents_every_filter_and_error(schema_document):
         assert error_schema == {"$ref": "#/components/schemas/Error"}
     assert "409" in paths["/api/cortex/sessions/{id}/make-default/"]["post"]["responses"]
     assert "413" in paths["/api/cortex/sessions/{id}/messages/"]["post"]["responses"]
+    compact = paths["/api/cortex/sessions/{id}/compact/"]["post"]["responses"]
+    assert "`summary_too_large`" in compact["400"]["description"]
+    assert "message_too_large" not in compact["413"]["description"]
 
 
 def _parameter(schema_document, path: str, method: str, name: str) -> dict:

@@ -100,9 +100,12 @@ class SessionContextMixin(CortexAPIMixin):
                 *BODY_ERRORS,
                 text={
                     400: "`invalid_through_seq` (not an integer from 1 to the last seq beyond "
-                    "the newest compaction's), `invalid_content`, `empty_content`, "
+                    "the newest compaction's), `invalid_content`, `empty_content` (an empty "
+                    "summary), `summary_too_large` (a summary over MAX_MESSAGE_BYTES), "
                     "`invalid_usage`, `unknown_field`, `parse_error`.",
                     409: ARCHIVED_409,
+                    413: "`request_too_large`: the body is over DATA_UPLOAD_MAX_MEMORY_SIZE "
+                    "(a summary over MAX_MESSAGE_BYTES is 400 `summary_too_large`).",
                 },
             ),
         },
@@ -113,8 +116,9 @@ class SessionContextMixin(CortexAPIMixin):
         """Compact the session (docs/design.md §16.3); 201 with the session and the summary.
         Honours ``Idempotency-Key`` (docs/design.md §12.1).
 
-        Errors: 400 ``invalid_through_seq`` and validation; 404 ``session_not_found``; 409
-        ``session_archived``; 413 ``message_too_large``; 422 ``idempotency_key_reused``.
+        Errors: 400 ``invalid_through_seq``, ``summary_too_large`` and validation; 404
+        ``session_not_found``; 409 ``session_archived``; 413 ``request_too_large``; 422
+        ``idempotency_key_reused``.
         """
         serializer = CompactSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
