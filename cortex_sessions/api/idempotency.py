@@ -24,6 +24,11 @@ Wiring another endpoint (``/fork/``, ``/messages/pop/``, …) is one line::
     @action(detail=True, methods=["post"])
     def fork(self, request, pk): ...
 
+An action that can write and record its key in one statement (the append of one message on
+PostgreSQL) is decorated ``@idempotent_with(OneStatement(write, replay))``: a keyed request
+tries ``write`` first, and only when it wrote nothing goes the way above; a replay whose row
+``write`` recorded is answered by ``replay`` (:class:`OneStatement`).
+
 ``IDEMPOTENCY_PARAMETER`` documents the header in the OpenAPI schema
 (``@extend_schema(parameters=[IDEMPOTENCY_PARAMETER])``).
 """
@@ -34,7 +39,7 @@ import functools
 import json
 import uuid
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework.request import Request
@@ -47,13 +52,16 @@ from cortex_sessions.services.idempotency import (
     fingerprint,
     run_once,
 )
+from cortex_sessions.services.keyed_append import KeyedCall
 
 __all__ = [
     "IDEMPOTENCY_HEADER",
     "IDEMPOTENCY_PARAMETER",
     "REPLAYED_HEADER",
+    "OneStatement",
     "endpoint_of",
     "idempotent",
+    "idempotent_with",
 ]
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -106,6 +114,24 @@ class _Rendered(Exception):
         self.response = response
 
 
+class OneStatement(NamedTuple):
+    """An action's path that writes and records its key in one statement (docs/design.md
+    §12.1, §14), for :func:`idempotent_with`.
+
+    Attributes:
+        write: ``write(view, request, kwargs, keyed) -> Response | None``: run the action
+            recording ``keyed`` (a :class:`~cortex_sessions.services.keyed_append.KeyedCall`)
+            in its write's statement, answering as the action would; ``None`` when it wrote
+            nothing and the key must be served the general way (:func:`idempotent`). What it
+            raises is answered as the action's errors are (the key stays free).
+        replay: ``replay(view, kwargs, response) -> data | None``: the body of a replay of a
+            key row ``write`` recorded (``response``: its text), ``None`` for any other row.
+    """
+
+    write: Callable[[Any, Request, dict[str, Any], KeyedCall], Response | None]
+    replay: Callable[[Any, dict[str, Any], str], Any]
+
+
 def idempotent(action: Callable[..., Response]) -> Callable[..., Response]:
     """Make a creating view action honour ``Idempotency-Key`` (docs/design.md §12.1).
 
@@ -118,6 +144,27 @@ def idempotent(action: Callable[..., Response]) -> Callable[..., Response]:
         besides them: 400 ``invalid_idempotency_key``, 409 ``idempotency_key_in_progress``,
         422 ``idempotency_key_reused``, 503 ``write_outcome_unknown``.
     """
+    return _keyed(action, None)
+
+
+def idempotent_with(
+    one_statement: OneStatement,
+) -> Callable[[Callable[..., Response]], Callable[..., Response]]:
+    """:func:`idempotent`, trying ``one_statement.write`` first (docs/design.md §12.1).
+
+    Args:
+        one_statement: the action's one-statement path (:class:`OneStatement`).
+
+    Returns:
+        A decorator of the action, as :func:`idempotent` with its errors.
+    """
+    return functools.partial(_keyed, one_statement=one_statement)
+
+
+def _keyed(
+    action: Callable[..., Response], one_statement: OneStatement | None
+) -> Callable[..., Response]:
+    """The wrapper :func:`idempotent` and :func:`idempotent_with` return."""
 
     @functools.wraps(action)
     def wrapper(self: Any, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -126,6 +173,13 @@ def idempotent(action: Callable[..., Response]) -> Callable[..., Response]:
             return action(self, request, *args, **kwargs)
         check_idempotency_key(key)
         digest = fingerprint({"body": request.data, "query": sorted(request.query_params.lists())})
+        view_kwargs = getattr(self, "kwargs", None) or kwargs
+        endpoint = endpoint_of(request, view_kwargs)
+        if one_statement is not None:
+            keyed = KeyedCall(self.scope, endpoint, key, digest)
+            written = one_statement.write(self, request, view_kwargs, keyed)
+            if written is not None:
+                return written
 
         def write() -> Response:
             response = action(self, request, *args, **kwargs)
@@ -141,7 +195,7 @@ def idempotent(action: Callable[..., Response]) -> Callable[..., Response]:
         try:
             outcome = run_once(
                 scope=self.scope,
-                endpoint=endpoint_of(request, getattr(self, "kwargs", None) or kwargs),
+                endpoint=endpoint,
                 key=key,
                 digest=digest,
                 write=write,
@@ -151,8 +205,11 @@ def idempotent(action: Callable[..., Response]) -> Callable[..., Response]:
             return rendered.response
         if not outcome.replayed:
             return cast(Response, outcome.result)
+        data = None
+        if one_statement is not None:
+            data = one_statement.replay(self, view_kwargs, outcome.response)
         return Response(
-            json.loads(outcome.response),
+            json.loads(outcome.response) if data is None else data,
             status=outcome.status_code,
             headers={REPLAYED_HEADER: "true"},
         )

@@ -475,18 +475,20 @@ def resolve_default(alias: str, *, canonical: str, agent_id: str) -> Session | N
 
 
 @cache
-def keyed_append() -> str:
+def keyed_append(recorded: bool = False) -> str:
     """:data:`APPEND_ONE`'s call that also records an idempotency key (docs/design.md §12.1):
     the key's row (``status_code`` 0, ``response`` the new message's id as a JSON list, as
     ``keyed_append.append_once`` records it) is inserted in the append's own statement, after the
     append and only when it wrote. A duplicate waits on the session's row lock, then fails on
     the key's unique index and rolls back whole. Parameters: :data:`APPEND_ONE`'s, then scope,
-    endpoint, key, fingerprint, created_at."""
-    table = IdempotencyKey._meta.db_table
+    endpoint, key, fingerprint, created_at; ``recorded`` (the API's append) takes status code,
+    tag and message JSON before created_at and records ``[tag, message, the narrow array]``."""
+    table, status = IdempotencyKey._meta.db_table, "%s" if recorded else "0"
+    answer = "%s::text, %s::json, a.r" if recorded else "a.r[cardinality(a.r) - 1]::bigint"
     return (
         f"WITH a AS ({_sql_call(APPEND_ONE)} AS r), k AS (INSERT INTO {table}"
         ' ("scope", "endpoint", "key", "fingerprint", "status_code", "response", "created_at")'
-        " SELECT %s, %s, %s, %s, 0, json_build_array(a.r[cardinality(a.r) - 1]::bigint)::text,"
+        f" SELECT %s, %s, %s, %s, {status}, json_build_array({answer})::text,"
         " %s FROM a WHERE a.r IS NOT NULL) SELECT a.r FROM a"
     )
 
@@ -516,7 +518,8 @@ def append_rows(
         updated_at: the session's new ``updated_at``, unless the row holds a later one
             (which it keeps: ``updated_at`` never moves back).
         key: one message only: ``(scope, endpoint, key, fingerprint, created_at)`` of an
-            idempotency key recorded in the same statement (:func:`keyed_append`).
+            idempotency key recorded in the same statement (:func:`keyed_append`); eight
+            values: its ``recorded`` form.
 
     Returns:
         ``(session as updated, the new messages in seq order)``, or ``None`` when the session
@@ -529,7 +532,7 @@ def append_rows(
     scope, count = _scope_params(canonical), len(rows)
     if count == 1:
         (row,) = rows
-        sql = keyed_append() if key else _sql_call(APPEND_ONE)
+        sql = keyed_append(len(key) == 8) if key else _sql_call(APPEND_ONE)
         content, metadata, usage = json_texts[0]
         params = [*totals, updated_at, last_message, session_id, *scope, row["role"]]
         params += [row["source"], content, metadata, row["created_at"], usage]

@@ -107,10 +107,13 @@ def assert_503(response, code: str) -> None:
     assert response.json()["code"] == code
 
 
-def keyed_append(api, session: Session, key: str = "k-1"):
+def keyed_append(api, session: Session, key: str = "k-1", body=(MESSAGE,)):
+    """A keyed append; by default a list of one message, which ``run_once`` serves on every
+    database (one message alone takes the one-statement path on PostgreSQL, faulted by
+    :func:`fault_at_append_statement`)."""
     return api.post(
         session_url(session.pk, "messages/"),
-        MESSAGE,
+        list(body) if isinstance(body, tuple) else body,
         format="json",
         headers={"Idempotency-Key": key},
     )
@@ -249,3 +252,38 @@ def test_a_one_statement_append_the_server_refused_is_database_unavailable(api, 
     assert failed
     assert_503(response, "database_unavailable")
     assert not Message.objects.exists()
+
+
+@pytest.mark.postgres_only
+@pytest.mark.skipif(not _pg.enabled("default"), reason="the one-statement append: psycopg 3 only")
+def test_a_keyed_one_statement_append_whose_answer_was_lost_replays_on_retry(api, alice_scope):
+    session = services.create_session(scope=alice_scope, agent_id="a")
+    with fault_at_append_statement(after_real_call=True, answered=False) as failed:
+        first = keyed_append(api, session, body=MESSAGE)
+    assert failed and IdempotencyKey._meta.db_table in failed[0]  # the key's own statement
+    assert_503(first, "write_outcome_unknown")
+
+    again = keyed_append(api, session, body=MESSAGE)
+    once_more = keyed_append(api, session, body=MESSAGE)
+
+    assert again.status_code == once_more.status_code == 201, again.content
+    assert again["Idempotent-Replayed"] == once_more["Idempotent-Replayed"] == "true"
+    assert again.content == once_more.content
+    assert again.json()["messages"][0]["seq"] == 1
+    assert Message.objects.filter(session=session).count() == 1
+    assert IdempotencyKey.objects.count() == 1
+
+
+@pytest.mark.postgres_only
+@pytest.mark.skipif(not _pg.enabled("default"), reason="the one-statement append: psycopg 3 only")
+def test_a_keyed_one_statement_append_the_server_refused_leaves_the_key_free(api, alice_scope):
+    session = services.create_session(scope=alice_scope, agent_id="a")
+    with fault_at_append_statement(after_real_call=False, answered=True) as failed:
+        response = keyed_append(api, session, body=MESSAGE)
+
+    assert failed
+    assert_503(response, "database_unavailable")
+    assert not Message.objects.exists() and not IdempotencyKey.objects.exists()
+    retried = keyed_append(api, session, body=MESSAGE)
+    assert retried.status_code == 201 and "Idempotent-Replayed" not in retried
+    assert Message.objects.count() == 1

@@ -206,15 +206,18 @@ DEADLOCK = {
 
 @pytest.mark.concurrent_db
 @pytest.mark.django_db(transaction=True)
-def test_a_deadlock_on_the_key_is_retried_and_writes_once(api, alice_scope):
+@pytest.mark.parametrize("body", [MESSAGE, [MESSAGE]], ids=["one message", "a list"])
+def test_a_deadlock_on_the_key_is_retried_and_writes_once(api, alice_scope, body):
     """InnoDB deadlocks duplicates that waited for a first call that rolled back; the claim
-    runs again (here the server raises the deadlock at the first claim)."""
+    runs again (here the server raises the deadlock at the first statement writing the key:
+    ``run_once``'s claim, or on PostgreSQL the one-statement append of one message, which
+    then leaves the key to ``run_once``)."""
     session = services.create_session(scope=alice_scope, agent_id="a")
     table = IdempotencyKey._meta.db_table
     raised: list[BaseException] = []
 
     def deadlock_once(execute, sql, params, many, context):
-        if not raised and sql.lstrip().upper().startswith("INSERT") and table in sql:
+        if not raised and "INSERT" in sql.upper() and table in sql:
             try:
                 execute(DEADLOCK[connection.vendor], None, False, context)
             except DatabaseError as exc:
@@ -223,7 +226,7 @@ def test_a_deadlock_on_the_key_is_retried_and_writes_once(api, alice_scope):
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(deadlock_once):
-        response = post(api, session_url(session.pk, "messages/"), MESSAGE, "k")
+        response = post(api, session_url(session.pk, "messages/"), body, "k")
 
     assert raised
     assert response.status_code == 201, response.content

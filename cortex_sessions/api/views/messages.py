@@ -23,7 +23,8 @@ from cortex_sessions.references import service as references
 from ..examples import APPEND_EXAMPLES
 from ..exceptions import ReferencesNotAllowed
 from ..filters import SEARCH_QUERY_HELP, SEARCH_QUERY_SCHEMA, parse_search_query
-from ..idempotency import IDEMPOTENCY_PARAMETER, idempotent
+from ..idempotency import IDEMPOTENCY_PARAMETER, idempotent, idempotent_with
+from ..keyed_append import ONE_MESSAGE, message_input
 from ..pagination import parse_int_param
 from ..schema import (
     ARCHIVED_409,
@@ -299,7 +300,7 @@ class SessionMessagesMixin(SessionReferencesMixin):
         page = {"results": rows, "has_more": has_more, "next": next_url}
         return Response(MessagePageSerializer(page).data)
 
-    @idempotent
+    @idempotent_with(ONE_MESSAGE)
     def _append_messages(self, request: Request, pk: str) -> Response:
         if isinstance(request.data, list):
             # Before any per-message work: 20,000 messages held the session's lock for a
@@ -325,16 +326,7 @@ class SessionMessagesMixin(SessionReferencesMixin):
         result = services.append_messages(
             scope=self.scope,
             session_id=pk,
-            messages=[
-                services.MessageInput(
-                    role=item["role"],
-                    content=item["content"],
-                    source=item.get("source"),
-                    metadata=item.get("metadata"),
-                    usage=item.get("usage"),
-                )
-                for item in items
-            ],
+            messages=[message_input(item) for item in items],
         )
         return self._append_response(result)
 
