@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 from django.db import connections
 
@@ -35,7 +35,7 @@ from ...exceptions import SessionArchived
 from ...models import Message, Session
 from ...services import _pg
 from ...services._common import _autocommit_write, _send_on_commit
-from ...services._pg_run import built, execute, instances
+from ...services._pg_run import _debug_wrapper, built, instances
 from ...signals import messages_appended
 from ...usage import Totals, totals_of
 from .mirror import MirroredRow
@@ -44,6 +44,33 @@ from .models import Checkpoint, CheckpointBlob, CheckpointWrite
 __all__ = ["put_checkpoint", "put_writes", "serves"]
 
 serves = _pg.serves
+
+
+def _execute(connection: Any, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """Run one statement on Django ``connection`` and return its rows, on a ``psycopg.Cursor``
+    (server-side binding: the checkpoint's and the channels' bytes go as binary parameters,
+    not as escaped text inside the statement) wrapped as ``connection.cursor()`` wraps its own,
+    so ``execute_wrapper`` hooks, ``CaptureQueriesContext`` and query logging see it.
+
+    Raises:
+        django.db.Error: as any ORM query raises it.
+    """
+    import psycopg
+    from django.db.backends.postgresql.psycopg_any import register_tzloader
+
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    with connection.wrap_database_errors:
+        raw = psycopg.Cursor(connection.connection)
+        register_tzloader(connection.timezone, raw)
+    if connection.queries_logged:
+        cursor = _debug_wrapper()(raw, connection)
+    else:
+        cursor = connection.make_cursor(raw)
+    with cursor:
+        cursor.execute(sql, params)
+        return cast(list[tuple[Any, ...]], cursor.fetchall())
 
 
 def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
@@ -63,13 +90,15 @@ def _session_check(lock: bool) -> str:
 
 
 @cache
-def _sql_put() -> str:
+def _sql_put(blobs: int) -> str:
     """The statement of :func:`put_checkpoint`.
 
     - ``v`` reads and locks the session row (a concurrent put or append of the thread waits);
     - ``c`` upserts the checkpoint when the session is not archived, returning whether the row
       is new (``xmax = 0``);
-    - ``b`` inserts the blobs (parallel arrays), keeping a channel version already stored;
+    - ``b`` inserts the ``blobs`` blobs (none: no ``b``), keeping a channel version already
+      stored (each its own parameters: bytes go as binary parameters, which an array would
+      send as escaped text);
     - ``s`` moves the session's counters by the mirrored messages, only when ``c`` inserted;
     - ``m`` inserts those messages numbered from the ``last_seq`` ``s`` returned.
 
@@ -79,12 +108,21 @@ def _sql_put() -> str:
 
     Parameters: session id, the four scope parameters, agent id or ``NULL``; namespace,
     checkpoint id, parent id, type, checkpoint bytes, metadata (JSON text), created_at;
-    namespace, channels, versions, types, blobs; n, n, the four totals, updated_at,
+    with blobs the namespace, then channel, version, type and bytes of each; n, n, the four totals, updated_at,
     last_message (NULL: keep), session id, n; n, then :func:`_pg._arrays`' seven arrays.
     """
     checkpoint, blob = Checkpoint._meta.db_table, CheckpointBlob._meta.db_table
     session, message = Session._meta.db_table, Message._meta.db_table
     columns = ", ".join(f's."{f.column}"' for f in Session._meta.concrete_fields)
+    blobs_cte = ""
+    if blobs:
+        values = ", ".join(["(%s::text, %s::text, %s::text, %s::bytea)"] * blobs)
+        blobs_cte = (
+            f', b AS (INSERT INTO {blob} ("session_id", "checkpoint_ns", "channel", "version",'
+            ' "type", "blob") SELECT v."id", %s, x.channel, x.version, x.type, x.blob FROM v,'
+            f' (VALUES {values}) AS x(channel, version, type, blob) WHERE v."archived_at" IS NULL'
+            ' ON CONFLICT ("session_id", "checkpoint_ns", "channel", "version") DO NOTHING)'
+        )
     return (
         f"WITH {_session_check(lock=True)}, c AS ("
         f' INSERT INTO {checkpoint} ("session_id", "checkpoint_ns", "checkpoint_id",'
@@ -94,13 +132,7 @@ def _sql_put() -> str:
         ' "parent_checkpoint_id" = EXCLUDED."parent_checkpoint_id", "type" = EXCLUDED."type",'
         ' "checkpoint" = EXCLUDED."checkpoint", "metadata" = EXCLUDED."metadata"'
         f" RETURNING (xmax = 0) AS inserted"
-        f"), b AS ("
-        f' INSERT INTO {blob} ("session_id", "checkpoint_ns", "channel", "version", "type",'
-        ' "blob") SELECT v."id", %s, x.channel, x.version, x.type, x.blob FROM v,'
-        " unnest(%s::text[], %s::text[], %s::text[], %s::bytea[]) AS x(channel, version, type,"
-        ' blob) WHERE v."archived_at" IS NULL'
-        ' ON CONFLICT ("session_id", "checkpoint_ns", "channel", "version") DO NOTHING'
-        f"), s AS ("
+        f"){blobs_cte}, s AS ("
         f' UPDATE {session} s SET "last_seq" = s."last_seq" + %s,'
         ' "message_count" = s."message_count" + %s,'
         ' "input_tokens" = s."input_tokens" + %s, "output_tokens" = s."output_tokens" + %s,'
@@ -171,13 +203,14 @@ def put_checkpoint(
             break
     params: list[Any] = [session_id, *_pg._scope_params(canonical), agent_id]
     params += [ns, checkpoint_id, parent_id, kind, data, json.dumps(metadata), now]
-    params += [ns, *_columns(blobs, 4)]
+    if blobs:
+        params += [ns, *(value for blob in blobs for value in blob)]
     params += [count, count, *totals, now, last, session_id, count, count]
     arrays = _pg._arrays(rows, [(r.content_json, r.metadata_json, r.usage_json) for r in mirrored])
     params += _columns(arrays, 7)
     connection = connections[alias]
     with _autocommit_write(alias):
-        result, _ = execute(connection, _sql_put(), params)
+        result = _execute(connection, _sql_put(len(blobs)), params)
     if not result:
         return None
     live, inserted, ids, seqs, *session_columns = result[0]
@@ -253,7 +286,7 @@ def put_writes(
     params: list[Any] = [session_id, *_pg._scope_params(canonical), agent_id, *key]
     params += _columns(rows, 4)
     with _autocommit_write(alias):
-        result, _ = execute(connections[alias], _sql_writes(replace), params)
+        result = _execute(connections[alias], _sql_writes(replace), params)
     if not result:
         return False
     if not result[0][0]:

@@ -1,0 +1,181 @@
+"""``CortexCheckpointSaver.put`` and ``put_writes`` as few statements as LangGraph's own
+PostgreSQL saver sends (docs/design.md §14, §19.1), with every guarantee of the ORM path: the
+mirror's exact counters and signal (§5), only new messages mirrored, archived and missing
+sessions refused with nothing written, LangGraph's replay rules for pending writes.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+pytest.importorskip("langgraph")
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.base import ERROR, empty_checkpoint
+
+from cortex_sessions import services, signals
+from cortex_sessions.exceptions import MessageTooLarge, SessionArchived, SessionNotFound
+from cortex_sessions.integrations.langgraph import CortexCheckpointSaver, mirror
+from cortex_sessions.integrations.langgraph.models import (
+    Checkpoint,
+    CheckpointBlob,
+    CheckpointWrite,
+)
+from cortex_sessions.models import Message, Session
+
+pytestmark = pytest.mark.django_db
+
+ACME = "org=acme"
+AGENT = "graph-bot"
+
+
+class _Thread:
+    """A thread advanced one checkpoint at a time, as a graph's loop advances it."""
+
+    def __init__(self, saver: CortexCheckpointSaver, thread_id: uuid.UUID | None = None):
+        self.saver = saver
+        self.thread_id = thread_id or uuid.uuid4()
+        self.config = {"configurable": {"thread_id": str(self.thread_id), "checkpoint_ns": ""}}
+        self.versions: dict[str, str] = {}
+
+    def put(self, messages, **values):
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"messages": list(messages), **values}
+        new_versions = {}
+        for channel in checkpoint["channel_values"]:
+            version = self.saver.get_next_version(self.versions.get(channel), None)
+            new_versions[channel] = self.versions[channel] = version
+        checkpoint["channel_versions"] = dict(self.versions)
+        self.config = self.saver.put(self.config, checkpoint, {"step": 1}, new_versions)
+        return self.config["configurable"]["checkpoint_id"]
+
+
+def _texts(thread_id):
+    return [m.text for m in Message.objects.filter(session_id=thread_id).order_by("seq")]
+
+
+def test_mirrored_messages_move_the_counters_exactly_and_are_signalled(
+    django_capture_on_commit_callbacks,
+):
+    thread = _Thread(CortexCheckpointSaver(scope=ACME, agent_id=AGENT))
+    a, b, c = HumanMessage("a", id="a"), AIMessage("b", id="b"), HumanMessage("c", id="c")
+    thread.put([a])
+    received = []
+
+    def receiver(sender, session, messages, **kwargs):
+        received.append(
+            (session.message_count, session.last_seq, [(m.pk, m.seq) for m in messages])
+        )
+
+    signals.messages_appended.connect(receiver)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            thread.put([a, b, c])
+            thread.put([a, b, c], step=2)  # the messages channel is written again, unchanged
+    finally:
+        signals.messages_appended.disconnect(receiver)
+    session = Session.objects.get(pk=thread.thread_id)
+    rows = list(Message.objects.filter(session=session).order_by("seq"))
+    assert [row.text for row in rows] == ["a", "b", "c"]
+    assert (session.message_count, session.last_seq, session.last_message) == (3, 3, "c")
+    assert received == [(3, 3, [(rows[1].pk, 2), (rows[2].pk, 3)])]
+
+
+def test_a_parent_this_process_did_not_store_is_read_back():
+    """Another process's checkpoint (or one this process forgot) is read from the database."""
+    thread = _Thread(CortexCheckpointSaver(scope=ACME, agent_id=AGENT))
+    a, b = HumanMessage("a", id="a"), AIMessage("b", id="b")
+    thread.put([a])
+    mirror.forget(thread.thread_id)
+    thread.put([a, b])
+    assert _texts(thread.thread_id) == ["a", "b"]
+
+
+def test_a_remembered_parent_is_not_read_back(django_capture_on_commit_callbacks):
+    """The channel's value at a checkpoint this process committed is remembered (on commit)."""
+    thread = _Thread(CortexCheckpointSaver(scope=ACME, agent_id=AGENT))
+    a, b = HumanMessage("a", id="a"), AIMessage("b", id="b")
+    with django_capture_on_commit_callbacks(execute=True):
+        thread.put([a])
+    with CaptureQueriesContext(connection) as queries:
+        thread.put([a, b])
+    reads = [
+        q["sql"]
+        for q in queries.captured_queries
+        if q["sql"].lstrip().upper().startswith("SELECT")
+        and (Checkpoint._meta.db_table in q["sql"] or CheckpointBlob._meta.db_table in q["sql"])
+    ]
+    assert reads == []
+    assert _texts(thread.thread_id) == ["a", "b"]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the PostgreSQL statements")
+def test_put_and_put_writes_of_an_existing_thread_are_one_statement_each_on_postgresql(
+    django_capture_on_commit_callbacks,
+):
+    thread = _Thread(CortexCheckpointSaver(scope=ACME, agent_id=AGENT))
+    a, b = HumanMessage("a", id="a"), AIMessage("b", id="b")
+    with django_capture_on_commit_callbacks(execute=True):
+        thread.put([a])
+    with CaptureQueriesContext(connection) as queries:
+        checkpoint_id = thread.put([a, b])
+    assert len(queries.captured_queries) == 1
+    with CaptureQueriesContext(connection) as queries:
+        thread.saver.put_writes(thread.config, [("messages", [b]), ("step", 2)], "task-1")
+    assert len(queries.captured_queries) == 1
+    assert _texts(thread.thread_id) == ["a", "b"]
+    assert Checkpoint.objects.filter(session_id=thread.thread_id).count() == 2
+    assert CheckpointWrite.objects.filter(checkpoint_id=checkpoint_id).count() == 2
+
+
+def test_pending_writes_keep_the_first_write_of_an_index_and_special_channels_replace():
+    thread = _Thread(CortexCheckpointSaver(scope=ACME, agent_id=AGENT))
+    thread.put([])
+    saver, config = thread.saver, thread.config
+    saver.put_writes(config, [("ch", 1)], "task")
+    saver.put_writes(config, [("ch", 2)], "task")  # a replay: the stored write stays
+    saver.put_writes(config, [(ERROR, "first"), (ERROR, "second")], "task")
+    saver.put_writes(config, [(ERROR, "third")], "other")
+    saver.put_writes(config, [(ERROR, "fourth")], "other")  # special channels replace
+    writes = saver.get_tuple(config).pending_writes
+    assert sorted(writes, key=str) == sorted(
+        [("task", "ch", 1), ("task", ERROR, "first"), ("other", ERROR, "fourth")], key=str
+    )
+
+
+def test_an_archived_or_foreign_thread_gets_nothing_written():
+    thread = _Thread(CortexCheckpointSaver(scope=ACME, agent_id=AGENT))
+    a = HumanMessage("a", id="a")
+    thread.put([a])
+    services.archive_session(scope=ACME, session_id=thread.thread_id)
+    with pytest.raises(SessionArchived):
+        thread.put([a, AIMessage("b", id="b")])
+    with pytest.raises(SessionArchived):
+        thread.saver.put_writes(thread.config, [("ch", 1)], "task")
+    other_agent = _Thread(CortexCheckpointSaver(scope=ACME, agent_id="other"), thread.thread_id)
+    other_agent.config = thread.config
+    with pytest.raises(SessionNotFound):
+        other_agent.saver.put_writes(thread.config, [("ch", 1)], "task")
+    assert Checkpoint.objects.count() == 1
+    assert CheckpointBlob.objects.count() == 1
+    assert not CheckpointWrite.objects.exists()
+    session = Session.objects.get(pk=thread.thread_id)
+    assert (session.message_count, _texts(thread.thread_id)) == (1, ["a"])
+
+
+def test_a_mirrored_message_the_session_refuses_refuses_the_checkpoint(settings):
+    thread = _Thread(CortexCheckpointSaver(scope=ACME, agent_id=AGENT))
+    a = HumanMessage("a", id="a")
+    thread.put([a])
+    settings.CORTEX_SESSIONS = {
+        **getattr(settings, "CORTEX_SESSIONS", {}),
+        "MAX_MESSAGE_BYTES": 2000,
+    }
+    with pytest.raises(MessageTooLarge):
+        thread.put([a, AIMessage("b" * 5000, id="b")])
+    assert Checkpoint.objects.count() == 1
+    assert _texts(thread.thread_id) == ["a"]
