@@ -1,4 +1,5 @@
-"""The PostgreSQL hot paths (``services/_pg.py``, ``services/_pg_run.py``) use public APIs of
+"""The PostgreSQL hot paths (``services/_pg.py``, ``services/_pg_run.py``, the LangGraph saver's
+``integrations/langgraph/_pg_reads.py``) use public APIs of
 psycopg and Django only (docs/design.md §14): no private module, no name starting with ``_``
 taken from either package or read off their objects, no libpq-level sends, no model internals
 beyond the documented ``Model._meta`` and ``Model.from_db``."""
@@ -28,6 +29,10 @@ FORBIDDEN_NAMES = {
 }
 
 FOREIGN = ("django", "psycopg")
+
+
+#: Hand-written SQL outside services/: the LangGraph saver's one-statement reads.
+LANGGRAPH_READS = SERVICES.parent / "integrations" / "langgraph" / "_pg_reads.py"
 
 
 def _tree(name: str) -> ast.Module:
@@ -72,6 +77,11 @@ def _private_references(tree: ast.Module) -> list[str]:
 @pytest.mark.parametrize("name", MODULES)
 def test_the_hot_paths_reference_no_private_name_of_psycopg_or_django(name):
     assert _private_references(_tree(name)) == []
+
+
+def test_the_langgraph_reads_reference_no_private_name_of_psycopg_or_django():
+    tree = ast.parse(LANGGRAPH_READS.read_text(), filename=LANGGRAPH_READS.name)
+    assert _private_references(tree) == []
 
 
 @pytest.mark.parametrize(

@@ -83,6 +83,9 @@ def read_tuples(
 
     Returns:
         ``[]`` for a thread that is missing, outside ``scope``, another agent's or expired.
+
+    Raises:
+        django.db.Error: as any ORM query raises it (:func:`~cortex_sessions.services._pg_run.execute`).
     """
     connection = connections[alias]
     quote = connection.ops.quote_name
