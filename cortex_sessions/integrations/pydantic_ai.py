@@ -23,7 +23,10 @@ Every Pydantic AI ``ModelMessage`` (a ``ModelRequest`` or a ``ModelResponse``) i
   ``assistant`` as a response with one text part, ``system`` as a request with a system prompt;
   ``tool`` messages without the block are skipped.
 
-Both functions go through the services (docs/design.md §7.1), so the scope rules hold; their
+Both functions go through the services (docs/design.md §7.1), so the scope rules hold, except
+that on PostgreSQL :func:`load_history` reads the history with :mod:`.block_history`'s statement,
+which checks the scope, expiry and (for a pinned session) the agent itself; and
+:func:`save_messages` checks a pinned session's agent once per process (:data:`_CHECKED`). Their
 async twins run them off the event loop as the services' own twins do (§13.1).
 """
 
@@ -172,6 +175,10 @@ def save_messages(
         session_id: the session to append to (within ``scope``, ``agent_id``'s), or ``None``
             for the agent's default session at exactly ``scope``, created on first use (§6.1).
 
+    A pinned session is checked against ``agent_id`` (``resolve_session``) on the first save
+    to it in this process; later saves append at once (on PostgreSQL one statement, whose own
+    checks refuse a session that is missing, out of scope, expired or archived).
+
     Returns:
         The session, with its counters as of the last append.
 
@@ -231,7 +238,7 @@ def load_history(
 
     Raises:
         NoScope, InvalidScope, InvalidAgentId.
-        SessionNotFound: ``session_id`` is missing, out of scope or another agent's.
+        SessionNotFound: ``session_id`` is missing, out of scope, expired or another agent's.
     """
     services.check_agent_id(agent_id)  # first, as the service checks it
     where = as_scope(scope)
