@@ -15,6 +15,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from google.adk.errors import StaleSessionError
 from google.adk.events import Event
+from google.adk.sessions.base_session_service import GetSessionConfig
+from google.genai import types
 
 from cortex_sessions.integrations.adk import CortexSessionService
 from cortex_sessions.models import Session as CortexSession
@@ -151,3 +153,80 @@ async def test_the_service_is_an_async_context_manager_as_adks_database_store():
         session = await service.create_session(app_name=APP, user_id="u")
     assert await service.get_session(app_name=APP, user_id="u", session_id=session.id)
     await service.close()
+
+
+async def _add_events_and_other_messages(service):
+    from cortex_sessions import services
+
+    session = await service.create_session(
+        app_name=APP, user_id="u", session_id="s", state={"k": 1, "app:a": [1], "user:u": "x"}
+    )
+    for n in range(4):
+        text = "nul \x00 is kept as JSON text" if n == 2 else f"event {n}"
+        await service.append_event(
+            session,
+            Event(
+                author="user" if n % 2 == 0 else "agent",
+                invocation_id="i",
+                timestamp=10.000001 + n,
+                content=types.Content(role="user", parts=[types.Part(text=text)]),
+            ),
+        )
+    await services.aappend_messages(
+        scope=f"app={APP}/user=u",
+        session_id=(await CortexSession.objects.aget(adk__adk_id="s")).pk,
+        messages=[
+            {"role": "assistant", "content": "an operator's answer", "created_at": _at(20)},
+            {"role": "system", "content": "host note", "created_at": _at(21)},
+            {"role": "tool", "content": "t", "created_at": _at(22)},
+        ],
+    )
+
+
+def test_get_session_is_the_same_on_the_one_statement_path_as_through_the_orm(service, monkeypatch):
+    from cortex_sessions.integrations.adk import store
+
+    async_to_sync(_add_events_and_other_messages)(service)
+    configs = [None] + [
+        GetSessionConfig(num_recent_events=n, after_timestamp=after)
+        for n in (None, 0, 1, 2, 3, 5, 9)
+        for after in (None, 11.000001, 12.5)
+    ]
+
+    def read(config):
+        got = async_to_sync(service.get_session)(
+            app_name=APP, user_id="u", session_id="s", config=config
+        )
+        return got, got._storage_update_marker
+
+    fast = [read(config) for config in configs]
+    one_page = [None, GetSessionConfig(num_recent_events=9), GetSessionConfig(after_timestamp=12.5)]
+    with CaptureQueriesContext(connection) as captured:
+        for config in one_page:
+            read(config)
+    monkeypatch.setattr(store, "serves", lambda using: False)
+    slow = [read(config) for config in configs]
+    assert fast == slow
+    (whole, _), (last_two, _) = fast[0], slow[configs.index(GetSessionConfig(num_recent_events=2))]
+    assert [e.author for e in whole.events] == ["user", "agent", "user", "agent", APP]
+    assert whole.events[2].content.parts[0].text == "nul \x00 is kept as JSON text"
+    assert whole.last_update_time == 22.0
+    assert whole.state == {"k": 1, "app:a": [1], "user:u": "x"}
+    assert [e.timestamp for e in last_two.events] == [13.000001, 20.0]
+    # One statement a read on PostgreSQL (three through the ORM) when the newest page holds the
+    # events asked for; else (``num_recent_events=2``: the page holds the tool and system
+    # messages) the ORM reads on, and the equality above covers it.
+    expected = 1 if connection.vendor == "postgresql" else 3
+    assert len(captured.captured_queries) == expected * len(one_page)
+
+
+@async_test
+async def test_get_session_of_a_missing_or_unnameable_id_is_none_on_every_path(service):
+    await service.create_session(app_name=APP, user_id="u", session_id="s")
+    for session_id in ("t", "s\x00", "x" * 256):
+        assert await service.get_session(app_name=APP, user_id="u", session_id=session_id) is None
+    assert await service.get_session(app_name=APP, user_id="v", session_id="s") is None
+
+
+def _at(seconds):
+    return dt.datetime.fromtimestamp(seconds, tz=dt.UTC)

@@ -84,6 +84,20 @@ def _event_of(
     role: str, content: Any, seq: int, created_at: dt.datetime, session_pk: Any, app_name: str
 ) -> Event | None:
     block = find_block(content, EVENT_BLOCK_TYPE)
+    return _event_from(role, block, content, seq, _timestamp(created_at), session_pk, app_name)
+
+
+def _event_from(
+    role: str,
+    block: Any,
+    content: Any,
+    seq: int,
+    timestamp: float,
+    session_pk: Any,
+    app_name: str,
+) -> Event | None:
+    """The event of a message whose first ``adk_event`` block is ``block`` (``None``: it has
+    none); ``timestamp`` is its ``created_at`` in seconds since the epoch."""
     if block is not None:
         if "event" in block:
             return Event.model_validate(block["event"])
@@ -100,5 +114,5 @@ def _event_of(
         content=types.Content(
             role="user" if role == "user" else "model", parts=[types.Part(text=text)]
         ),
-        timestamp=_timestamp(created_at),
+        timestamp=timestamp,
     )

@@ -36,7 +36,7 @@ from .state import (
     _update_shared_state,
     _user_state_q,
 )
-from .store_pg import serves, user_sessions
+from .store_pg import serves, session_with_events, user_sessions
 
 if TYPE_CHECKING:
     from .service import CortexSessionService
@@ -185,6 +185,28 @@ def _get_sync(
     config: GetSessionConfig | None,
 ) -> AdkSessionModel | None:
     session_id = cast(str, _strip(session_id))
+    scope = service.scope_for(app_name, user_id)
+    using = routing.db_for_read(AdkSession, scope=scope)
+    if _nameable(session_id) and serves(using):
+        after = (
+            _when(config.after_timestamp) if config and config.after_timestamp is not None else None
+        )
+        found = session_with_events(
+            service,
+            app_name,
+            user_id,
+            session_id,
+            scope,
+            using,
+            after=after,
+            limit=config.num_recent_events if config is not None else None,
+        )
+        if found is None:
+            return None
+        if found.complete:
+            _set_marker(found.session, found.last_seq)
+            return found.session
+        # The newest page held messages that are no event: the ORM reads on, page by page.
     scope, row = _find(service, app_name, user_id, session_id)
     if row is None:
         return None

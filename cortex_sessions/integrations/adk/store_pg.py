@@ -1,20 +1,25 @@
-"""``CortexSessionService``'s reads of one user's sessions on PostgreSQL, in one statement
-(docs/design.md §13.3, §14, §19.4).
+"""``CortexSessionService``'s reads on PostgreSQL, each in one statement (docs/design.md §13.3,
+§14, §19.4): one user's sessions (``list_sessions``) and one session with its events
+(``get_session``).
 
 ``list_sessions(app_name, user_id)`` through the ORM is two statements (the sessions with their
 newest event's time, then the app's and the user's shared state), a model instance per row and
 a queryset compiled per call. Here PostgreSQL returns all of it in one row: the app's and the
 user's shared state, and the sessions as one JSON array (id, own state, ``last_seq``, and
 ``last_update_time`` in microseconds since the epoch), which the client decodes in one call.
-SQLite and MySQL/MariaDB keep the ORM path of :mod:`.store`; both paths return equal sessions
-(``tests/runtimes/test_adk_parity.py``).
+``get_session`` through the ORM is three statements (the session row with its newest event's
+time, its messages, the shared state); here one returns the row, the shared state and the page
+of messages as one JSON array, PostgreSQL picking each message's ``adk_event`` block so the
+client decodes only that. SQLite and MySQL/MariaDB keep the ORM path of :mod:`.store`; both
+paths return equal sessions (``tests/runtimes/test_adk_parity.py``).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.db import connections
 from google.adk.sessions.session import Session as AdkSessionModel
@@ -23,13 +28,25 @@ from cortex_sessions.models import Message
 from cortex_sessions.models import Session as CortexSession
 from cortex_sessions.scope import Scope
 
-from .models import AdkAppState, AdkSession, AdkUserState, user_state_key
+from .events import EVENT_BLOCK_TYPE, _event_from
+from .models import AdkAppState, AdkSession, AdkUserState, session_key, user_state_key
 from .state import _prefixed
 
 if TYPE_CHECKING:
     from .service import CortexSessionService
 
-__all__ = ["serves", "user_sessions"]
+__all__ = ["SessionRead", "serves", "session_with_events", "user_sessions"]
+
+
+class SessionRead(NamedTuple):
+    """What :func:`session_with_events` read: the session, its ``last_seq`` (the caller's
+    stale-writer marker), and whether its events are complete (``False``: the newest page held
+    messages that are no event, so fewer than the events asked for; read it through the ORM,
+    which reads on)."""
+
+    session: AdkSessionModel
+    last_seq: int
+    complete: bool
 
 
 def serves(using: str) -> bool:
@@ -94,6 +111,80 @@ def user_sessions(
     return sessions
 
 
+def session_with_events(
+    service: CortexSessionService,
+    app_name: str,
+    user_id: str,
+    session_id: str,
+    scope: Scope,
+    using: str,
+    *,
+    after: dt.datetime | None,
+    limit: int | None,
+) -> SessionRead | None:
+    """The session ``session_id`` of ``app_name``'s ``user_id`` at exactly ``scope``, with its
+    events (oldest first) and merged state, in one statement on ``using``; ``None`` when there
+    is none there (or it expired, docs/design.md §18.1).
+
+    Args:
+        service: the service (its ``tenant`` keys the ``app:`` state).
+        app_name, user_id: ADK's names (already checked by ``service.scope_for``).
+        session_id: ADK's id, stripped and nameable (``ids._nameable``).
+        scope: the scope the names map to.
+        using: the database alias; PostgreSQL (:func:`serves`).
+        after: only messages created at or after it (``GetSessionConfig.after_timestamp``).
+        limit: only the newest ``limit`` messages (``num_recent_events``; ``None``: all).
+
+    Returns:
+        A :class:`SessionRead`, or ``None``. ``last_update_time`` is as in
+        :func:`user_sessions`; events read as :func:`.events.message_to_event` reads them.
+    """
+    canonical = scope.canonical
+    connection = connections[using]
+    params = [
+        f'$[*] ? (@.type() == "object" && @.type == "{EVENT_BLOCK_TYPE}")',
+        after,
+        after,
+        None if limit is None else max(limit, 0),
+        service.tenant,
+        app_name,
+        user_state_key(canonical, app_name, user_id),
+        canonical,
+        app_name,
+        user_id,
+        session_key(canonical, app_name, user_id, session_id),
+        canonical,
+        app_name,
+        user_id,
+        session_id,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(_session_sql(connection.ops.quote_name), params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    pk, state, last_seq, micros, page_text, app_text, user_text = row
+    page = json.loads(page_text)
+    events = [
+        event
+        for seq, role, block, content, at in page
+        if (event := _event_from(role, block, content, seq, at / 1_000_000, pk, app_name))
+        is not None
+    ]
+    complete = limit is None or len(page) < limit or len(events) >= limit
+    events.reverse()  # the page is newest first
+    # As in ``user_sessions``: every value comes from our own columns or the matched names.
+    session = AdkSessionModel.model_construct(
+        id=session_id,
+        app_name=app_name,
+        user_id=user_id,
+        state={**(_object(state)), **_prefixed(_object(app_text), _object(user_text))},
+        events=events,
+        last_update_time=micros / 1_000_000,
+    )
+    return SessionRead(session, last_seq, complete)
+
+
 def _object(text: str | None) -> dict[str, Any]:
     """A stored JSON object's text decoded; ``{}`` for no row (or a JSON ``null``)."""
     return (json.loads(text) if text is not None else None) or {}
@@ -121,4 +212,36 @@ def _user_sessions_sql(quote_name: Any) -> str:
         "WHERE a.app_name = %s AND a.user_id = %s AND s.scope = %s AND s.archived_at IS NULL"
         # an expired session is hidden until the sweep deletes it (§18.1)
         " AND (s.expires_at IS NULL OR s.expires_at > statement_timestamp()))"
+    )
+
+
+@cache
+def _session_sql(quote_name: Any) -> str:
+    """The statement of :func:`session_with_events`, built once."""
+    messages = quote_name(Message._meta.db_table)
+    page = (
+        "SELECT seq, role, content, created_at, jsonb_path_query_first(content, %s::jsonpath)"
+        f" AS block FROM {messages} m WHERE m.session_id = a.session_id"
+        " AND (%s::timestamptz IS NULL OR m.created_at >= %s)"
+        " ORDER BY m.seq DESC LIMIT %s"
+    )
+    return (
+        "SELECT a.session_id, a.state::text, s.last_seq, (extract(epoch FROM coalesce("
+        f"(SELECT m.created_at FROM {messages} m WHERE m.session_id = a.session_id"
+        " ORDER BY m.seq DESC LIMIT 1), s.created_at)) * 1000000)::bigint, "
+        # the page, newest first; content only where the text fallback reads it
+        "(SELECT coalesce(json_agg(json_build_array(p.seq, p.role, p.block, CASE WHEN p.block"
+        " IS NULL AND p.role IN ('user', 'assistant') THEN p.content END,"
+        " (extract(epoch FROM p.created_at) * 1000000)::bigint) ORDER BY p.seq DESC)::text,"
+        f" '[]') FROM ({page}) p), "
+        f"(SELECT state::text FROM {quote_name(AdkAppState._meta.db_table)}"
+        " WHERE tenant = %s AND app_name = %s), "
+        f"(SELECT state::text FROM {quote_name(AdkUserState._meta.db_table)}"
+        " WHERE key = %s AND scope = %s AND app_name = %s AND user_id = %s) "
+        f"FROM {quote_name(AdkSession._meta.db_table)} a"
+        f" JOIN {quote_name(CortexSession._meta.db_table)} s ON s.id = a.session_id"
+        " WHERE a.key = %s AND s.scope = %s AND a.app_name = %s AND a.user_id = %s"
+        " AND a.adk_id = %s"
+        # an expired session is hidden until the sweep deletes it (§18.1)
+        " AND (s.expires_at IS NULL OR s.expires_at > statement_timestamp())"
     )
