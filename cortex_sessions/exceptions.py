@@ -42,6 +42,7 @@ __all__ = [
     "SessionArchived",
     "SessionNotFound",
     "SummaryTooLarge",
+    "TokenCountError",
     "TooManyKeys",
     "TooManyMessages",
     "ValueTooLong",
@@ -385,6 +386,28 @@ class SummaryTooLarge(MessageTooLarge):
 
     code = "summary_too_large"
     default_message = "The compaction summary is larger than MAX_MESSAGE_BYTES; shorten it."
+
+
+class TokenCountError(CortexSessionsError):
+    """The host's ``TOKEN_COUNTER`` raised while a write counted a message's tokens
+    (docs/design.md §16.2): the write is refused and nothing of it is written. Its cause is
+    the counter's own exception (``__cause__``), logged on the ``cortex_sessions`` logger.
+
+    A counter that fails (a tokenizer service down, an encoding still downloading) is a server
+    fault, maybe transient, not bad input: the API answers 503 ``token_counter_failed`` with
+    ``Retry-After``, and the same request may be sent again. ``params`` carry ``role`` and
+    ``error`` (the counter's exception type name).
+
+    Attributes:
+        retry_after: whole seconds a client is asked to wait before sending the write again.
+    """
+
+    code = "token_counter_failed"
+    default_message = (
+        "The server's TOKEN_COUNTER failed counting a message's tokens; nothing was written. "
+        "Retry later."
+    )
+    retry_after = 1
 
 
 class ContextBudgetExceeded(CortexSessionsError):

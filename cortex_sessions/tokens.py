@@ -11,10 +11,13 @@ docs/context-window.md ("Token counts").
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from .conf import app_settings
-from .exceptions import InvalidInput
+from .exceptions import InvalidInput, TokenCountError
+
+logger = logging.getLogger("cortex_sessions")
 
 __all__ = ["BYTES_PER_TOKEN", "MESSAGE_OVERHEAD_TOKENS", "count_tokens", "estimate_tokens"]
 
@@ -63,11 +66,22 @@ def count_tokens(role: str, content: Any) -> int:
 
     Raises:
         InvalidInput: the counter returned something else than such an int (code
-            ``invalid_input``, field ``content``): nothing is written. A counter's own
-            exception propagates unchanged.
+            ``invalid``, field ``content``): nothing is written.
+        TokenCountError: the counter raised (any ``Exception``); chained to it and logged
+            with its traceback on the ``cortex_sessions`` logger. Every write counts before
+            it writes, so nothing is written (the API answers 503 ``token_counter_failed``).
     """
     counter = app_settings.TOKEN_COUNTER
-    count = counter(role, content)
+    try:
+        count = counter(role, content)
+    except Exception as exc:  # the host's counter: whatever it raises refuses the write
+        logger.error("TOKEN_COUNTER raised counting a %s message: %r", role, exc, exc_info=exc)
+        raise TokenCountError(
+            f"TOKEN_COUNTER raised {type(exc).__name__} counting a {role} message; nothing "
+            "was written. Retry later.",
+            role=role,
+            error=type(exc).__name__,
+        ) from exc
     if type(count) is not int or not 0 <= count <= MAX_TOKEN_COUNT:
         raise InvalidInput(
             f"TOKEN_COUNTER returned {count!r} for a {role} message; it must return an int "

@@ -35,32 +35,49 @@ A message's ``usage`` (docs/design.md §16.1) travels as an optional key, writte
 and checked on import by the rules of the services (``invalid_usage``); the session totals are
 the app's, recomputed from the imported messages, never read from the file. ``token_count``
 is not carried: the importing database counts with its own ``TOKEN_COUNTER``.
+
+A compaction summary (docs/design.md §16.3) carries ``compacts_through_seq``, counted in the
+file's own numbering (the ``i``-th message of a line is seq ``i``, as the import numbers them):
+the export renumbers it as a fork does, and the import marks the summary again and recomputes
+``context_tokens`` in the conversation's transaction, so a round trip keeps every compaction
+and the context read. It may only be on a ``user`` message of source ``checkpoint`` and lie
+from 0 to the number of messages before it.
+
+The export lives in :mod:`cortex_sessions.transfer_export`; its names are re-exported here.
 """
 
 from __future__ import annotations
 
-import json
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 from django.db import IntegrityError, router
 from django.utils.dateparse import parse_datetime
 
-from . import routing, services
+from . import services
 from .conf import app_settings
 from .content import normalize_content, parse_json
-from .exceptions import CortexSessionsError, InvalidConversation
+from .exceptions import CortexSessionsError, InvalidConversation, InvalidThroughSeq
 from .models import EXTERNAL_ID_MAX_BYTES, ImportedConversation, Message, Session
 from .scope import Scope, canonical_of
 from .services._common import _signals_held, _write_transaction
+from .services.context import refresh_context_tokens
 from .services.lifecycle import record_fork_provenance
+from .transfer_export import (
+    EXPORT_MESSAGE_CHUNK,
+    EXPORT_SESSION_CHUNK,
+    dump_conversation,
+    export_conversations,
+)
 from .usage import check_usage
 
 __all__ = [
     "CONVERSATION_KEYS",
+    "EXPORT_MESSAGE_CHUNK",
+    "EXPORT_SESSION_CHUNK",
     "MESSAGE_KEYS",
     "Conversation",
     "ImportReport",
@@ -87,14 +104,12 @@ CONVERSATION_KEYS = frozenset(
     }
 )
 #: Keys a message object may have.
-MESSAGE_KEYS = frozenset({"role", "content", "source", "metadata", "created_at", "usage"})
+MESSAGE_KEYS = frozenset(
+    {"role", "content", "source", "metadata", "created_at", "usage", "compacts_through_seq"}
+)
 #: Messages handed to one ``append_messages`` call during an import (fewer when
 #: ``MAX_MESSAGES_PER_APPEND`` is lower).
 APPEND_BATCH = 500
-#: Sessions read per query during an export.
-EXPORT_SESSION_CHUNK = 100
-#: Messages read per query during an export.
-EXPORT_MESSAGE_CHUNK = 500
 
 
 @dataclass(frozen=True)
@@ -110,6 +125,10 @@ class Conversation:
     forked_from: uuid.UUID | None = None
     forked_at_seq: int | None = None
     expires_at: datetime | None = None
+    #: The compaction summaries among ``messages`` (docs/design.md §16.3): ``(index in
+    #: messages, compacts_through_seq)``, the latter counted in this file's numbering (the
+    #: message at index ``i`` becomes seq ``i + 1``).
+    compactions: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -224,6 +243,30 @@ def _message(item: Any, index: int) -> services.MessageInput:
     )
 
 
+def _compaction(item: Mapping[str, Any], index: int) -> int | None:
+    """The ``compacts_through_seq`` of ``messages[index]``, or ``None`` on an ordinary message:
+    a compaction summary (role ``user``, source ``checkpoint``) standing for the messages of
+    the file up to that position, an integer from 0 to ``index`` (what the export and a fork
+    write: the number of messages up to the seq it stood for; docs/design.md §16.3)."""
+    through = item.get("compacts_through_seq")
+    if through is None:
+        return None
+    where = f"messages[{index}]"
+    if not isinstance(through, int) or isinstance(through, bool) or not 0 <= through <= index:
+        raise InvalidThroughSeq(
+            f"{where}.compacts_through_seq must be an integer from 0 to {index} (the messages "
+            f"before it); got {through!r}.",
+            field="compacts_through_seq",
+        )
+    if (item.get("role"), item.get("source")) != ("user", "checkpoint"):
+        raise InvalidConversation(
+            f"{where} has compacts_through_seq, so it must be a compaction summary: role "
+            "'user' and source 'checkpoint'.",
+            field="compacts_through_seq",
+        )
+    return through
+
+
 def parse_conversation(line: str | bytes) -> Conversation:
     """Parse one line of a conversation file.
 
@@ -238,7 +281,11 @@ def parse_conversation(line: str | bytes) -> Conversation:
         The :class:`Conversation`.
 
     Raises:
-        InvalidConversation: not UTF-8, not JSON, or not a conversation object.
+        InvalidConversation: not UTF-8, not JSON, or not a conversation object; a message with
+            ``compacts_through_seq`` that is not a summary (role ``user``, source
+            ``checkpoint``).
+        InvalidThroughSeq: a ``compacts_through_seq`` that is not an integer from 0 to the
+            number of messages before it.
         InvalidContent, EmptyContent, NulCharacter: a message's content is unusable (the message
             names the offending ``messages[i]``).
     """
@@ -272,6 +319,11 @@ def parse_conversation(line: str | bytes) -> Conversation:
         metadata=data.get("metadata"),
         cwd=data.get("cwd"),
         messages=[_message(item, index) for index, item in enumerate(messages)],
+        compactions=tuple(
+            (index, through)
+            for index, item in enumerate(messages)
+            if (through := _compaction(item, index)) is not None
+        ),
         archived_at=_created_at(data.get("archived_at"), "conversation", key="archived_at"),
         forked_from=forked_from,
         forked_at_seq=forked_at_seq,
@@ -376,6 +428,8 @@ def import_conversation(
                     session_id=session.pk,
                     messages=messages[start : start + batch],
                 ).session
+            if conversation.compactions:
+                session = _restore_compactions(session, conversation.compactions)
             if external_id is not None:
                 ImportedConversation.objects.create(
                     session=session, agent_id=agent_id, scope=canonical, external_id=external_id
@@ -399,6 +453,19 @@ def import_conversation(
         if external_id is not None and _already_imported(canonical, agent_id, external_id):
             return None
         raise
+    return session
+
+
+def _restore_compactions(session: Session, compactions: tuple[tuple[int, int], ...]) -> Session:
+    """Mark the summaries of the just imported ``session`` (docs/design.md §16.3), in the import's
+    transaction: the message at index ``i`` of the file is seq ``i + 1`` of the new session,
+    which no other writer has seen yet. ``context_tokens`` is then recomputed from the rows, as
+    after a compaction."""
+    using = router.db_for_write(Session)
+    messages = Message.objects.using(using).filter(session=session)
+    for index, through in compactions:
+        messages.filter(seq=index + 1).update(compacts_through_seq=through)
+    refresh_context_tokens(session, using=using)
     return session
 
 
@@ -468,141 +535,3 @@ def import_conversations(
         if on_progress is not None and progress_every and report.lines % progress_every == 0:
             on_progress(report)
     return report
-
-
-# -- export ---------------------------------------------------------------------------------------
-
-
-def _isoformat(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat()
-
-
-def _dumps(value: Any, ensure_ascii: bool) -> str:
-    return json.dumps(value, ensure_ascii=ensure_ascii, separators=(",", ":"))
-
-
-def dump_conversation(conversation: Mapping[str, Any], *, ensure_ascii: bool = False) -> str:
-    """One line of a conversation file: ``conversation`` as compact JSON and a newline.
-
-    For converters that write the import format (e.g. the example project's demo).
-
-    Args:
-        conversation: a conversation object (see the module docstring for the keys).
-        ensure_ascii: escape every non-ASCII character.
-
-    Raises:
-        TypeError, ValueError: ``conversation`` is not JSON-serializable.
-    """
-    return _dumps(conversation, ensure_ascii) + "\n"
-
-
-def _exported_message(row: Mapping[str, Any]) -> dict[str, Any]:
-    """One message of the export, ``usage`` only when it has one (docs/design.md §16.1)."""
-    message = {
-        "role": row["role"],
-        "source": row["source"],
-        "content": row["content"],
-        "metadata": row["metadata"],
-        "created_at": _isoformat(row["created_at"]),
-    }
-    if row["usage"] is not None:
-        message["usage"] = row["usage"]
-    return message
-
-
-def _message_pages(
-    session_pk: uuid.UUID, chunk_size: int, using: str
-) -> Iterator[list[dict[str, Any]]]:
-    last_seq = 0
-    while True:
-        rows = list(
-            Message.objects.using(using)
-            .filter(session_id=session_pk, seq__gt=last_seq)
-            .order_by("seq")
-            .values("seq", "role", "source", "content", "metadata", "created_at", "usage")[
-                :chunk_size
-            ]
-        )
-        if rows:
-            yield [_exported_message(row) for row in rows]
-        if len(rows) < chunk_size:
-            return
-        last_seq = cast(int, rows[-1]["seq"])  # messages of a session always have one
-
-
-def export_conversations(
-    *,
-    scope: Scope | str,
-    agent_id: str | None = None,
-    exact: bool = False,
-    ensure_ascii: bool = False,
-    chunk_size: int = EXPORT_SESSION_CHUNK,
-    message_chunk_size: int = EXPORT_MESSAGE_CHUNK,
-) -> Iterator[str]:
-    """The sessions at ``scope`` as a conversation file (JSON Lines), in pieces of text.
-
-    Joined, the pieces are the file: one line per session, ``{"id", "title", "metadata", "cwd",
-    "messages"}``, where ``id`` is the external id the session was imported under, else the
-    session's own id. Sessions come in id order (creation order: ids are UUIDv7), messages in
-    ``seq`` order. Both are read by keyset pagination in chunks and a session's messages are
-    written as they are read, so memory stays bounded for any number of sessions and any
-    session length. The export is not a snapshot: rows written while it runs may or may not
-    appear. Messages without a session (legacy rows, docs/design.md §4) are not exported.
-
-    Args:
-        scope: sessions at this scope and beneath it (only at it with ``exact``).
-        agent_id: only this agent's sessions.
-        exact: only sessions stored at ``scope`` itself.
-        ensure_ascii: escape every non-ASCII character (for outputs that cannot take UTF-8).
-        chunk_size: sessions per query.
-        message_chunk_size: messages per query.
-
-    Yields:
-        Text to write, in order; every line ends with ``\n``.
-
-    Raises:
-        NoScope, InvalidScope: ``scope`` is missing or malformed (raised on first iteration).
-    """
-    using = routing.db_for_read(Session, scope=scope)  # one database for the whole export
-    sessions = Session.objects.using(using).within(scope, exact=exact)
-    if agent_id is not None:
-        sessions = sessions.filter(agent_id=agent_id)
-    last_pk: uuid.UUID | None = None
-    while True:
-        page = sessions if last_pk is None else sessions.filter(pk__gt=last_pk)
-        rows = list(
-            page.order_by("pk").values(
-                "pk",
-                "title",
-                "metadata",
-                "cwd",
-                "import_record__external_id",
-                "archived_at",
-                "forked_from",
-                "forked_at_seq",
-                "expires_at",
-            )[:chunk_size]
-        )
-        for row in rows:
-            head = {
-                "id": row["import_record__external_id"] or str(row["pk"]),
-                "title": row["title"],
-                "metadata": row["metadata"],
-                "cwd": row["cwd"],
-            }
-            if row["archived_at"] is not None:
-                head["archived_at"] = _isoformat(row["archived_at"])
-            if row["expires_at"] is not None:
-                head["expires_at"] = _isoformat(row["expires_at"])
-            if row["forked_from"] is not None:
-                head["forked_from"] = str(row["forked_from"])
-                head["forked_at_seq"] = row["forked_at_seq"]
-            yield _dumps(head, ensure_ascii)[:-1] + ',"messages":['
-            separator = ""
-            for messages in _message_pages(row["pk"], message_chunk_size, using):
-                yield separator + ",".join(_dumps(message, ensure_ascii) for message in messages)
-                separator = ","
-            yield "]}\n"
-        if len(rows) < chunk_size:
-            return
-        last_pk = rows[-1]["pk"]

@@ -207,3 +207,74 @@ def test_0019_gives_existing_messages_their_token_counts_and_sessions_their_cont
         ]
     assert "token_count" not in columns and "usage" not in columns
     assert OldMessage.objects.count() == 7
+
+
+# -- compactions through export and import (docs/design.md §16.3) -------------------------------------
+
+
+def _window(session):
+    window = services.context_messages(scope=session.scope, session_id=session.pk)
+    rows = [(m.role, m.source, m.text, m.token_count) for m in window.messages]
+    return rows, window.compacted_through_seq, window.tokens
+
+
+@pytest.mark.django_db
+def test_a_session_with_two_compactions_round_trips_exactly():
+    session = services.create_session(scope=SCOPE, agent_id="a", title="t")
+    say = [{"role": "user", "content": f"turn {i} " + "x" * i} for i in range(1, 9)]
+    services.append_messages(scope=SCOPE, session_id=session.pk, messages=say[:5])
+    services.delete_message(scope=SCOPE, session_id=session.pk, seq=2)  # a gap in the seqs
+    services.compact_session(
+        scope=SCOPE, session_id=session.pk, through_seq=3, summary="first", usage=USAGE
+    )  # seq 6, stands for 1 and 3
+    services.append_messages(scope=SCOPE, session_id=session.pk, messages=say[5:7])  # 7, 8
+    services.compact_session(scope=SCOPE, session_id=session.pk, through_seq=7, summary="second")
+    services.append_messages(scope=SCOPE, session_id=session.pk, messages=say[7:])  # 10
+    session.refresh_from_db()
+
+    exported = "".join(transfer.export_conversations(scope=SCOPE))
+    messages = json.loads(exported)["messages"]
+    # Renumbered as the import numbers them: 1, 3, 4, 5, S1, 7, 8, S2, 10 -> positions 1..9.
+    assert [m.get("compacts_through_seq") for m in messages] == [
+        None, None, None, None, 2, None, None, 6, None,
+    ]  # fmt: skip
+    report = transfer.import_conversations(io.StringIO(exported), scope="org=other", agent_id="a")
+    assert (report.imported, report.failed) == (1, 0), report.errors
+    copy = Session.objects.get(scope="org=other")
+
+    assert _window(copy) == (_window(session)[0], 6, session.context_tokens)
+    assert _window(session)[1:] == (7, session.context_tokens)
+    fields = ("message_count", "input_tokens", "output_tokens", "cost", "context_tokens")
+    assert [getattr(copy, f) for f in fields] == [getattr(session, f) for f in fields]
+    # The first compaction governs again once the second summary is deleted, in both.
+    for each, summary_seq in ((session, 9), (copy, 8)):
+        services.delete_message(scope=each.scope, session_id=each.pk, seq=summary_seq)
+        each.refresh_from_db()
+    assert _window(copy)[0] == _window(session)[0]
+    assert copy.context_tokens == session.context_tokens
+    # Exported again, the copy writes the same line (the ids aside).
+    again = json.loads("".join(transfer.export_conversations(scope="org=other")))
+    assert (
+        again["messages"]
+        == json.loads("".join(transfer.export_conversations(scope=SCOPE)))["messages"]
+    )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("message", "code"),
+    [
+        ({"role": "user", "source": "checkpoint", "content": "s", "compacts_through_seq": 2}, "invalid_through_seq"),
+        ({"role": "user", "source": "checkpoint", "content": "s", "compacts_through_seq": -1}, "invalid_through_seq"),
+        ({"role": "user", "source": "checkpoint", "content": "s", "compacts_through_seq": True}, "invalid_through_seq"),
+        ({"role": "user", "source": "checkpoint", "content": "s", "compacts_through_seq": "1"}, "invalid_through_seq"),
+        ({"role": "assistant", "content": "s", "compacts_through_seq": 1}, "invalid_conversation"),
+        ({"role": "user", "content": "s", "compacts_through_seq": 1}, "invalid_conversation"),
+    ],
+)  # fmt: skip
+def test_a_bad_compacts_through_seq_imports_nothing_of_that_conversation(message, code):
+    line = json.dumps({"messages": [{"role": "user", "content": "a"}, message]})
+    report = transfer.import_conversations(io.StringIO(line + "\n"), scope=SCOPE, agent_id="a")
+    assert (report.imported, report.failed) == (0, 1)
+    assert report.errors[0].code == code
+    assert not Session.objects.exists()

@@ -64,6 +64,7 @@ ERROR_STATUS: dict[type[BaseException], int] = {
     core.MessageTooLarge: status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
     core.SummaryTooLarge: status.HTTP_400_BAD_REQUEST,
     core.SearchTimeout: status.HTTP_503_SERVICE_UNAVAILABLE,
+    core.TokenCountError: status.HTTP_503_SERVICE_UNAVAILABLE,
     core.CortexSessionsError: status.HTTP_400_BAD_REQUEST,
 }
 
@@ -244,7 +245,8 @@ def _domain_response(exc: BaseException, http_status: int) -> Response:
     if field or isinstance(exc, core.InvalidInput):
         errors = {str(field or "non_field_errors"): [{"code": code, "detail": detail}]}
     headers: dict[str, str] = {}
-    retry_after = getattr(exc, "retry_after", None)  # SearchTimeout: 503 with Retry-After
+    # SearchTimeout, TokenCountError: 503 with Retry-After
+    retry_after = getattr(exc, "retry_after", None)
     if isinstance(retry_after, int) and not isinstance(retry_after, bool):
         headers["Retry-After"] = str(retry_after)
     set_rollback()

@@ -49,6 +49,8 @@ __all__ = [
     "REFERENCE_ERROR_TEXT",
     "SCOPE_PARAMETERS",
     "SEARCH_503",
+    "TOKEN_COUNTER_503",
+    "TOKEN_COUNTER_TEXT",
     "CortexAutoSchema",
     "errors",
 ]
@@ -78,6 +80,15 @@ SEARCH_503 = {
     503: _ERROR_TEXT[503] + " `search_timeout` (with Retry-After): a message search (`q`) ran "
     "past the server's SEARCH_TIMEOUT and was cancelled; narrow it or retry later.",
 }
+
+#: What a write that counts tokens (an append, a compaction) adds to its 503 (§16.2).
+TOKEN_COUNTER_TEXT = (
+    " `token_counter_failed` (with Retry-After): the server's TOKEN_COUNTER failed counting a "
+    "message's tokens; nothing was written, send the request again later."
+)
+
+#: The 503 of an endpoint that writes messages, so counts their tokens (docs/design.md §16.2).
+TOKEN_COUNTER_503 = _ERROR_TEXT[503] + TOKEN_COUNTER_TEXT
 
 #: Error descriptions of the session-reference endpoints (docs/design.md §8.8, §8.9).
 REFERENCE_ERROR_TEXT = {

@@ -210,3 +210,23 @@ def test_compact_with_idempotency_key_replays(api, chat):
     assert Message.objects.filter(session=chat, compacts_through_seq__isnull=False).count() == 1
     other = api.post(url, {**body, "summary": "t"}, format="json", HTTP_IDEMPOTENCY_KEY="k")
     assert other.status_code == 422
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("messages/", {"role": "user", "content": "more"}),
+        ("compact/", {"through_seq": 2, "summary": "s"}),
+    ],
+)
+def test_a_failing_token_counter_is_a_503_token_counter_failed(api, chat, settings, path, body):
+    settings.CORTEX_SESSIONS = {
+        **settings.CORTEX_SESSIONS,
+        "TOKEN_COUNTER": "tests.test_token_counter_failures.tokenizer_down",
+    }
+    before = _state()
+    response = api.post(session_url(chat.pk, path), body, format="json")
+    assert response.status_code == 503
+    assert response.json()["code"] == "token_counter_failed"
+    assert response["Retry-After"] == "1"
+    assert _state() == before

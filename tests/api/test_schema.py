@@ -143,6 +143,9 @@ def test_schema_documents_every_filter_and_error(schema_document):
     compact = paths["/api/cortex/sessions/{id}/compact/"]["post"]["responses"]
     assert "`summary_too_large`" in compact["400"]["description"]
     assert "message_too_large" not in compact["413"]["description"]
+    append = paths["/api/cortex/sessions/{id}/messages/"]["post"]["responses"]
+    for responses in (compact, append):
+        assert "`token_counter_failed`" in responses["503"]["description"]
 
 
 def _parameter(schema_document, path: str, method: str, name: str) -> dict:

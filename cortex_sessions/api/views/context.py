@@ -15,7 +15,7 @@ from cortex_sessions.services.context import MAX_CONTEXT_TOKENS
 from ..idempotency import IDEMPOTENCY_PARAMETER, idempotent
 from ..mixins import CortexAPIMixin
 from ..pagination import parse_int_param
-from ..schema import ARCHIVED_409, BODY_ERRORS, ID_PARAMETER, errors
+from ..schema import ARCHIVED_409, BODY_ERRORS, ID_PARAMETER, TOKEN_COUNTER_503, errors
 from ..serializers import (
     CompactSerializer,
     ContextWindowSerializer,
@@ -104,6 +104,7 @@ class SessionContextMixin(CortexAPIMixin):
                     "summary), `summary_too_large` (a summary over MAX_MESSAGE_BYTES), "
                     "`invalid_usage`, `unknown_field`, `parse_error`.",
                     409: ARCHIVED_409,
+                    503: TOKEN_COUNTER_503,
                     413: "`request_too_large`: the body is over DATA_UPLOAD_MAX_MEMORY_SIZE "
                     "(a summary over MAX_MESSAGE_BYTES is 400 `summary_too_large`).",
                 },
@@ -118,7 +119,7 @@ class SessionContextMixin(CortexAPIMixin):
 
         Errors: 400 ``invalid_through_seq``, ``summary_too_large`` and validation; 404
         ``session_not_found``; 409 ``session_archived``; 413 ``request_too_large``; 422
-        ``idempotency_key_reused``.
+        ``idempotency_key_reused``; 503 ``token_counter_failed``.
         """
         serializer = CompactSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)

@@ -34,6 +34,7 @@ from ..schema import (
     MAX_SEQ,
     REFERENCE_ERROR_TEXT,
     SEARCH_503,
+    TOKEN_COUNTER_TEXT,
     errors,
 )
 from ..serializers import (
@@ -131,6 +132,7 @@ class SessionMessagesMixin(SessionReferencesMixin):
                 text={
                     **REFERENCE_ERROR_TEXT,
                     409: ARCHIVED_409,
+                    503: REFERENCE_ERROR_TEXT[503] + TOKEN_COUNTER_TEXT,
                     400: REFERENCE_ERROR_TEXT[400]
                     + " `references_not_allowed`: resolve_references or references on a list,"
                     " on a role other than user, or references without resolve_references."
