@@ -1,5 +1,5 @@
-"""The PostgreSQL hot paths (``services/_pg.py``, ``services/_pg_run.py``, the LangGraph saver's
-``integrations/langgraph/_pg_reads.py``) use public APIs of
+"""The PostgreSQL hot paths (``services/_pg.py``, ``_pg_run.py``, ``_pg_lists.py``, the LangGraph
+saver's ``integrations/langgraph/_pg_reads.py``) use public APIs of
 psycopg and Django only (docs/design.md §14): no private module, no name starting with ``_``
 taken from either package or read off their objects, no libpq-level sends, no model internals
 beyond the documented ``Model._meta`` and ``Model.from_db``."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 SERVICES = Path(__file__).resolve().parent.parent / "cortex_sessions" / "services"
-MODULES = ("_pg.py", "_pg_run.py")
+MODULES = ("_pg.py", "_pg_run.py", "_pg_lists.py")
 
 #: Underscore names that are public API: the documented Model ``_meta`` API.
 ALLOWED_PRIVATE_ATTRIBUTES = {"_meta"}

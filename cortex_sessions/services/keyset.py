@@ -28,12 +28,13 @@ from django.db.models import Q
 from ..content import check_json_value, parse_json
 from ..exceptions import CortexSessionsError, InvalidFilter
 from ..models import Session, SessionQuerySet
-from ..scope import Scope
+from ..scope import Scope, canonical_of
 from ..search_limits import search_timeout
 from ..usage import TOTAL_COST_PATTERN
-from ._common import MAX_INT64, _check_int
+from . import _pg_lists
+from ._common import MAX_INT64, _check_int, _db_for_read
 from .filters import SessionFilters, session_filters
-from .sessions import session_queryset
+from .sessions import check_ordering, session_queryset
 
 __all__ = ["SessionPage", "list_sessions_page", "paginate_keyset"]
 
@@ -212,7 +213,16 @@ def paginate_keyset(queryset: SessionQuerySet, *, cursor: str | None, limit: int
         )
     if previous:
         queryset = queryset.reverse()
-    rows = list(queryset[: limit + 1])
+    return _page(
+        list(queryset[: limit + 1]), ordering, cursor=cursor, limit=limit, previous=previous
+    )
+
+
+def _page(
+    rows: list[Session], ordering: str, *, cursor: str | None, limit: int, previous: bool
+) -> SessionPage:
+    """The :class:`SessionPage` of ``rows``, the ``limit + 1`` rows read after ``cursor`` (in
+    the list's direction, or against it for a ``previous`` cursor)."""
     more = len(rows) > limit
     rows = rows[:limit]
     if previous:
@@ -262,6 +272,46 @@ def list_sessions_page(
             "cursor pages of a search (q) need an ordering (e.g. ordering=-updated_at); "
             "results ordered by rank page with limit and offset."
         )
+    alias = _db_for_read(scope)
+    if _pg_lists.handles(alias, filters):  # one statement, no queryset (docs/design.md §14)
+        return _fast_page(alias, scope, filters, ordering, limit=limit, cursor=cursor)
     queryset = session_queryset(scope=scope, filters=filters, ordering=ordering)
     with search_timeout(queryset.db, active=filters.q is not None):
         return paginate_keyset(queryset, cursor=cursor, limit=limit)
+
+
+def _fast_page(
+    alias: str,
+    scope: Scope | str,
+    filters: SessionFilters,
+    ordering: str | None,
+    *,
+    limit: int,
+    cursor: str | None,
+) -> SessionPage:
+    """:func:`list_sessions_page` in one statement (:mod:`._pg_lists`): the same checks in the
+    same order (scope, ordering, limit, cursor), then the same page.
+
+    Raises:
+        NoScope, InvalidScope, InvalidFilter: as :func:`list_sessions_page`.
+    """
+    canonical = canonical_of(scope)
+    ordering = check_ordering(ordering)
+    _check_int(limit, field="limit", minimum=1)
+    if limit >= MAX_INT64:
+        raise InvalidFilter("limit is too large.", field="limit")
+    after, previous = None, False
+    if cursor is not None:
+        key, pk, previous = _decode(cursor, ordering)
+        after_is_less = ordering.startswith("-") != previous
+        after = _pg_lists.KeysetBound("lt" if after_is_less else "gt", key, pk)
+    rows = _pg_lists.list_sessions(
+        alias,
+        canonical=canonical,
+        filters=filters,
+        ordering=ordering,
+        limit=limit + 1,
+        after=after,
+        reverse=previous,
+    )
+    return _page(rows, ordering, cursor=cursor, limit=limit, previous=previous)

@@ -20,7 +20,7 @@ from ..models import Message, Session, SessionQuerySet, not_expired_q
 from ..scope import Scope, canonical_of, scope_q
 from ..search import filter_sessions
 from ..search_limits import search_timeout
-from . import _pg
+from . import _pg, _pg_lists
 from ._common import (
     DEFAULT_ORDERING,
     ORDERING_FIELDS,
@@ -95,6 +95,23 @@ def session_queryset(
     filters = session_filters(filters)
     queryset = _filtered(scope, filters, annotate=True)
     explicit_ordering = ordering is not None
+    ordering = check_ordering(ordering)
+    tie = "-id" if ordering.startswith("-") else "id"
+    if filters.q is not None and not explicit_ordering:  # best first (SQLite: rank is NULL)
+        return queryset.order_by(F("search_rank").desc(), ordering, tie)
+    return queryset.order_by(ordering, tie)
+
+
+def check_ordering(ordering: Any) -> str:
+    """The ordering a session list sorts by: ``ordering`` itself, or ``DEFAULT_ORDERING`` for
+    ``None`` (or ``""``), as :func:`session_queryset` takes it (docs/design.md §7.2).
+
+    Returns:
+        One of ``ORDERING_FIELDS``, optionally ``-``-prefixed.
+
+    Raises:
+        InvalidFilter: ``ordering`` is not such a string.
+    """
     ordering = ordering or DEFAULT_ORDERING
     if (
         not isinstance(ordering, str)
@@ -106,10 +123,7 @@ def session_queryset(
             f"'-'); got {ordering!r}.",
             field="ordering",
         )
-    tie = "-id" if ordering.startswith("-") else "id"
-    if filters.q is not None and not explicit_ordering:  # best first (SQLite: rank is NULL)
-        return queryset.order_by(F("search_rank").desc(), ordering, tie)
-    return queryset.order_by(ordering, tie)
+    return ordering
 
 
 def _filtered(scope: Scope | str, filters: SessionFilters, *, annotate: bool) -> SessionQuerySet:
@@ -169,6 +183,20 @@ def list_sessions(
     if limit is not None:
         _check_int(limit, field="limit", minimum=0)
     filters = session_filters(filters)
+    alias = _db_for_read(scope)
+    if _pg_lists.handles(alias, filters):  # one statement, no queryset (docs/design.md §14)
+        canonical = canonical_of(scope)
+        ordering = check_ordering(ordering)
+        if limit == 0:
+            return []
+        return _pg_lists.list_sessions(
+            alias,
+            canonical=canonical,
+            filters=filters,
+            ordering=ordering,
+            limit=limit,
+            offset=offset,
+        )
     queryset = session_queryset(scope=scope, filters=filters, ordering=ordering)
     end = None if limit is None else offset + limit
     with search_timeout(queryset.db, active=filters.q is not None):
@@ -187,6 +215,9 @@ def count_sessions(*, scope: Scope | str, filters: SessionFilters | None = None)
             (docs/design.md §11.5).
     """
     filters = session_filters(filters)
+    alias = _db_for_read(scope)
+    if _pg_lists.handles(alias, filters):  # one statement, no queryset (docs/design.md §14)
+        return _pg_lists.count_sessions(alias, canonical=canonical_of(scope), filters=filters)
     queryset = _filtered(scope, filters, annotate=False)
     with search_timeout(queryset.db, active=filters.q is not None):
         return queryset.order_by().count()
