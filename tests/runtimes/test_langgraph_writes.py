@@ -179,3 +179,31 @@ def test_a_mirrored_message_the_session_refuses_refuses_the_checkpoint(settings)
         thread.put([a, AIMessage("b" * 5000, id="b")])
     assert Checkpoint.objects.count() == 1
     assert _texts(thread.thread_id) == ["a"]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the PostgreSQL statements")
+def test_prepared_statements_prepare_the_write_statements(settings):
+    """``PREPARED_STATEMENTS`` (docs/design.md §14.2) prepares them, as the core's hot paths."""
+    settings.CORTEX_SESSIONS = {
+        **getattr(settings, "CORTEX_SESSIONS", {}),
+        "PREPARED_STATEMENTS": True,
+    }
+    thread = _Thread(CortexCheckpointSaver(scope=ACME, agent_id=AGENT))
+    a = HumanMessage("a", id="a")
+    thread.put([a])
+    for step in range(2):
+        thread.put([a, AIMessage(f"b{step}", id=f"b{step}")])
+        thread.saver.put_writes(thread.config, [("step", step)], f"task-{step}")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT statement FROM pg_prepared_statements WHERE statement LIKE %s",
+            [f"%INSERT INTO {CheckpointWrite._meta.db_table} (%"],
+        )
+        writes = cursor.fetchall()
+        cursor.execute(
+            "SELECT statement FROM pg_prepared_statements WHERE statement LIKE %s",
+            [f"%INSERT INTO {Checkpoint._meta.db_table} (%"],
+        )
+        puts = cursor.fetchall()
+    assert len(writes) == 1 and len(puts) == 1
+    assert _texts(thread.thread_id) == ["a", "b0", "b1"]

@@ -30,12 +30,13 @@ from typing import Any, cast
 
 from django.db import connections
 
+from ...conf import app_settings
 from ...counters import last_message_of
 from ...exceptions import SessionArchived
 from ...models import Message, Session
 from ...services import _pg
 from ...services._common import _autocommit_write, _send_on_commit
-from ...services._pg_run import _debug_wrapper, built, instances
+from ...services._pg_run import _debug_wrapper, _preparing_cursor, built, instances
 from ...signals import messages_appended
 from ...usage import Totals, totals_of
 from .mirror import MirroredRow
@@ -49,8 +50,9 @@ serves = _pg.serves
 def _execute(connection: Any, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     """Run one statement on Django ``connection`` and return its rows, on a ``psycopg.Cursor``
     (server-side binding: the checkpoint's and the channels' bytes go as binary parameters,
-    not as escaped text inside the statement) wrapped as ``connection.cursor()`` wraps its own,
-    so ``execute_wrapper`` hooks, ``CaptureQueriesContext`` and query logging see it.
+    not as escaped text inside the statement; prepared with ``PREPARED_STATEMENTS``, §14.2)
+    wrapped as ``connection.cursor()`` wraps its own, so ``execute_wrapper`` hooks,
+    ``CaptureQueriesContext`` and query logging see it.
 
     Raises:
         django.db.Error: as any ORM query raises it.
@@ -62,7 +64,12 @@ def _execute(connection: Any, sql: str, params: Sequence[Any]) -> list[tuple[Any
     connection.ensure_connection()
     connection.validate_thread_sharing()
     with connection.wrap_database_errors:
-        raw = psycopg.Cursor(connection.connection)
+        if app_settings.PREPARED_STATEMENTS:  # as the core's hot paths (§14.2)
+            if connection.connection.prepare_threshold is None:
+                connection.connection.prepare_threshold = 2**31 - 1
+            raw = _preparing_cursor()(connection.connection)
+        else:
+            raw = psycopg.Cursor(connection.connection)
         register_tzloader(connection.timezone, raw)
     if connection.queries_logged:
         cursor = _debug_wrapper()(raw, connection)
