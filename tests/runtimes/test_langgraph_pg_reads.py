@@ -286,3 +286,24 @@ def test_prepared_statements_read_the_same(monkeypatch, settings):
             read()
         fast, slow = _both(monkeypatch, read)
         assert fast == slow
+
+
+@postgres_only
+def test_the_latest_values_are_a_skip_scan_of_the_key_without_a_sort():
+    """One backward index probe per channel, however long the thread: no sort of its values."""
+    from cortex_sessions import routing
+    from cortex_sessions.integrations.langgraph.models import Checkpoint
+
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    thread = _seed(saver, steps=4)
+    alias = routing.db_for_read(Checkpoint, scope=saver.scope)
+    from django.db import connections
+
+    with CaptureQueriesContext(connections[alias]) as captured:
+        saver.get_tuple(_config(thread.thread_id))
+    (query,) = captured.captured_queries
+    with connections[alias].cursor() as cursor:
+        cursor.execute("EXPLAIN " + query["sql"])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "Recursive Union" in plan and "Index Scan Backward" in plan
+    assert "Sort" not in plan

@@ -254,12 +254,13 @@ def _statement(
         # (a skip scan of the unique key: session, namespace, channel, version)
         probe = (
             f"SELECT b.checkpoint_ns, b.channel, b.version, b.type, b.blob FROM {blob} b"
-            " WHERE b.session_id = %s AND b.checkpoint_ns = %s{} ORDER BY b.channel,"
+            " WHERE b.session_id = %s AND b.checkpoint_ns = %s{} ORDER BY b.channel DESC,"
             " b.version DESC LIMIT 1"
         )
+        # (both keys descending: a backward scan of the key, no sort; channels last to first)
         sql += (
             f", ch AS (({probe.format('')}) UNION ALL SELECT n.* FROM ch CROSS JOIN LATERAL"
-            f" ({probe.format(' AND b.channel > ch.channel')}) n)"
+            f" ({probe.format(' AND b.channel < ch.channel')}) n)"
         )
         params += 4
     writes = ", ".join(
