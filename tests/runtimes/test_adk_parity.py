@@ -230,3 +230,22 @@ async def test_get_session_of_a_missing_or_unnameable_id_is_none_on_every_path(s
 
 def _at(seconds):
     return dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
+
+
+def test_append_and_delete_find_the_session_without_reading_its_messages(service):
+    """Only a read needs the newest event's time: the lookup of a write or a delete skips it."""
+    from cortex_sessions.models import Message
+
+    session = async_to_sync(service.create_session)(app_name=APP, user_id="u", session_id="s")
+    calls = (
+        lambda: async_to_sync(service.append_event)(
+            session, Event(author="user", invocation_id="i")
+        ),
+        lambda: async_to_sync(service.delete_session)(app_name=APP, user_id="u", session_id="s"),
+    )
+    for call in calls:
+        with CaptureQueriesContext(connection) as captured:
+            call()
+        lookup = captured.captured_queries[0]["sql"]
+        assert "adksession" in lookup
+        assert Message._meta.db_table not in lookup

@@ -73,6 +73,7 @@ def _find(
     session_id: str,
     *,
     write: bool = False,
+    last_event: bool = False,
 ) -> tuple[Scope, AdkSession | None]:
     """``(scope, row)``: the AdkSession row of the session at exactly the mapped scope, where
     ``create_session`` puts it, else ``(scope, None)``.
@@ -80,20 +81,31 @@ def _find(
     One query, by the unique key (which holds the scope), the scope also checked in the join: a
     session of another scope (another tenant's, with the same names) is never found, exactly as
     a missing one. With ``write`` (the row is about to be written) it is read on the write
-    database, else where the router sends a read of the scope (docs/design.md §17.1).
+    database, else where the router sends a read of the scope (docs/design.md §17.1). With
+    ``last_event`` the row carries ``last_event_at`` (:func:`_with_last_event`), which only a
+    read of the session needs: writes and deletes skip the subquery.
     """
     scope = service.scope_for(app_name, user_id)
     if not _nameable(session_id):
         return scope, None
     using = _db() if write else routing.db_for_read(AdkSession, scope=scope)
-    return scope, _session_row(scope.canonical, app_name, user_id, session_id, using)
+    return scope, _session_row(
+        scope.canonical, app_name, user_id, session_id, using, last_event=last_event
+    )
 
 
 def _session_row(
-    scope: str, app_name: str, user_id: str, session_id: str, using: str
+    scope: str,
+    app_name: str,
+    user_id: str,
+    session_id: str,
+    using: str,
+    *,
+    last_event: bool = False,
 ) -> AdkSession | None:
+    rows = AdkSession.objects.using(using).select_related("session")
     return (
-        _with_last_event(AdkSession.objects.using(using).select_related("session"))
+        (_with_last_event(rows) if last_event else rows)
         .filter(key=session_key(scope, app_name, user_id, session_id))
         .filter(session__scope=scope, app_name=app_name, user_id=user_id, adk_id=session_id)
         .filter(not_expired_q(prefix="session__"))  # hidden until swept (§18.1)
@@ -207,7 +219,7 @@ def _get_sync(
             _set_marker(found.session, found.last_seq)
             return found.session
         # The newest page held messages that are no event: the ORM reads on, page by page.
-    scope, row = _find(service, app_name, user_id, session_id)
+    scope, row = _find(service, app_name, user_id, session_id, last_event=True)
     if row is None:
         return None
     cortex = row.session
