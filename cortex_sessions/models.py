@@ -398,8 +398,9 @@ class IdempotencyKey(models.Model):
         fingerprint: SHA-256 (hex) of the call's input; another input under the same key is
             refused with ``idempotency_key_reused``.
         status_code: the HTTP status of the first answer (0 for a service call).
-        response: the first answer: the response body as sent (JSON text), or for a service
-            call the ids of what it wrote.
+        response: the first answer: the response body as sent (JSON text), for a service
+            call the ids of what it wrote, or for the API's one-statement append what rebuilds
+            its body (``services.keyed_append.append_recorded``, docs/design.md §12.1).
         created_at: when the write committed; the row expires ``IDEMPOTENCY_TTL`` later.
     """
 
