@@ -9,6 +9,7 @@ A bad value is a 400 ``invalid_filter`` listing the parameter, never silently ig
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from functools import cached_property
 from typing import Any, TypeVar, cast
 
@@ -317,6 +318,32 @@ def with_schema(schema: dict[str, Any], filter_: _FilterT) -> _FilterT:
     return extend_schema_field(described)(filter_)  # type: ignore[type-var]
 
 
+class _CopiedShallow(OrderedDict[str, Any]):
+    """A dict of filters whose deep copy is a new dict of shallow copies of them: django-filter
+    deep-copies a filterset's ``base_filters`` for every instance only to set ``model`` and
+    ``parent`` on each copy, and a shallow copy takes those as well without copying every
+    filter's help text and field arguments (docs/design.md §14.5). :class:`SessionFilter`'s
+    own ``base_filters`` only: a subclass's are django-filter's plain dict, deep-copied."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        copied = {}
+        for name, value in self.items():
+            clone = object.__new__(type(value))
+            clone.__dict__.update(value.__dict__)
+            copied[name] = clone
+        return copied
+
+
+class _Shared(dict[str, Any]):
+    """A dict of form fields whose deep copy is a new dict of the same fields: Django deep-
+    copies a form's ``base_fields`` for every instance, yet cleaning reads a field and never
+    changes it, and these fields (:class:`SessionFilter`'s form's) are built once and never
+    changed per request (docs/design.md §14.5)."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        return dict(self)
+
+
 class SessionFilter(django_filters.FilterSet):
     """List filters of docs/design.md §7.2; ``filter_queryset`` delegates to the service.
 
@@ -397,13 +424,15 @@ class SessionFilter(django_filters.FilterSet):
 
     def get_form_class(self) -> type[forms.Form]:
         """The form of the parameters, built once per filterset class (django-filter builds a
-        new form class, and a form field per filter, on every request). Sharing the class is
-        Django's own model: each form instance deep-copies the class's base fields
-        (docs/design.md §14.5)."""
+        new form class, and a form field per filter, on every request). Each form instance
+        gets its own dict of the class's fields, the fields themselves shared (:class:`_Shared`):
+        Django's deep copy of every field and widget per form is left out (docs/design.md
+        §14.5)."""
         cls = type(self)
         form_class = SessionFilter._form_classes.get(cls)
         if form_class is None:
             form_class = super().get_form_class()
+            form_class.base_fields = _Shared(form_class.base_fields)
             SessionFilter._form_classes[cls] = form_class
         return form_class
 
@@ -440,6 +469,10 @@ class SessionFilter(django_filters.FilterSet):
             filters=self.session_filters,
             ordering=self.form.cleaned_data.get("ordering") or None,
         )
+
+
+# Only the class's own dict: a subclass's metaclass builds a plain one (django-filter's copies).
+SessionFilter.base_filters = _CopiedShallow(SessionFilter.base_filters)
 
 
 class SessionFilterBackend(DjangoFilterBackend):

@@ -1,5 +1,6 @@
 """What a request of the API builds once per class, not per request (docs/design.md §14.5):
-the filterset's form class, one session queryset per list."""
+the filterset's form class and fields, its filters' arguments, one session queryset per
+list."""
 
 from __future__ import annotations
 
@@ -17,7 +18,32 @@ def test_the_filterset_form_class_is_built_once():
     assert SessionFilter(QueryDict("q=b")).get_form_class() is first
     form = SessionFilter(QueryDict("agent_id=")).form
     assert not form.is_valid() or form.cleaned_data["agent_id"] == ""  # a form of its own
-    assert form.fields is not first.base_fields  # each form copies the class's fields
+    assert form.fields is not first.base_fields  # each form has its own dict of fields
+    # ... of the class's own fields: no deep copy of every field and widget per request
+    assert all(form.fields[name] is first.base_fields[name] for name in first.base_fields)
+
+
+def test_a_filterset_copies_its_filters_shallowly():
+    from django.http import QueryDict
+
+    from cortex_sessions.api.filters import SessionFilter
+
+    one, two = SessionFilter(QueryDict("agent_id=a")), SessionFilter(QueryDict("agent_id=b"))
+    base = SessionFilter.base_filters["agent_id"]
+    assert one.filters["agent_id"] is not two.filters["agent_id"] is not base
+    assert one.filters["agent_id"].parent is one and two.filters["agent_id"].parent is two
+    assert not hasattr(base, "parent")  # the class's filters are left alone
+    # the copies share the field arguments (help text, schema) instead of deep-copying them
+    assert one.filters["agent_id"].extra is base.extra
+    assert one.is_valid() and two.is_valid()
+    assert (one.session_filters.agent_id, two.session_filters.agent_id) == ("a", "b")
+
+    class Narrower(SessionFilter):  # a host's subclass: django-filter's own deep copies
+        pass
+
+    narrower = Narrower(QueryDict("agent_id=c"))
+    assert narrower.filters["agent_id"].extra is not Narrower.base_filters["agent_id"].extra
+    assert narrower.is_valid() and narrower.session_filters.agent_id == "c"
 
 
 @pytest.mark.parametrize("path", ["", "count/"])

@@ -139,8 +139,9 @@ def _drf_many(sessions):
         lambda: timezone.override(zoneinfo.ZoneInfo("Asia/Kathmandu")),
         lambda: override_settings(REST_FRAMEWORK={"DATETIME_FORMAT": "%Y-%m-%d %H:%M"}),
         lambda: override_settings(REST_FRAMEWORK={"DATETIME_FORMAT": None}),
+        lambda: override_settings(REST_FRAMEWORK={"COERCE_BIGINT_TO_STRING": True}),
     ],
-    ids=["another current time zone", "a strftime format", "no format"],
+    ids=["another current time zone", "a strftime format", "no format", "bigint as string"],
 )
 def test_a_hosts_time_zone_and_datetime_format_are_honoured(rows, context):
     with context():
@@ -229,3 +230,39 @@ def test_a_uuid_is_written_as_drf_writes_it():
         "id": "12345678-1234-5678-1234-567812345678",
         "hexed": "12345678123456781234567812345678",
     }
+
+
+def test_a_many_serializer_renders_its_rows_from_the_plan(rows):
+    # One settings read and plan look-up per list, not per row (docs/design.md §14.5).
+    from cortex_sessions.api.serializers.rendering import PlannedListSerializer
+
+    listed = api.ListedMessageSerializer(rows.messages, many=True)
+    assert type(listed) is PlannedListSerializer
+    assert type(api.MessagePageSerializer().fields["results"]) is PlannedListSerializer
+    assert listed.data == [api.ListedMessageSerializer(m).data for m in rows.messages]
+
+
+def test_a_subclass_overriding_to_representation_is_called_for_every_listed_row(rows):
+    class Shouting(api.ListedMessageSerializer):
+        def to_representation(self, instance):
+            data = super().to_representation(instance)
+            data["role"] = data["role"].upper()
+            return data
+
+    class Page(api.MessagePageSerializer):
+        results = Shouting(many=True)
+
+    roles = [row["role"] for row in Shouting(rows.messages, many=True).data]
+    assert roles == ["USER", "TOOL"]
+    page = Page({"results": rows.messages, "has_more": False, "next": None}).data
+    assert [row["role"] for row in page["results"]] == ["USER", "TOOL"]
+
+
+def test_a_choice_outside_the_choices_and_an_enum_are_written_as_drf_writes_them():
+    class Row(PlannedRepresentationMixin, serializers.Serializer):
+        role = serializers.ChoiceField(choices=[("1", "one"), ("user", "User")], read_only=True)
+
+    for value in ("user", "other", "", "1", 1):
+        drf = serializers.ChoiceField(choices=[("1", "one"), ("user", "User")])
+        expected = drf.to_representation(value)
+        assert Row({"role": value}).data == {"role": expected}

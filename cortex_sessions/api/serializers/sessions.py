@@ -126,17 +126,12 @@ class SearchMatchSerializer(PlannedRepresentationMixin, serializers.Serializer[A
 class SearchResultMixin:
     """Adds ``match`` to a serialized row read with ``q`` and leaves it out otherwise, so a
     row has one shape wherever it is returned unless it is a search result. The schema lists
-    ``match`` as optional (:attr:`optional_fields`, read by ``CortexAutoSchema``)."""
+    ``match`` as optional (:attr:`optional_fields`, read by ``CortexAutoSchema``); a row
+    leaves out an optional field that is ``None`` (``PlannedRepresentationMixin``, which the
+    serializer it is mixed into must have)."""
 
     #: Response fields that may be absent.
-    optional_fields = ("match",)
-
-    def to_representation(self, instance: Any) -> Any:
-        """The row, with ``match`` only when it has one."""
-        data = super().to_representation(instance)  # type: ignore[misc]
-        if data.get("match") is None:
-            data.pop("match", None)
-        return data
+    optional_fields: tuple[str, ...] = ("match",)
 
 
 class ListedSessionSerializer(SearchResultMixin, SessionSerializer):
