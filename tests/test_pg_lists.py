@@ -15,6 +15,7 @@ from decimal import Decimal
 
 import pytest
 from django.db import connections
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
@@ -190,6 +191,31 @@ def test_every_ordering_pages_forward_and_back_as_the_orm_path(rows):
             with orm_path():
                 assert fast == walk("org=a", filters, ordering, 3), ordering
             assert len(fast) > 2
+
+
+@on_postgresql
+@pytest.mark.parametrize("ordering", [None, "title", "-cost", "message_count"])
+def test_prepared_statements_list_page_and_count_as_the_orm_path(rows, ordering):
+    """With ``PREPARED_STATEMENTS`` (server-side binding, ``prepare=True``) every parameter
+    type of the statements binds: scope text, the clock, the title pattern, keyset keys (a
+    ``datetime``, ``Decimal``, ``int`` or ``str``), limit and offset."""
+    filters = SessionFilters(search="B", archived=None, agent_id="agent-1")
+    with override_settings(CORTEX_SESSIONS={"PREPARED_STATEMENTS": True}):
+        for _ in range(3):  # prepared, then run prepared
+            fast = walk("org=a", filters, ordering, 2)
+            listed = services.list_sessions(
+                scope="org=a", filters=filters, ordering=ordering, limit=3, offset=1
+            )
+            count = services.count_sessions(scope="org=a", filters=filters)
+    with orm_path():
+        assert fast == walk("org=a", filters, ordering, 2)
+        assert snapshot(listed) == snapshot(
+            services.list_sessions(
+                scope="org=a", filters=filters, ordering=ordering, limit=3, offset=1
+            )
+        )
+        assert count == services.count_sessions(scope="org=a", filters=filters)
+    assert len(fast) > 2 and listed
 
 
 @on_postgresql
