@@ -56,7 +56,6 @@ from ..content import check_object_keys, content_text
 from ..exceptions import (
     InvalidContent,
     InvalidInput,
-    MessageNotFound,
 )
 from ..models import Message, Session, not_expired_q
 from ..scope import Scope, as_scope, scope_q
@@ -407,12 +406,16 @@ class CortexSession:
     async def pop_item(self, wrapper: Any = None) -> dict[str, Any] | None:
         """Remove and return the newest item (the SDK's ``Session.pop_item``).
 
-        Each removal is :func:`cortex_sessions.services.pop_message` (docs/design.md §11.4): the
-        session row is locked while the newest message is deleted and the counters move, so two
-        concurrent pops never return the same item and a ``seq`` is never reused. A newest
+        Each removal is as :func:`cortex_sessions.services.pop_message` (docs/design.md §11.4):
+        the session row is locked while the newest message is deleted and the counters move, so
+        two concurrent pops never return the same item and a ``seq`` is never reused. A newest
         message that reads as no item (a ``tool`` message another writer added without an item
         block) is removed too and the next one popped, as the SDK's stores drop rows they
-        cannot decode.
+        cannot decode. In a compacted session the item is the last one :meth:`get_items`
+        returns (docs/design.md §16.5): when the newest message is the compaction summary and
+        no message is shown after it, the summary's own last item, the summary being replaced
+        by one holding the items before it (:func:`~.openai_compaction.pop_window_item`); the
+        transcript's messages stay.
 
         Returns:
             The newest item, or ``None`` when the session is (or became) empty.
@@ -610,17 +613,13 @@ def _read_items(pk: uuid.UUID, scope: Scope, limit: int | None) -> list[dict[str
 
 
 def _pop_item(pk: uuid.UUID, scope: Scope) -> dict[str, Any] | None:
-    """Pop messages with :func:`cortex_sessions.services.pop_message` until one reads as an
-    item; ``None`` when the session is empty (docs/design.md §11.4, §13.2).
+    """Pop the newest item the SDK sees, removing messages that read as no item on the way;
+    ``None`` when that history is empty (docs/design.md §11.4, §13.2, §16.5;
+    :func:`~.openai_compaction.pop_window_item`, which also handles a compacted session).
 
-    Each pop is its own transaction, as the service defines it; the messages dropped on the way
-    (no item) are gone like any popped message.
+    Each step is its own transaction; the messages dropped on the way (no item) are gone like
+    any popped message.
     """
-    while True:
-        try:
-            popped = services.pop_message(scope=scope, session_id=pk)
-        except MessageNotFound:
-            return None
-        item = message_to_item(popped.message)
-        if item is not None:
-            return item
+    from .openai_compaction import pop_window_item  # it imports this module
+
+    return pop_window_item(pk, scope)

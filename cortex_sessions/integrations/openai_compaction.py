@@ -21,17 +21,31 @@ API, search and export still see every original item::
     await Runner.run(agent, "Hello", session=session)
 
 Deleting the summary message (``DELETE /sessions/{id}/messages/{seq}/``) undoes a compaction.
+
+``CortexSession.pop_item`` pops the newest item *the SDK sees* (:func:`pop_window_item`): the
+newest message after the summary, as ever; when the newest message is the summary itself, the
+newest message it is shown with, and when there is none, the summary's own last item — the
+summary is replaced, in one transaction, by one standing for the same messages with the items
+before it. The transcript's original items are never deleted by a pop of the summary's items.
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from .. import routing, services
-from ..exceptions import InvalidThroughSeq
-from ..models import Message
+from ..exceptions import InvalidThroughSeq, MessageNotFound
+from ..models import Message, Session
 from ..scope import Scope
+from ..services._common import (
+    _check_live,
+    _check_not_held,
+    _db_for_write,
+    _locked_session,
+    _write_transaction,
+)
+from ..services.context import has_compaction
 from . import openai_agents_history as history
 from .blocks import text_blocks
 from .openai_agents import (
@@ -43,7 +57,13 @@ from .openai_agents import (
     message_to_item,
 )
 
-__all__ = ["read_history", "replace_with_compaction", "summary_content", "window_items"]
+__all__ = [
+    "pop_window_item",
+    "read_history",
+    "replace_with_compaction",
+    "summary_content",
+    "window_items",
+]
 
 #: The readable text of a compaction summary written by the SDK's compaction (its items, an
 #: encrypted ``compaction`` item among them, have little text of their own).
@@ -144,3 +164,85 @@ def read_history(pk: uuid.UUID, scope: Scope, limit: int | None) -> list[dict[st
         return _read_items(pk, scope, limit)
     items = window_items(scope, pk)
     return items if limit is None else items[-limit:]
+
+
+def _pop_once(pk: uuid.UUID, scope: Scope) -> tuple[bool, dict[str, Any] | None]:
+    """One step of :func:`pop_window_item`: ``(done, item)``; ``done`` is ``False`` when a
+    message that reads as no item was removed (the caller pops again)."""
+    using = _db_for_write()
+    if not has_compaction(Session(pk=pk), using=using):  # one probe of the checkpoint index
+        try:
+            popped = services.pop_message(scope=scope, session_id=pk).message
+        except MessageNotFound:
+            return True, None
+        if popped.compacts_through_seq is None:
+            item = message_to_item(popped)
+            return item is not None, item
+        # A compaction committed between the probe and the pop, which took its summary: put
+        # it back as it was (same through_seq, content and usage) and pop as in its presence.
+        services.compact_session(
+            scope=scope,
+            session_id=pk,
+            through_seq=popped.compacts_through_seq,
+            summary=popped.content,
+            usage=popped.usage,
+        )
+        return False, None
+    with _write_transaction(using):
+        session = _check_not_held(_check_live(_locked_session(scope, pk)))
+        messages = Message.objects.using(using).filter(session=session)
+        newest = messages.order_by("-seq").first()
+        if newest is None:
+            return True, None
+        through = newest.compacts_through_seq
+        if through is not None:  # the summary: the newest message shown with it, if any
+            newest = (
+                messages.filter(
+                    seq__gt=through, seq__lt=newest.seq, compacts_through_seq__isnull=True
+                )
+                .order_by("-seq")
+                .first()
+            ) or newest
+        seq = cast(int, newest.seq)  # a stored message has one
+        if newest.compacts_through_seq is None:
+            services.delete_message(scope=scope, session_id=pk, seq=seq)
+            item = message_to_item(newest)
+            return item is not None, item
+        items = _items_of(newest)
+        if not items:  # the SDK sees nothing: the session is empty to it
+            return True, None
+        services.delete_message(scope=scope, session_id=pk, seq=seq)
+        services.compact_session(
+            scope=scope,
+            session_id=pk,
+            through_seq=newest.compacts_through_seq,
+            summary=summary_content(items[:-1]),
+            usage=newest.usage,
+        )
+        return True, items[-1]
+
+
+def pop_window_item(pk: uuid.UUID, scope: Scope) -> dict[str, Any] | None:
+    """:meth:`CortexSession.pop_item`: remove and return the newest item of what
+    :meth:`~CortexSession.get_items` returns (the SDK's contract; docs/design.md §16.5).
+
+    Without a compaction that is the newest message, popped by ``services.pop_message`` (on
+    PostgreSQL one statement) after one probe of the checkpoint index. With one, the SDK sees the newest summary's items, then the items of
+    the messages after what it stands for; so when the newest message is that summary, the pop
+    removes the newest message after its ``through_seq`` (older summaries aside), and when there
+    is none, the summary is replaced — same ``through_seq``, same ``usage`` — by one holding its
+    items but the last, which is returned. Each step is one transaction under the session's row
+    lock; a message that reads as no item is removed on the way and the next one popped.
+
+    Returns:
+        The item, or ``None`` when the SDK's history is (or became) empty.
+
+    Raises:
+        SessionNotFound, SessionArchived, LegalHold: as ``services.pop_message``.
+        InvalidThroughSeq: the summary cannot be rewritten (its ``through_seq`` is not past the
+            previous summary's, which only an import of such a file gives); nothing changes.
+    """
+    while True:
+        done, item = _pop_once(pk, scope)
+        if done:
+            return item
