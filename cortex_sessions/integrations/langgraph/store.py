@@ -377,6 +377,8 @@ def list_tuples(
     """
     if limit is not None and limit <= 0:
         return []
+    if before is not None:
+        before = _bounded(before, ID_CHARS, "before")
     alias = routing.db_for_read(Checkpoint, scope=scope)
     if thread_id is not None and not filter and _pg_reads.serves(alias):
         # one statement on PostgreSQL (two when a checkpoint names values it did not read)
