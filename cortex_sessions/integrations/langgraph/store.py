@@ -41,6 +41,7 @@ from ...models import Session, not_expired_q
 from ...scope import Scope, scope_q
 from ..blocks import is_storable
 from . import _pg_reads, _pg_writes, mirror, threads
+from ._pg_reads import _config, _loads
 from .models import ID_CHARS, NAME_CHARS, Checkpoint, CheckpointBlob, CheckpointWrite
 
 __all__ = ["delete_thread", "list_tuples", "put_checkpoint", "put_writes"]
@@ -62,20 +63,6 @@ def _bounded(value: str, limit: int, field: str) -> str:
     except UnicodeEncodeError:
         raise InvalidText(f"{field} contains a lone surrogate.", field=field) from None
     return value
-
-
-def _loads(serde: SerializerProtocol, kind: str, data: Any) -> Any:
-    return serde.loads_typed((kind, bytes(data) if data is not None else b""))
-
-
-def _config(thread_id: str, ns: str, checkpoint_id: str) -> dict[str, Any]:
-    return {
-        "configurable": {
-            "thread_id": thread_id,
-            "checkpoint_ns": ns,
-            "checkpoint_id": checkpoint_id,
-        }
-    }
 
 
 def _json_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
