@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple, cast
 from django.db import IntegrityError, OperationalError, connections, router
 from django.utils import timezone
 
+from ..exceptions import SessionArchived, SessionNotFound
 from ..faults import is_deadlock, is_lock_wait_timeout
 from ..models import IdempotencyKey, Message, Session
 from ..scope import Scope, canonical_of
@@ -101,8 +102,9 @@ def _append_keyed_pg(
 
     Returns:
         The append, or ``None`` when :func:`~.idempotency.run_once` must serve the call: not
-        this case, the key's row exists (a replay, a reused or an expired key), or a lock wait
-        timed out (the key may be in progress: ``run_once`` tells).
+        this case, the key's row exists (a replay, a reused or an expired key), no live session
+        (``run_once`` replays a recorded first call, or raises), or a lock wait timed out (the
+        key may be in progress: ``run_once`` tells).
 
     Raises:
         InvalidIdempotencyKey, and what ``messages._append_rows`` raises.
@@ -121,7 +123,9 @@ def _append_keyed_pg(
     record = (canonical_of(scope), endpoint, check_idempotency_key(key), digest, timezone.now())
     try:
         return _append_rows(scope, pk, rows, now, key=record)
-    except IntegrityError:  # the key's unique index: nothing was written
+    except (IntegrityError, SessionNotFound, SessionArchived):
+        # Nothing was written: the key's unique index, or no live session (archived, expired
+        # or deleted since a first call that ``run_once`` may replay, §12.1).
         return None
     except OperationalError as exc:
         if is_lock_wait_timeout(exc):
@@ -168,7 +172,8 @@ def append_recorded(
         :class:`~.messages.AppendResult`, or ``None`` when nothing was written and
         :func:`~.idempotency.run_once` must serve the call: not PostgreSQL, the key's database
         is not the write database, a caller's transaction, the key's row exists (a replay, a
-        reused or an expired key), or a lock wait timed out or deadlocked (the key may be in
+        reused or an expired key), no live session (``run_once`` replays a recorded first
+        call, or raises), or a lock wait timed out or deadlocked (the key may be in
         progress: ``run_once`` tells).
 
     Raises:
@@ -198,7 +203,9 @@ def append_recorded(
     key = (canonical, keyed.endpoint, keyed.key, keyed.digest, status_code, RECORDED_TAG)
     try:
         return _append_rows(keyed.scope, session_id, [row], now, key=(*key, recorded, now))
-    except IntegrityError:  # the key's unique index: nothing was written
+    except (IntegrityError, SessionNotFound, SessionArchived):
+        # Nothing was written: the key's unique index, or no live session (archived, expired
+        # or deleted since a first call that ``run_once`` replays, §12.1).
         return None
     except OperationalError as exc:
         if is_lock_wait_timeout(exc) or is_deadlock(exc):  # one statement: nothing written

@@ -176,3 +176,45 @@ def test_the_recorded_message_keeps_its_time_and_tokens(api, session, settings):
 
 def many_tokens(role: str, content: object) -> int:
     return 999
+
+
+def _archive(session):
+    services.archive_session(scope=session.scope, session_id=session.pk)
+
+
+def _expire(session):
+    Session.objects.filter(pk=session.pk).update(expires_at=datetime(2000, 1, 1, tzinfo=UTC))
+
+
+def _delete(session):
+    services.delete_session(scope=session.scope, session_id=session.pk)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "gone", [_archive, _expire, _delete], ids=["archived", "expired", "deleted"]
+)
+def test_a_replay_answers_201_after_the_session_was_archived_expired_or_deleted(api, session, gone):
+    """A client retrying a stored write (e.g. after ``write_outcome_unknown``) gets its first
+    answer whatever happened to the session since, on every database: the one-statement path
+    matches no live session and hands the call to ``run_once``, which replays."""
+    first = post(api, session, MESSAGE)
+    gone(session)
+    again = post(api, session, MESSAGE)
+    assert (again.status_code, again.content) == (201, first.content)
+    assert again.headers["Idempotent-Replayed"] == "true"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_service_replay_of_one_message_after_the_session_was_archived(session):
+    """The service's keyed append of one message replays as one of several does, on every
+    database (a replay reads the session back: an expired or deleted one is not found)."""
+    message = services.MessageInput(role="user", content="pay invoice 42")
+    first = services.append_messages(
+        scope=session.scope, session_id=session.pk, messages=[message], idempotency_key="k"
+    )
+    _archive(session)
+    again = services.append_messages(
+        scope=session.scope, session_id=session.pk, messages=[message], idempotency_key="k"
+    )
+    assert [m.pk for m in again.messages] == [m.pk for m in first.messages]
