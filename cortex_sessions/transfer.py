@@ -267,6 +267,30 @@ def _compaction(item: Mapping[str, Any], index: int) -> int | None:
     return through
 
 
+def _compactions(messages: list[Any]) -> tuple[tuple[int, int], ...]:
+    """``(index, compacts_through_seq)`` of each summary in ``messages``, each standing for at
+    least what the one before it stood for: a later compaction never covers less (§16.3; an
+    export or a fork after deletes can make two equal, never smaller).
+
+    Raises:
+        InvalidThroughSeq, InvalidConversation: as :func:`_compaction`; or a summary covering
+            fewer messages than an earlier one.
+    """
+    found: list[tuple[int, int]] = []
+    for index, item in enumerate(messages):
+        through = _compaction(item, index)
+        if through is None:
+            continue
+        if found and through < found[-1][1]:
+            raise InvalidThroughSeq(
+                f"messages[{index}].compacts_through_seq must not be less than the previous "
+                f"summary's ({found[-1][1]}, at messages[{found[-1][0]}]); got {through}.",
+                field="compacts_through_seq",
+            )
+        found.append((index, through))
+    return tuple(found)
+
+
 def parse_conversation(line: str | bytes) -> Conversation:
     """Parse one line of a conversation file.
 
@@ -285,7 +309,7 @@ def parse_conversation(line: str | bytes) -> Conversation:
             ``compacts_through_seq`` that is not a summary (role ``user``, source
             ``checkpoint``).
         InvalidThroughSeq: a ``compacts_through_seq`` that is not an integer from 0 to the
-            number of messages before it.
+            number of messages before it, or less than an earlier summary's.
         InvalidContent, EmptyContent, NulCharacter: a message's content is unusable (the message
             names the offending ``messages[i]``).
     """
@@ -319,11 +343,7 @@ def parse_conversation(line: str | bytes) -> Conversation:
         metadata=data.get("metadata"),
         cwd=data.get("cwd"),
         messages=[_message(item, index) for index, item in enumerate(messages)],
-        compactions=tuple(
-            (index, through)
-            for index, item in enumerate(messages)
-            if (through := _compaction(item, index)) is not None
-        ),
+        compactions=_compactions(messages),
         archived_at=_created_at(data.get("archived_at"), "conversation", key="archived_at"),
         forked_from=forked_from,
         forked_at_seq=forked_at_seq,

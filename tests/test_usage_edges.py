@@ -278,3 +278,22 @@ def test_a_bad_compacts_through_seq_imports_nothing_of_that_conversation(message
     assert (report.imported, report.failed) == (0, 1)
     assert report.errors[0].code == code
     assert not Session.objects.exists()
+
+
+def _summary(through):
+    return {"role": "user", "source": "checkpoint", "content": "s", "compacts_through_seq": through}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("first", "second", "imported"), [(2, 1, 0), (2, 2, 1), (0, 3, 1)])
+def test_a_later_summary_covering_less_than_an_earlier_one_imports_nothing(first, second, imported):
+    """``compact_session`` refuses a compaction not past the previous one; an export or a fork
+    after deletes can write two equal ones, never a smaller one (§16.3)."""
+    plain = {"role": "user", "content": "a"}
+    messages = [plain, plain, _summary(first), plain, _summary(second)]
+    line = json.dumps({"messages": messages})
+    report = transfer.import_conversations(io.StringIO(line + "\n"), scope=SCOPE, agent_id="a")
+    assert report.imported == imported
+    if not imported:
+        assert report.errors[0].code == "invalid_through_seq"
+        assert not Session.objects.exists()
