@@ -225,9 +225,9 @@ def test_a_list_page_and_a_count_are_one_statement_without_a_queryset(rows, monk
     def no_queryset(*args, **kwargs):
         raise AssertionError("the ORM path ran")
 
-    monkeypatch.setattr(sessions_module, "session_queryset", no_queryset)
+    monkeypatch.setattr(sessions_module, "_session_queryset", no_queryset)
     monkeypatch.setattr(sessions_module, "_filtered", no_queryset)
-    monkeypatch.setattr(keyset_module, "session_queryset", no_queryset)
+    monkeypatch.setattr(keyset_module, "_session_queryset", no_queryset)
     alias = services.list_sessions(scope="org=a", limit=1)[0]._state.db
     with CaptureQueriesContext(connections[alias]) as captured:
         listed = services.list_sessions(scope="org=a", limit=5, offset=1)
@@ -242,13 +242,13 @@ def test_a_list_page_and_a_count_are_one_statement_without_a_queryset(rows, monk
 def test_metadata_and_search_filters_keep_the_orm_path(rows, monkeypatch):
     """``metadata`` and ``q`` are not written by hand: the ORM path serves them."""
     calls = []
-    real = sessions_module.session_queryset
+    real = sessions_module._session_queryset
 
-    def counted(**kwargs):
-        calls.append(kwargs)
-        return real(**kwargs)
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(sessions_module, "session_queryset", counted)
+    monkeypatch.setattr(sessions_module, "_session_queryset", counted)
     listed = services.list_sessions(scope="org=a", filters=SessionFilters(metadata={"n": 1}))
     services.list_sessions(scope="org=a", filters=SessionFilters(q="billing"))
     assert len(calls) == 2

@@ -34,7 +34,7 @@ from ..usage import TOTAL_COST_PATTERN
 from . import _pg_lists
 from ._common import MAX_INT64, _check_int, _db_for_read
 from .filters import SessionFilters, session_filters
-from .sessions import check_ordering, session_queryset
+from .sessions import _session_queryset, check_ordering
 
 __all__ = ["SessionPage", "list_sessions_page", "paginate_keyset"]
 
@@ -275,7 +275,7 @@ def list_sessions_page(
     alias = _db_for_read(scope)
     if _pg_lists.handles(alias, filters):  # one statement, no queryset (docs/design.md §14)
         return _fast_page(alias, scope, filters, ordering, limit=limit, cursor=cursor)
-    queryset = session_queryset(scope=scope, filters=filters, ordering=ordering)
+    queryset = _session_queryset(scope, filters, ordering, using=alias)
     with search_timeout(queryset.db, active=filters.q is not None):
         return paginate_keyset(queryset, cursor=cursor, limit=limit)
 

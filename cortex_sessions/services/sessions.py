@@ -92,8 +92,15 @@ def session_queryset(
             without search (MySQL/MariaDB).
         TypeError: ``filters`` is not a ``SessionFilters`` (or ``None``).
     """
-    filters = session_filters(filters)
-    queryset = _filtered(scope, filters, annotate=True)
+    return _session_queryset(scope, session_filters(filters), ordering, using=None)
+
+
+def _session_queryset(
+    scope: Scope | str, filters: SessionFilters, ordering: str | None, *, using: str | None
+) -> SessionQuerySet:
+    """:func:`session_queryset` on the database ``using`` (``None``: the router's read
+    database for ``scope``), for a caller that has asked the router already."""
+    queryset = _filtered(scope, filters, annotate=True, using=using)
     explicit_ordering = ordering is not None
     ordering = check_ordering(ordering)
     tie = "-id" if ordering.startswith("-") else "id"
@@ -126,7 +133,9 @@ def check_ordering(ordering: Any) -> str:
     return ordering
 
 
-def _filtered(scope: Scope | str, filters: SessionFilters, *, annotate: bool) -> SessionQuerySet:
+def _filtered(
+    scope: Scope | str, filters: SessionFilters, *, annotate: bool, using: str | None = None
+) -> SessionQuerySet:
     """The sessions within ``scope`` that ``filters`` keep, unordered; a search's rows get its
     rank and snippet only with ``annotate`` (a count needs neither).
 
@@ -134,7 +143,8 @@ def _filtered(scope: Scope | str, filters: SessionFilters, *, annotate: bool) ->
         NoScope, InvalidScope: the scope is missing or malformed.
         InvalidFilter: ``filters.q`` on a database without search (MySQL/MariaDB).
     """
-    queryset = Session.objects.using(_db_for_read(scope)).within(scope, exact=filters.exact)
+    alias = _db_for_read(scope) if using is None else using  # the router asked once per call
+    queryset = Session.objects.using(alias).within(scope, exact=filters.exact)
     if filters.agent_id is not None:
         queryset = queryset.filter(agent_id=filters.agent_id)
     if filters.default_only:
@@ -197,7 +207,7 @@ def list_sessions(
             limit=limit,
             offset=offset,
         )
-    queryset = session_queryset(scope=scope, filters=filters, ordering=ordering)
+    queryset = _session_queryset(scope, filters, ordering, using=alias)
     end = None if limit is None else offset + limit
     with search_timeout(queryset.db, active=filters.q is not None):
         return list(queryset[offset:end])
@@ -218,7 +228,7 @@ def count_sessions(*, scope: Scope | str, filters: SessionFilters | None = None)
     alias = _db_for_read(scope)
     if _pg_lists.handles(alias, filters):  # one statement, no queryset (docs/design.md §14)
         return _pg_lists.count_sessions(alias, canonical=canonical_of(scope), filters=filters)
-    queryset = _filtered(scope, filters, annotate=False)
+    queryset = _filtered(scope, filters, annotate=False, using=alias)
     with search_timeout(queryset.db, active=filters.q is not None):
         return queryset.order_by().count()
 
