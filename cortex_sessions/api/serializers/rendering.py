@@ -321,14 +321,9 @@ def _render(instance: Any, compiled: _Compiled) -> dict[str, Any]:
         if value is None:
             if not optional:
                 ret[name] = None
-        elif type(value) in _PLAIN_TYPES:
-            if writer is _SAME:
-                ret[name] = value
-            elif writer is not None:
-                ret[name] = writer(value)
-            else:
-                ret[name] = field.to_representation(value)
-        elif value is _MISSING or callable(value) or isinstance(value, PKOnlyObject):
+        elif type(value) not in _PLAIN_TYPES and (  # a plain value skips DRF's checks
+            value is _MISSING or callable(value) or isinstance(value, PKOnlyObject)
+        ):
             try:  # DRF's own rules (defaults, SkipField, callables, related pks)
                 value = field.get_attribute(instance)
             except SkipField:
