@@ -1012,3 +1012,20 @@ def test_importing_the_service_without_its_app_installed_names_the_app_to_add(tm
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("ImproperlyConfigured:")
     assert "'cortex_sessions.integrations.adk' to INSTALLED_APPS" in result.stdout
+
+
+@pytest.mark.parametrize("within", [None, f"app={APP}"], ids=["unbound", "bound"])
+@pytest.mark.parametrize("user_id", ["1", None], ids=["one-user", "every-user"])
+@async_test
+async def test_an_archived_session_is_in_no_list(within, user_id):
+    """An archived session is left out of every listing, one user's or every user's, by a bound
+    or an unbound service, as the app's own lists leave it out (docs/design.md §11.2)."""
+    service = CortexSessionService(within=within)
+    kept = await service.create_session(app_name=APP, user_id="1", session_id="kept")
+    archived = await service.create_session(app_name=APP, user_id="1", session_id="archived")
+    row = await AdkSession.objects.select_related("session").aget(adk_id=archived.id)
+    await services.aarchive_session(scope=row.session.scope, session_id=row.session_id)
+
+    listed = (await service.list_sessions(app_name=APP, user_id=user_id)).sessions
+
+    assert [s.id for s in listed] == [kept.id]

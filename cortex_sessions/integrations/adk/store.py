@@ -285,8 +285,8 @@ def _list_sync(
         )
     elif service.within is not None:
         rows = rows.filter(session__in=services.session_queryset(scope=service.within).using(using))
-    else:  # an unbound service: still never an expired session (docs/design.md §18.1)
-        rows = rows.filter(not_expired_q(prefix="session__"))
+    else:  # an unbound service: still never an archived or expired session (§11.2, §18.1)
+        rows = rows.filter(not_expired_q(prefix="session__"), session__archived_at__isnull=True)
     found = list(_with_last_event(rows))
     if not found:
         return ListSessionsResponse(sessions=[])
