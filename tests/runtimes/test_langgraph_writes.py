@@ -23,7 +23,12 @@ from langgraph.checkpoint.base import ERROR, empty_checkpoint
 
 from cortex_sessions import services, signals
 from cortex_sessions.exceptions import MessageTooLarge, SessionArchived, SessionNotFound
-from cortex_sessions.integrations.langgraph import CortexCheckpointSaver, _pg_writes, mirror
+from cortex_sessions.integrations.langgraph import (
+    CortexCheckpointSaver,
+    _pg_reads,
+    _pg_writes,
+    mirror,
+)
 from cortex_sessions.integrations.langgraph.models import (
     Checkpoint,
     CheckpointBlob,
@@ -234,7 +239,12 @@ def test_the_migration_creates_the_functions_the_code_calls():
         migration.CREATE_WRITES,
         migration.DROP_WRITES,
     )
-    assert _function_exists(migration.DROP_PUT) and _function_exists(migration.DROP_WRITES)
+    assert _pg_writes.function_sql(_pg_reads.LATEST) == (
+        migration.CREATE_LATEST,
+        migration.DROP_LATEST,
+    )
+    for drop in (migration.DROP_PUT, migration.DROP_WRITES, migration.DROP_LATEST):
+        assert _function_exists(drop)
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="the PostgreSQL functions")
@@ -245,7 +255,8 @@ def test_migrations_disabled_the_functions_come_from_post_migrate(
     transactional: the test's rollback restores them); with them enabled it leaves them to
     the migration."""
     config = django_apps.get_app_config("cortex_langgraph")
-    drops = [_pg_writes.function_sql(name)[1] for name in (_pg_writes.PUT, _pg_writes.WRITES)]
+    names = (_pg_writes.PUT, _pg_writes.WRITES, _pg_reads.LATEST)
+    drops = [_pg_writes.function_sql(name)[1] for name in names]
     with connection.cursor() as cursor:
         for drop in drops:
             cursor.execute(drop)
@@ -263,3 +274,4 @@ def test_migrations_disabled_the_functions_come_from_post_migrate(
     thread.saver.put_writes(thread.config, [("step", 1)], "task")
     assert _texts(thread.thread_id) == ["a", "b"]
     assert Session.objects.get(pk=thread.thread_id).message_count == 2
+    assert thread.saver.get_tuple(thread.config).pending_writes == [("task", "step", 1)]

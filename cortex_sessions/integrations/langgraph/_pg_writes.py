@@ -54,6 +54,7 @@ from ...services._pg_run import (
 )
 from ...signals import messages_appended
 from ...usage import Totals, totals_of
+from . import _pg_reads
 from .mirror import MirroredRow
 from .models import Checkpoint, CheckpointBlob, CheckpointWrite
 
@@ -230,8 +231,10 @@ class _Function(NamedTuple):
     arguments: tuple[str, ...]
     #: The one statement it runs, selecting into ``result``.
     statement: Any
-    #: The type of ``result``, which it returns.
+    #: The type of ``result``, which it returns; ``TABLE(…)``: the statement's rows.
     returns: str
+    #: ``STABLE`` (reads only) or ``""`` (it writes).
+    volatility: str = ""
 
 
 @cache
@@ -251,6 +254,12 @@ def _functions() -> dict[str, _Function]:
     return {
         PUT: _Function(put, _put_statement, "text[]"),
         WRITES: _Function((*writes, "boolean"), _writes_statement, "boolean"),
+        _pg_reads.LATEST: _Function(
+            _pg_reads.LATEST_ARGUMENTS,
+            _pg_reads.latest_statement,
+            _pg_reads.LATEST_RESULT,
+            "STABLE",
+        ),
     }
 
 
@@ -283,12 +292,15 @@ def function_sql(function: str) -> tuple[str, str]:
     body = "".join(f"{piece}${number}" for number, piece in enumerate(pieces[:-1], 1))
     body += pieces[-1]
     signature = f"{function}({', '.join(spec.arguments)})"
+    volatility = f" {spec.volatility}" if spec.volatility else ""
+    if spec.returns.startswith("TABLE("):
+        block = f"BEGIN\n  RETURN QUERY {body};\nEND"
+    else:
+        block = f"DECLARE\n  result {spec.returns};\nBEGIN\n  {body};\n  RETURN result;\nEND"
     create = (
         f"CREATE OR REPLACE FUNCTION {signature}"
-        f" RETURNS {spec.returns} LANGUAGE plpgsql AS $function$\n"
-        "#variable_conflict use_column\n"
-        f"DECLARE\n  result {spec.returns};\n"
-        f"BEGIN\n  {body};\n  RETURN result;\nEND\n$function$"
+        f" RETURNS {spec.returns} LANGUAGE plpgsql{volatility} AS $function$\n"
+        f"#variable_conflict use_column\n{block}\n$function$"
     )
     return create, f"DROP FUNCTION IF EXISTS {signature}"
 

@@ -1,10 +1,11 @@
 """The saver's write functions on PostgreSQL (docs/design.md §14.1, §19.1):
 ``cortex_langgraph_put_v1`` (a checkpoint of an existing thread stored, its blobs, and its new
 messages mirrored into the session with the counters moved, in one call) and
-``cortex_langgraph_writes_v1`` (a task's pending writes). PL/pgSQL keeps each statement's plan
+``cortex_langgraph_writes_v1`` (a task's pending writes) and ``cortex_langgraph_latest_v1`` (the
+latest checkpoint of a thread's namespace, with its pending writes and channel values). PL/pgSQL keeps each statement's plan
 for the server session, where the statements sent as text were planned on every call.
 
-Nothing existing is locked or rewritten: two functions are created (backward: dropped). Code
+Nothing existing is locked or rewritten: three functions are created (backward: dropped). Code
 of this version calls them, so run this migration before it serves; a call the server refuses
 ("function does not exist") writes nothing. The SQL below is a frozen copy of
 ``cortex_sessions.integrations.langgraph._pg_writes.function_sql``;
@@ -27,6 +28,10 @@ CREATE_WRITES = 'CREATE OR REPLACE FUNCTION cortex_langgraph_writes_v1(uuid, tex
 
 DROP_WRITES = "DROP FUNCTION IF EXISTS cortex_langgraph_writes_v1(uuid, text, text, text, text, text, text, text, text, text, integer[], text[], text[], bytea[], boolean)"
 
+CREATE_LATEST = "CREATE OR REPLACE FUNCTION cortex_langgraph_latest_v1(uuid, text, text, text, text, text, uuid, text, uuid, text, uuid, text, bigint) RETURNS TABLE(r_kind integer, r_ns text, r_id text, r_parent text, r_type text, r_body bytea, r_metadata jsonb, r_newest bytea[], r_writes bytea[]) LANGUAGE plpgsql STABLE AS $function$\n#variable_conflict use_column\nBEGIN\n  RETURN QUERY SELECT r.kind, r.ns::text, r.id::text, r.parent::text, r.type::text, r.body, r.metadata, r.newest, r.writes FROM (WITH RECURSIVE ok AS (SELECT 1 FROM \"cortex_sessions_session\" s WHERE s.id = $1 AND CASE WHEN s.scope >= $2 AND s.scope < $3 AND (s.scope = $4 OR s.scope >= $5) AND (s.expires_at IS NULL OR s.expires_at > statement_timestamp()) THEN TRUE END AND s.agent_id = COALESCE($6, s.agent_id)), ch AS ((SELECT b.checkpoint_ns, b.channel, b.version, b.type, b.blob FROM \"cortex_langgraph_checkpointblob\" b WHERE b.session_id = $7 AND b.checkpoint_ns = $8 ORDER BY b.channel DESC, b.version DESC LIMIT 1) UNION ALL SELECT n.* FROM ch CROSS JOIN LATERAL (SELECT b.checkpoint_ns, b.channel, b.version, b.type, b.blob FROM \"cortex_langgraph_checkpointblob\" b WHERE b.session_id = $9 AND b.checkpoint_ns = $10 AND b.channel < ch.channel ORDER BY b.channel DESC, b.version DESC LIMIT 1) n) (SELECT 0 AS kind, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.type, c.checkpoint, c.metadata, (SELECT array_agg(ARRAY[convert_to(ch.channel, 'UTF8'), convert_to(ch.version, 'UTF8'), convert_to(ch.type, 'UTF8'), ch.blob]) FROM ch), (SELECT array_agg(ARRAY[convert_to(w.task_id, 'UTF8'), convert_to(w.channel, 'UTF8'), convert_to(w.type, 'UTF8'), w.blob, convert_to(w.task_path, 'UTF8'), convert_to(w.idx::text, 'UTF8')]) FROM \"cortex_langgraph_checkpointwrite\" w WHERE w.session_id = c.session_id AND w.checkpoint_ns = c.checkpoint_ns AND w.checkpoint_id = c.checkpoint_id) FROM \"cortex_langgraph_checkpoint\" c WHERE c.session_id = $11 AND EXISTS (SELECT 1 FROM ok) AND c.checkpoint_ns = $12 ORDER BY c.checkpoint_id DESC, c.checkpoint_ns LIMIT $13)) AS r(kind, ns, id, parent, type, body, metadata, newest, writes);\nEND\n$function$"
+
+DROP_LATEST = "DROP FUNCTION IF EXISTS cortex_langgraph_latest_v1(uuid, text, text, text, text, text, uuid, text, uuid, text, uuid, text, bigint)"
+
 
 class Migration(migrations.Migration):
     dependencies = [
@@ -39,7 +44,9 @@ class Migration(migrations.Migration):
             vendors=["postgresql"],
             operations=[
                 migrations.RunSQL(
-                    [CREATE_PUT, CREATE_WRITES], [DROP_PUT, DROP_WRITES], elidable=False
+                    [CREATE_PUT, CREATE_WRITES, CREATE_LATEST],
+                    [DROP_PUT, DROP_WRITES, DROP_LATEST],
+                    elidable=False,
                 )
             ],
         ),
