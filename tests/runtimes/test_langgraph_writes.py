@@ -275,3 +275,50 @@ def test_migrations_disabled_the_functions_come_from_post_migrate(
     assert _texts(thread.thread_id) == ["a", "b"]
     assert Session.objects.get(pk=thread.thread_id).message_count == 2
     assert thread.saver.get_tuple(thread.config).pending_writes == [("task", "step", 1)]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the PostgreSQL function")
+def test_the_function_stores_and_signals_what_the_orm_path_does(
+    monkeypatch, django_capture_on_commit_callbacks
+):
+    """The mirrored rows and the session's counters through :data:`_pg_writes.PUT` (its
+    arrays sent in binary, the session read back from text) equal the ORM path's."""
+    tricky = 'quote " backslash \\ brace { } comma , NUL-free ünïcode ✓ \n newline'
+    usage = {"input_tokens": 7, "output_tokens": 5, "total_tokens": 12}
+
+    def run(thread):
+        a = HumanMessage("a", id="a")
+        b = AIMessage(tricky, id="b", usage_metadata=usage)
+        c = HumanMessage([{"type": "text", "text": "c"}], id="c")
+        with django_capture_on_commit_callbacks(execute=True):
+            thread.put([a])
+            thread.put([a, b, c])
+        columns = ("seq", "role", "source", "content", "metadata", "usage", "token_count")
+        rows = list(
+            Message.objects.filter(session_id=thread.thread_id)
+            .order_by("seq")
+            .values_list(*columns)
+        )
+        session = Session.objects.get(pk=thread.thread_id)
+        return rows, session
+
+    received = []
+
+    def receiver(sender, session, messages, **kwargs):
+        received.append(session)
+
+    signals.messages_appended.connect(receiver)
+    try:
+        fast_rows, fast = run(_Thread(CortexCheckpointSaver(scope=ACME, agent_id=AGENT)))
+        signalled = received[-1]
+        monkeypatch.setattr(_pg_writes, "serves", lambda alias: False)
+        slow_rows, slow = run(_Thread(CortexCheckpointSaver(scope=ACME, agent_id=AGENT)))
+    finally:
+        signals.messages_appended.disconnect(receiver)
+    assert fast_rows == slow_rows
+    assert fast_rows[1][3][0] == {"type": "text", "text": tricky}
+    fields = ("message_count", "last_seq", "last_message", "input_tokens", "output_tokens")
+    fields += ("cost", "context_tokens", "agent_id", "scope", "archived_at")
+    assert [getattr(fast, f) for f in fields] == [getattr(slow, f) for f in fields]
+    for field in Session._meta.concrete_fields:  # the session the signal got, as stored
+        assert getattr(signalled, field.attname) == getattr(fast, field.attname), field.name

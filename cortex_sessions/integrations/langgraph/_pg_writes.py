@@ -267,23 +267,25 @@ def _functions() -> dict[str, _Function]:
 def _sql_call(function: str) -> str:
     """The statement that calls ``function`` (a scalar call, as the core's:
     ``services._pg._sql_call`` says why), each argument cast to its type (the server then
-    resolves the call whatever type psycopg gave a list), ``%b`` (binary) for a ``bytea[]``,
-    which psycopg would otherwise send as escaped text."""
+    resolves the call whatever type psycopg gave a list), every array in binary (``%b``):
+    psycopg writes a text array element by element, escaping each (a ``bytea[]`` of the
+    channels' bytes as escaped text), about five times the time of the binary form."""
     marks = ", ".join(
-        f"{'%b' if kind == 'bytea[]' else '%s'}::{kind}"
+        f"{'%b' if kind.endswith('[]') else '%s'}::{kind}"
         for kind in _functions()[function].arguments
     )
     return f"SELECT {function}({marks})"
 
 
 def function_sql(function: str) -> tuple[str, str]:
-    """The SQL that creates ``function`` (:data:`PUT` or :data:`WRITES`) on PostgreSQL and the
+    """The SQL that creates ``function`` (:data:`PUT`, :data:`WRITES` or
+    :data:`._pg_reads.LATEST`) on PostgreSQL and the
     SQL that drops it, as ``(create, drop)``. Migration ``0002_functions`` holds a frozen copy
     (``tests/runtimes/test_langgraph_writes.py`` checks they agree): a change to a statement
     or to the session's columns comes with a migration adding the function under a new name.
 
     Raises:
-        KeyError: ``function`` is not one of the two.
+        KeyError: ``function`` is not one of the three.
     """
     spec = _functions()[function]
     pieces = spec.statement().split("%s")
@@ -306,9 +308,9 @@ def function_sql(function: str) -> tuple[str, str]:
 
 
 def create_functions(*, app_config: Any, using: str, **kwargs: Any) -> None:
-    """``post_migrate`` receiver: create :data:`PUT` and :data:`WRITES` on a PostgreSQL
-    database whose tables were made from the models because this app's migrations are
-    disabled (pytest-django's ``--nomigrations``, ``TEST["MIGRATE"] = False``). With
+    """``post_migrate`` receiver: create :data:`PUT`, :data:`WRITES` and
+    :data:`._pg_reads.LATEST` on a PostgreSQL database whose tables were made from the models
+    because this app's migrations are disabled (pytest-django's ``--nomigrations``, ``TEST["MIGRATE"] = False``). With
     migrations enabled it does nothing: migration ``0002_functions`` owns them."""
     from django.db import router
     from django.db.migrations.loader import MigrationLoader
