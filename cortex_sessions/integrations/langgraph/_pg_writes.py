@@ -92,7 +92,6 @@ def _execute(connection: Any, sql: str, params: Sequence[Any]) -> tuple[list[tup
         django.db.Error: as any ORM query raises it.
     """
     import psycopg
-    from django.db.backends.postgresql.psycopg_any import register_tzloader
 
     connection.close_if_health_check_failed()
     connection.ensure_connection()
@@ -104,7 +103,8 @@ def _execute(connection: Any, sql: str, params: Sequence[Any]) -> tuple[list[tup
             raw = _preparing_cursor()(connection.connection)
         else:
             raw = psycopg.Cursor(connection.connection)
-        register_tzloader(connection.timezone, raw)
+        # no time zone loader (Django's create_cursor may register one): the functions return
+        # a text array or a boolean, no timestamp
     if connection.queries_logged:
         cursor = _debug_wrapper()(raw, connection)
     else:
