@@ -16,6 +16,7 @@ another process's checkpoint (or a forgotten one) is read from the database as b
 
 from __future__ import annotations
 
+import operator
 import threading
 import uuid
 from collections import OrderedDict
@@ -129,12 +130,24 @@ def new_messages(current: Any, previous: Any) -> list[BaseMessage]:
     """
     if not isinstance(current, Sequence) or isinstance(current, str | bytes):
         return []
-    before = list(previous) if isinstance(previous, Sequence) else []
-    seen = {m.id for m in before if isinstance(m, BaseMessage) and m.id}
-    anonymous = [m for m in before if isinstance(m, BaseMessage) and not m.id]
+    before = previous if isinstance(previous, Sequence) and previous is not None else ()
+    seen = set()
+    anonymous = []
+    for m in before:
+        if isinstance(m, BaseMessage):
+            if m.id:
+                seen.add(m.id)
+            else:
+                anonymous.append(m)
+    # A value that starts with the previous one's own objects (as the channel's reducer keeps
+    # them, and as remembered values are) can hold new messages only after them: each of those
+    # objects is excluded below anyway (its id is seen, or it is itself anonymous).
+    start = 0
+    if 0 < len(before) <= len(current) and all(map(operator.is_, before, current)):
+        start = len(before)
     return [
         m
-        for m in current
+        for m in (current[start:] if start else current)
         if isinstance(m, BaseMessage)
         and (m.id not in seen if m.id else m not in anonymous)
         and m.type != "remove"
