@@ -109,10 +109,21 @@ def _execute(connection: Any, sql: str, params: Sequence[Any]) -> tuple[list[tup
         cursor = _debug_wrapper()(raw, connection)
     else:
         cursor = connection.make_cursor(raw)
-    with cursor:
-        cursor.execute(sql, params)
-        rows = cast(list[tuple[Any, ...]], cursor.fetchall())
-        return rows, connection.connection.info.timezone
+    zones: list[Any] = []
+
+    def note_zone(run: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        result = run(sql, params, many, context)
+        zones.append(connection.connection.info.timezone)
+        return result
+
+    with cursor:  # the zone read inside a host's hooks, as ``services._pg_run.execute`` reads it
+        if connection.execute_wrappers:
+            with connection.execute_wrapper(note_zone):
+                cursor.execute(sql, params)
+        else:
+            cursor.execute(sql, params)
+            zones.append(connection.connection.info.timezone)
+        return cast(list[tuple[Any, ...]], cursor.fetchall()), zones[-1]
 
 
 def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
