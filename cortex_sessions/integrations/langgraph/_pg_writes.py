@@ -44,7 +44,7 @@ from ...counters import last_message_of
 from ...exceptions import SessionArchived
 from ...models import Message, Session
 from ...services import _pg
-from ...services._common import _autocommit_write, _send_on_commit
+from ...services._common import autocommit_write, send_on_commit
 from ...services._pg_run import (
     _debug_wrapper,
     _preparing_cursor,
@@ -393,7 +393,7 @@ def put_checkpoint(
     arrays = _pg._arrays(rows, [(r.content_json, r.metadata_json, r.usage_json) for r in mirrored])
     params += _columns(arrays, 7)
     connection = connections[alias]
-    with _autocommit_write(alias):
+    with autocommit_write(alias):
         result, zone = _execute(connection, _sql_call(PUT), params)
     array = result[0][0]
     if array is None:
@@ -413,7 +413,7 @@ def put_checkpoint(
             message = built(Message, alias, {**row, **common, "seq": seq, "session_id": session_id})
             message.session = session
             messages.append(message)
-        _send_on_commit(messages_appended, session=session, messages=messages)
+        send_on_commit(messages_appended, session=session, messages=messages)
     return bool(inserted == "true")
 
 
@@ -445,7 +445,7 @@ def put_writes(
     """
     params: list[Any] = [session_id, *_pg._scope_params(canonical), agent_id, *key]
     params += [*_columns(rows, 4), replace]
-    with _autocommit_write(alias):
+    with autocommit_write(alias):
         result, _ = _execute(connections[alias], _sql_call(WRITES), params)
     live = result[0][0]
     if live is None:

@@ -100,14 +100,14 @@ def mirrored_rows(fresh: Sequence[BaseMessage], now: datetime) -> list[MirroredR
         ``MAX_MESSAGES_PER_APPEND``: the ORM path then raises the error as it always has,
         and only when the checkpoint is new.
     """
-    from ...services.messages import _build_message
+    from ...services.messages import build_message
 
     if len(fresh) > app_settings.MAX_MESSAGES_PER_APPEND:
         return None
     rows = []
     try:
         for index, message in enumerate(fresh):
-            built = _build_message(to_cortex(message), index, now)
+            built = build_message(to_cortex(message), index, now)
             rows.append(
                 MirroredRow(
                     built.columns, built.content_json, built.metadata_json, built.usage_json
