@@ -245,6 +245,13 @@ def test_the_migration_creates_the_functions_the_code_calls():
     )
     for drop in (migration.DROP_PUT, migration.DROP_WRITES, migration.DROP_LATEST):
         assert _function_exists(drop)
+        # the plan kept per connection: the server re-planned the latest read on every call
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT proconfig FROM pg_proc WHERE oid = to_regprocedure(%s)",
+                [drop.removeprefix("DROP FUNCTION IF EXISTS ")],
+            )
+            assert cursor.fetchone()[0] == ["plan_cache_mode=force_generic_plan"]
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="the PostgreSQL functions")

@@ -295,6 +295,12 @@ def function_sql(function: str) -> tuple[str, str]:
     (``tests/runtimes/test_langgraph_writes.py`` checks they agree): a change to a statement
     or to the session's columns comes with a migration adding the function under a new name.
 
+    Each is created with ``plan_cache_mode = force_generic_plan``: PL/pgSQL keeps a plan per
+    connection only when the server picks the generic plan, and for the latest read, whose
+    generic plan it estimates dearer than a custom one, it planned the statement again on
+    every call (``EXPLAIN ANALYZE``: 0.57 ms a call, 0.14 ms with the setting; the writes are
+    the same either way).
+
     Raises:
         KeyError: ``function`` is not one of the three.
     """
@@ -312,7 +318,8 @@ def function_sql(function: str) -> tuple[str, str]:
         block = f"DECLARE\n  result {spec.returns};\nBEGIN\n  {body};\n  RETURN result;\nEND"
     create = (
         f"CREATE OR REPLACE FUNCTION {signature}"
-        f" RETURNS {spec.returns} LANGUAGE plpgsql{volatility} AS $function$\n"
+        f" RETURNS {spec.returns} LANGUAGE plpgsql{volatility}"
+        " SET plan_cache_mode = force_generic_plan AS $function$\n"
         f"#variable_conflict use_column\n{block}\n$function$"
     )
     return create, f"DROP FUNCTION IF EXISTS {signature}"
