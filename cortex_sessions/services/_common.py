@@ -350,7 +350,7 @@ def _write_transaction(using: str) -> Iterator[None]:
 
 
 @contextmanager
-def _autocommit_write(using: str) -> Iterator[None]:
+def autocommit_write(using: str) -> Iterator[None]:
     """Around one write statement that commits itself (autocommit mode; the one-statement
     append of docs/design.md §14): a connection that fails without the server's answer
     (:func:`~cortex_sessions.faults.is_answer_lost`) may have committed it, so the fault is
@@ -372,6 +372,10 @@ def _autocommit_write(using: str) -> Iterator[None]:
             raise
         logger.warning("A self-committing write lost its answer; its outcome is unknown: %s", exc)
         raise WriteOutcomeUnknown() from exc
+
+
+#: The name the services modules import (:func:`autocommit_write`).
+_autocommit_write = autocommit_write
 
 
 def _manages_transactions_by_hand(using: str) -> bool:
@@ -416,7 +420,7 @@ def _signals_held() -> Iterator[None]:
             _send_in_callers_transaction(signal, kwargs)
 
 
-def _send_on_commit(signal: Any, **kwargs: Any) -> None:
+def send_on_commit(signal: Any, **kwargs: Any) -> None:
     """Send ``signal`` once the current transaction commits, never letting a receiver fail the
     caller (docs/design.md §12.2).
 
@@ -454,6 +458,10 @@ def _send_on_commit(signal: Any, **kwargs: Any) -> None:
         held.append((signal, kwargs))
     else:
         _send_in_callers_transaction(signal, kwargs)
+
+
+#: The name the services modules import (:func:`send_on_commit`).
+_send_on_commit = send_on_commit
 
 
 def _send_robust(signal: Any, kwargs: dict[str, Any], stands: str) -> list[Exception]:

@@ -126,7 +126,7 @@ class _BuiltMessage(NamedTuple):
 _CREATED_AT = Message._meta.get_field("created_at")
 
 
-def _build_message(
+def build_message(
     item: MessageInput | Mapping[str, Any], index: int, now: datetime
 ) -> _BuiltMessage:
     """Validate one message input; ``now`` is its ``created_at`` when the input gives none.
@@ -135,6 +135,20 @@ def _build_message(
     when it saves one (``DateTimeField.get_prep_value``: a ``RuntimeWarning``, then the default
     time zone), so both paths store the same instant (the PostgreSQL statement would read it
     in the connection's time zone, UTC) and the returned message holds what was stored.
+    Public for the adapters that append in statements of their own (the LangGraph saver's
+    mirror, docs/design.md §19.1).
+
+    Args:
+        item: a ``MessageInput`` or a mapping of its keys (docs/design.md §3.2).
+        index: its position in the call's list, for the error's text.
+        now: the default ``created_at`` (aware with ``USE_TZ``).
+
+    Returns:
+        The row's column values and its ``content``, ``metadata`` and ``usage`` as JSON text.
+
+    Raises:
+        InvalidInput (InvalidContent, InvalidMetadata, MessageTooLarge, …): the input is not a
+            storable message (docs/design.md §3.2, §9).
     """
     if type(item) is dict or isinstance(item, Mapping):  # a dict skips the ABC check
         unknown = item.keys() - _INPUT_KEYS
@@ -199,6 +213,10 @@ def _build_message(
 
 
 # -- messages -------------------------------------------------------------------------------------
+
+
+#: The name the services modules import (:func:`build_message`).
+_build_message = build_message
 
 
 def check_message_count(count: int) -> None:

@@ -177,6 +177,21 @@ def test_new_messages_by_id_then_by_equality():
     assert new_messages("not a list", None) == []
 
 
+def test_new_messages_after_the_previous_values_own_objects_are_only_those_it_lacks():
+    """The fast path (the value starts with the previous value's objects, as the channel's
+    reducer and the remembered values keep them) finds what a full comparison finds."""
+    a, b, anon = HumanMessage("a", id="a"), AIMessage("b", id="b"), AIMessage("anon")
+    before = (a, anon, "not a message", b)
+    again = HumanMessage("a again", id="a")  # an id already seen: not new
+    c = AIMessage("c", id="c")
+    current = [*before, again, AIMessage("anon"), c, RemoveMessage(id="b"), AIMessage("d")]
+    assert new_messages(current, before) == [c, AIMessage("d")]
+    assert new_messages(current, list(before)) == [c, AIMessage("d")]
+    shuffled = [b, a, anon, "not a message", c]  # not a prefix: every message compared
+    assert new_messages(shuffled, before) == [c]
+    assert new_messages([a], before) == []  # shorter than before
+
+
 def test_threads_of_another_tenant_are_invisible_and_untouchable():
     acme = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
     globex = CortexCheckpointSaver(scope=GLOBEX, agent_id=AGENT)

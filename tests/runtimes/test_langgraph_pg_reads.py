@@ -302,8 +302,13 @@ def test_the_latest_values_are_a_skip_scan_of_the_key_without_a_sort():
     with CaptureQueriesContext(connections[alias]) as captured:
         saver.get_tuple(_config(thread.thread_id))
     (query,) = captured.captured_queries
+    # one call of the function that keeps the statement's plan per connection
+    assert query["sql"].startswith(f"SELECT * FROM {_pg_reads.LATEST}(")
+    canonical, thread_id = saver.scope.canonical, thread.thread_id
+    scope = [canonical, canonical + "0", canonical, canonical + "/"]
+    values = [thread_id, *scope, AGENT, thread_id, "", thread_id, "", thread_id, "", 1]
     with connections[alias].cursor() as cursor:
-        cursor.execute("EXPLAIN " + query["sql"])
+        cursor.execute("EXPLAIN " + _pg_reads.latest_statement(), values)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Recursive Union" in plan and "Index Scan Backward" in plan
     assert "Sort" not in plan

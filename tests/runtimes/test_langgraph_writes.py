@@ -6,20 +6,29 @@ sessions refused with nothing written, LangGraph's replay rules for pending writ
 
 from __future__ import annotations
 
+import importlib
 import uuid
 
 import pytest
 
 pytest.importorskip("langgraph")
 
+from django.apps import apps as django_apps
 from django.db import connection
+from django.db.models.signals import post_migrate
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import ERROR, empty_checkpoint
 
 from cortex_sessions import services, signals
 from cortex_sessions.exceptions import MessageTooLarge, SessionArchived, SessionNotFound
-from cortex_sessions.integrations.langgraph import CortexCheckpointSaver, mirror
+from cortex_sessions.integrations.langgraph import (
+    CortexCheckpointSaver,
+    _pg_reads,
+    _pg_writes,
+    mirror,
+)
 from cortex_sessions.integrations.langgraph.models import (
     Checkpoint,
     CheckpointBlob,
@@ -124,9 +133,11 @@ def test_put_and_put_writes_of_an_existing_thread_are_one_statement_each_on_post
     with CaptureQueriesContext(connection) as queries:
         checkpoint_id = thread.put([a, b])
     assert len(queries.captured_queries) == 1
+    assert queries.captured_queries[0]["sql"].startswith(f"SELECT {_pg_writes.PUT}(")
     with CaptureQueriesContext(connection) as queries:
         thread.saver.put_writes(thread.config, [("messages", [b]), ("step", 2)], "task-1")
     assert len(queries.captured_queries) == 1
+    assert queries.captured_queries[0]["sql"].startswith(f"SELECT {_pg_writes.WRITES}(")
     assert _texts(thread.thread_id) == ["a", "b"]
     assert Checkpoint.objects.filter(session_id=thread.thread_id).count() == 2
     assert CheckpointWrite.objects.filter(checkpoint_id=checkpoint_id).count() == 2
@@ -197,13 +208,124 @@ def test_prepared_statements_prepare_the_write_statements(settings):
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT statement FROM pg_prepared_statements WHERE statement LIKE %s",
-            [f"%INSERT INTO {CheckpointWrite._meta.db_table} (%"],
+            [f"SELECT {_pg_writes.WRITES}(%"],
         )
         writes = cursor.fetchall()
         cursor.execute(
             "SELECT statement FROM pg_prepared_statements WHERE statement LIKE %s",
-            [f"%INSERT INTO {Checkpoint._meta.db_table} (%"],
+            [f"SELECT {_pg_writes.PUT}(%"],
         )
         puts = cursor.fetchall()
     assert len(writes) == 1 and len(puts) == 1
     assert _texts(thread.thread_id) == ["a", "b0", "b1"]
+
+
+def _function_exists(drop: str) -> bool:
+    signature = drop.removeprefix("DROP FUNCTION IF EXISTS ")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regprocedure(%s) IS NOT NULL", [signature])
+        return bool(cursor.fetchone()[0])
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the PostgreSQL functions")
+def test_the_migration_creates_the_functions_the_code_calls():
+    """Migration 0002's frozen SQL is what the code describes today: a change to a statement
+    or to the session's columns needs a migration that adds the function under a new name."""
+    migration = importlib.import_module(
+        "cortex_sessions.integrations.langgraph.migrations.0002_functions"
+    )
+    assert _pg_writes.function_sql(_pg_writes.PUT) == (migration.CREATE_PUT, migration.DROP_PUT)
+    assert _pg_writes.function_sql(_pg_writes.WRITES) == (
+        migration.CREATE_WRITES,
+        migration.DROP_WRITES,
+    )
+    assert _pg_writes.function_sql(_pg_reads.LATEST) == (
+        migration.CREATE_LATEST,
+        migration.DROP_LATEST,
+    )
+    for drop in (migration.DROP_PUT, migration.DROP_WRITES, migration.DROP_LATEST):
+        assert _function_exists(drop)
+        # the plan kept per connection: the server re-planned the latest read on every call
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT proconfig FROM pg_proc WHERE oid = to_regprocedure(%s)",
+                [drop.removeprefix("DROP FUNCTION IF EXISTS ")],
+            )
+            assert cursor.fetchone()[0] == ["plan_cache_mode=force_generic_plan"]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the PostgreSQL functions")
+def test_migrations_disabled_the_functions_come_from_post_migrate(
+    django_capture_on_commit_callbacks,
+):
+    """With the app's migrations disabled, ``post_migrate`` creates the functions (DDL is
+    transactional: the test's rollback restores them); with them enabled it leaves them to
+    the migration."""
+    config = django_apps.get_app_config("cortex_langgraph")
+    names = (_pg_writes.PUT, _pg_writes.WRITES, _pg_reads.LATEST)
+    drops = [_pg_writes.function_sql(name)[1] for name in names]
+    with connection.cursor() as cursor:
+        for drop in drops:
+            cursor.execute(drop)
+    with override_settings(MIGRATION_MODULES={}):
+        post_migrate.send(sender=config, app_config=config, using="default", verbosity=0)
+    assert not any(map(_function_exists, drops))
+    with override_settings(MIGRATION_MODULES={"cortex_langgraph": None}):
+        post_migrate.send(sender=config, app_config=config, using="default", verbosity=0)
+    assert all(map(_function_exists, drops))
+    thread = _Thread(CortexCheckpointSaver(scope=ACME, agent_id=AGENT))
+    a, b = HumanMessage("a", id="a"), AIMessage("b", id="b")
+    with django_capture_on_commit_callbacks(execute=True):
+        thread.put([a])
+    thread.put([a, b])
+    thread.saver.put_writes(thread.config, [("step", 1)], "task")
+    assert _texts(thread.thread_id) == ["a", "b"]
+    assert Session.objects.get(pk=thread.thread_id).message_count == 2
+    assert thread.saver.get_tuple(thread.config).pending_writes == [("task", "step", 1)]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the PostgreSQL function")
+def test_the_function_stores_and_signals_what_the_orm_path_does(
+    monkeypatch, django_capture_on_commit_callbacks
+):
+    """The mirrored rows and the session's counters through :data:`_pg_writes.PUT` (its
+    arrays sent in binary, the session read back from text) equal the ORM path's."""
+    tricky = 'quote " backslash \\ brace { } comma , NUL-free ünïcode ✓ \n newline'
+    usage = {"input_tokens": 7, "output_tokens": 5, "total_tokens": 12}
+
+    def run(thread):
+        a = HumanMessage("a", id="a")
+        b = AIMessage(tricky, id="b", usage_metadata=usage)
+        c = HumanMessage([{"type": "text", "text": "c"}], id="c")
+        with django_capture_on_commit_callbacks(execute=True):
+            thread.put([a])
+            thread.put([a, b, c])
+        columns = ("seq", "role", "source", "content", "metadata", "usage", "token_count")
+        rows = list(
+            Message.objects.filter(session_id=thread.thread_id)
+            .order_by("seq")
+            .values_list(*columns)
+        )
+        session = Session.objects.get(pk=thread.thread_id)
+        return rows, session
+
+    received = []
+
+    def receiver(sender, session, messages, **kwargs):
+        received.append(session)
+
+    signals.messages_appended.connect(receiver)
+    try:
+        fast_rows, fast = run(_Thread(CortexCheckpointSaver(scope=ACME, agent_id=AGENT)))
+        signalled = received[-1]
+        monkeypatch.setattr(_pg_writes, "serves", lambda alias: False)
+        slow_rows, slow = run(_Thread(CortexCheckpointSaver(scope=ACME, agent_id=AGENT)))
+    finally:
+        signals.messages_appended.disconnect(receiver)
+    assert fast_rows == slow_rows
+    assert fast_rows[1][3][0] == {"type": "text", "text": tricky}
+    fields = ("message_count", "last_seq", "last_message", "input_tokens", "output_tokens")
+    fields += ("cost", "context_tokens", "agent_id", "scope", "archived_at")
+    assert [getattr(fast, f) for f in fields] == [getattr(slow, f) for f in fields]
+    for field in Session._meta.concrete_fields:  # the session the signal got, as stored
+        assert getattr(signalled, field.attname) == getattr(fast, field.attname), field.name

@@ -42,7 +42,33 @@ from ...services._pg import enabled
 from ...services._pg_run import execute
 from .models import Checkpoint, CheckpointBlob, CheckpointWrite
 
-__all__ = ["read_tuples", "serves"]
+__all__ = [
+    "LATEST",
+    "LATEST_ARGUMENTS",
+    "LATEST_RESULT",
+    "latest_statement",
+    "read_tuples",
+    "serves",
+]
+
+#: The PL/pgSQL function that reads the latest checkpoint of a thread's namespace
+#: (``get_tuple`` without a ``checkpoint_id``): :func:`_statement`'s ``latest`` mode, whose
+#: plan the server then keeps per connection (it planned the statement on every call, more
+#: than its run took). Created with the saver's write functions
+#: (:func:`._pg_writes.function_sql`, migration ``0002_functions``); versioned as they are.
+LATEST = "cortex_langgraph_latest_v1"
+#: :data:`LATEST`'s argument types: the session id, the four scope parameters and the agent
+#: id (or ``NULL``); session id and namespace twice (the channel probes); session id,
+#: namespace, limit.
+LATEST_ARGUMENTS = (
+    *("uuid", "text", "text", "text", "text", "text"),
+    *("uuid", "text", "uuid", "text", "uuid", "text", "bigint"),
+)
+#: :data:`LATEST`'s rows: :func:`_statement`'s, its varchar columns as ``text``.
+LATEST_RESULT = (
+    "TABLE(r_kind integer, r_ns text, r_id text, r_parent text, r_type text, r_body bytea,"
+    " r_metadata jsonb, r_newest bytea[], r_writes bytea[])"
+)
 
 #: A blob key: ``(checkpoint_ns, channel, version)`` within the thread.
 _Key = tuple[str, str, str]
@@ -116,6 +142,8 @@ def read_tuples(
         if checkpoint_ns is not None:
             values.append(checkpoint_ns)
     assert len(values) == params
+    if blobs_mode == "latest":
+        sql = _latest_call()
     rows, _ = execute(connection, sql, values)  # prepared with PREPARED_STATEMENTS (§14.2)
     page = [row for row in rows if row[0] == 0]
     if not page:
@@ -300,6 +328,30 @@ def _statement(
         # checkpoints first, newest first (the blobs' order does not matter)
         sql += " ORDER BY 1, 3 DESC, 2"
     return sql, params
+
+
+def latest_statement() -> str:
+    """The statement :data:`LATEST` returns the rows of: :func:`_statement` of the latest
+    checkpoint of one namespace, with ``%s`` placeholders (:data:`LATEST_ARGUMENTS`)."""
+    sql, _ = _statement(_quoted, " AND c.checkpoint_ns = %s", "latest", one_ns=True, limited=True)
+    return (
+        "SELECT r.kind, r.ns::text, r.id::text, r.parent::text, r.type::text, r.body,"
+        f" r.metadata, r.newest, r.writes FROM ({sql}) AS r(kind, ns, id, parent, type, body,"
+        " metadata, newest, writes)"
+    )
+
+
+def _quoted(name: str) -> str:
+    """A table name quoted as PostgreSQL's ``quote_name`` quotes it."""
+    return f'"{name}"'
+
+
+@cache
+def _latest_call() -> str:
+    """The statement that calls :data:`LATEST` (a table function: it returns rows), each
+    argument cast to its type."""
+    marks = ", ".join(f"%s::{kind}" for kind in LATEST_ARGUMENTS)
+    return f"SELECT * FROM {LATEST}({marks})"
 
 
 def _blobs_by_key(

@@ -1,22 +1,31 @@
-"""The saver's writes on PostgreSQL: one statement each (docs/design.md §14, §19.1).
+"""The saver's writes on PostgreSQL: one call of a PL/pgSQL function each (docs/design.md §14,
+§19.1).
 
 ``put`` of a checkpoint to an existing thread and ``put_writes`` are the calls a graph makes at
 every step. Through the ORM they took a transaction of up to nine statements (``BEGIN``, the
 session locked and checked, the blobs, the checkpoint, the parent checkpoint and its
-``messages`` blob read back, the mirrored append, ``COMMIT``); here each is one statement,
-which commits itself (or joins the caller's transaction):
+``messages`` blob read back, the mirrored append, ``COMMIT``); here each is one statement that
+calls a function (:data:`PUT`, :data:`WRITES`), which commits itself (or joins the caller's
+transaction):
 
-- :func:`put_checkpoint`: the session row checked (scope, agent, not expired) and locked, the
-  blobs inserted (kept when present), the checkpoint upserted, and — only when the checkpoint
-  row is new — the mirrored messages appended with the session's counters moved, as
+- :data:`PUT`: the session row checked (scope, agent, not expired) and locked, the blobs
+  inserted (kept when present), the checkpoint upserted, and — only when the checkpoint row is
+  new — the mirrored messages appended with the session's counters moved, as
   ``services.append_messages`` moves them (§5). The messages to mirror are worked out before
-  the statement (:mod:`.mirror`), so the parent's blob is not read inside it.
-- :func:`put_writes`: the scope check and the ``INSERT … ON CONFLICT`` in one statement.
+  the call (:mod:`.mirror`), so the parent's blob is not read inside it.
+- :data:`WRITES`: the scope check and the ``INSERT … ON CONFLICT`` of a task's writes.
 
-Each returns ``None`` when the statement found no such live session within the scope (then it
-wrote nothing): the caller goes the ORM way, which creates a new thread's session or raises the
-error that fits. Other databases always go the ORM way. Hand-written SQL on public Django and
-psycopg APIs only, as ``services/_pg.py``.
+Why functions: the statements are large, and the server planned them on every call (about half
+of each call's server time, docs/performance.md); PL/pgSQL plans a function's statement once
+per server session and keeps it, behind any pooler, as the core's hot paths do
+(:func:`cortex_sessions.services._pg.function_sql`). Migration ``cortex_langgraph``
+``0002_functions`` creates them (a frozen copy of :func:`function_sql`; a test checks they
+agree); with the app's migrations disabled, :func:`create_functions` does on ``post_migrate``.
+
+Each call reports when no live session within the scope matched (then it wrote nothing): the
+caller goes the ORM way, which creates a new thread's session or raises the error that fits.
+Other databases always go the ORM way. Hand-written SQL on public Django and psycopg APIs only,
+as ``services/_pg.py``.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from django.db import connections
 
@@ -35,30 +44,54 @@ from ...counters import last_message_of
 from ...exceptions import SessionArchived
 from ...models import Message, Session
 from ...services import _pg
-from ...services._common import _autocommit_write, _send_on_commit
-from ...services._pg_run import _debug_wrapper, _preparing_cursor, built, instances
+from ...services._common import autocommit_write, send_on_commit
+from ...services._pg_run import (
+    _debug_wrapper,
+    _preparing_cursor,
+    built,
+    text_plan,
+    text_values,
+)
 from ...signals import messages_appended
 from ...usage import Totals, totals_of
+from . import _pg_reads
 from .mirror import MirroredRow
 from .models import Checkpoint, CheckpointBlob, CheckpointWrite
 
-__all__ = ["put_checkpoint", "put_writes", "serves"]
+__all__ = [
+    "PUT",
+    "WRITES",
+    "create_functions",
+    "function_sql",
+    "put_checkpoint",
+    "put_writes",
+    "serves",
+]
 
 serves = _pg.serves
 
+#: The PL/pgSQL function of :func:`put_checkpoint`. Its name changes with its statement or
+#: result (as the core's, :data:`cortex_sessions.services._pg.APPEND_ONE`), so code and
+#: database on two sides of a migration fail at parse time, before writing.
+PUT = "cortex_langgraph_put_v1"
+#: The PL/pgSQL function of :func:`put_writes`, versioned as :data:`PUT`.
+WRITES = "cortex_langgraph_writes_v1"
 
-def _execute(connection: Any, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """Run one statement on Django ``connection`` and return its rows, on a ``psycopg.Cursor``
-    (server-side binding: the checkpoint's and the channels' bytes go as binary parameters,
-    not as escaped text inside the statement; prepared with ``PREPARED_STATEMENTS``, §14.2)
-    wrapped as ``connection.cursor()`` wraps its own, so ``execute_wrapper`` hooks,
-    ``CaptureQueriesContext`` and query logging see it.
+#: The four parameters of the scope range (``services._pg``'s, in order).
+_SCOPE = ("text", "text", "text", "text")
+
+
+def _execute(connection: Any, sql: str, params: Sequence[Any]) -> tuple[list[tuple[Any, ...]], Any]:
+    """Run one statement on Django ``connection`` and return its rows and the server session's
+    time zone as they arrived, on a ``psycopg.Cursor`` (server-side binding: the checkpoint's
+    and the channels' bytes go as binary parameters, not as escaped text inside the statement;
+    prepared with ``PREPARED_STATEMENTS``, §14.2) wrapped as ``connection.cursor()`` wraps its
+    own, so ``execute_wrapper`` hooks, ``CaptureQueriesContext`` and query logging see it.
 
     Raises:
         django.db.Error: as any ORM query raises it.
     """
     import psycopg
-    from django.db.backends.postgresql.psycopg_any import register_tzloader
 
     connection.close_if_health_check_failed()
     connection.ensure_connection()
@@ -70,14 +103,27 @@ def _execute(connection: Any, sql: str, params: Sequence[Any]) -> list[tuple[Any
             raw = _preparing_cursor()(connection.connection)
         else:
             raw = psycopg.Cursor(connection.connection)
-        register_tzloader(connection.timezone, raw)
+        # no time zone loader (Django's create_cursor may register one): the functions return
+        # a text array or a boolean, no timestamp
     if connection.queries_logged:
         cursor = _debug_wrapper()(raw, connection)
     else:
         cursor = connection.make_cursor(raw)
-    with cursor:
-        cursor.execute(sql, params)
-        return cast(list[tuple[Any, ...]], cursor.fetchall())
+    zones: list[Any] = []
+
+    def note_zone(run: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        result = run(sql, params, many, context)
+        zones.append(connection.connection.info.timezone)
+        return result
+
+    with cursor:  # the zone read inside a host's hooks, as ``services._pg_run.execute`` reads it
+        if connection.execute_wrappers:
+            with connection.execute_wrapper(note_zone):
+                cursor.execute(sql, params)
+        else:
+            cursor.execute(sql, params)
+            zones.append(connection.connection.info.timezone)
+        return cast(list[tuple[Any, ...]], cursor.fetchall()), zones[-1]
 
 
 def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
@@ -96,40 +142,36 @@ def _session_check(lock: bool) -> str:
     )
 
 
-@cache
-def _sql_put(blobs: int) -> str:
-    """The statement of :func:`put_checkpoint`.
+def _session_text() -> str:
+    """Every column of the updated session row ``s`` as the elements of a text array."""
+    return ", ".join(f's."{field.column}"::text' for field in Session._meta.concrete_fields)
+
+
+def _put_statement() -> str:
+    """The statement :data:`PUT` runs, into its ``text[]`` variable ``result``.
 
     - ``v`` reads and locks the session row (a concurrent put or append of the thread waits);
     - ``c`` upserts the checkpoint when the session is not archived, returning whether the row
       is new (``xmax = 0``);
-    - ``b`` inserts the ``blobs`` blobs (none: no ``b``), keeping a channel version already
-      stored (each its own parameters: bytes go as binary parameters, which an array would
-      send as escaped text);
+    - ``b`` inserts the blobs (parallel arrays; none: nothing), keeping a channel version
+      already stored;
     - ``s`` moves the session's counters by the mirrored messages, only when ``c`` inserted;
     - ``m`` inserts those messages numbered from the ``last_seq`` ``s`` returned.
 
-    Returns one row — whether the session is live (not archived), whether the checkpoint is
-    new, the session's columns after the update (``NULL`` when ``s`` did not run), the new
-    messages' ids and seqs — or none when there is no such session.
+    ``result``: whether the session is live (not archived) and whether the checkpoint is new
+    (``'true'``/``'false'``; the latter ``NULL`` when archived), then — when ``s`` ran — the
+    session's columns after the update and each new message's id and seq, in seq order;
+    ``NULL`` when there is no such session.
 
     Parameters: session id, the four scope parameters, agent id or ``NULL``; namespace,
-    checkpoint id, parent id, type, checkpoint bytes, metadata (JSON text), created_at;
-    with blobs the namespace, then channel, version, type and bytes of each; n, n, the four totals, updated_at,
-    last_message (NULL: keep), session id, n; n, then :func:`_pg._arrays`' seven arrays.
+    checkpoint id, parent id, type, checkpoint bytes, metadata (JSON text), created_at; the
+    namespace, then the blobs' channels, versions, types and bytes; n, n, the four totals,
+    updated_at, last_message (NULL: keep), session id, n; n, then the messages' seven arrays
+    (``services._pg._arrays``).
     """
     checkpoint, blob = Checkpoint._meta.db_table, CheckpointBlob._meta.db_table
     session, message = Session._meta.db_table, Message._meta.db_table
     columns = ", ".join(f's."{f.column}"' for f in Session._meta.concrete_fields)
-    blobs_cte = ""
-    if blobs:
-        values = ", ".join(["(%s::text, %s::text, %s::text, %s::bytea)"] * blobs)
-        blobs_cte = (
-            f', b AS (INSERT INTO {blob} ("session_id", "checkpoint_ns", "channel", "version",'
-            ' "type", "blob") SELECT v."id", %s, x.channel, x.version, x.type, x.blob FROM v,'
-            f' (VALUES {values}) AS x(channel, version, type, blob) WHERE v."archived_at" IS NULL'
-            ' ON CONFLICT ("session_id", "checkpoint_ns", "channel", "version") DO NOTHING)'
-        )
     return (
         f"WITH {_session_check(lock=True)}, c AS ("
         f' INSERT INTO {checkpoint} ("session_id", "checkpoint_ns", "checkpoint_id",'
@@ -138,8 +180,13 @@ def _sql_put(blobs: int) -> str:
         ' ON CONFLICT ("session_id", "checkpoint_ns", "checkpoint_id") DO UPDATE SET'
         ' "parent_checkpoint_id" = EXCLUDED."parent_checkpoint_id", "type" = EXCLUDED."type",'
         ' "checkpoint" = EXCLUDED."checkpoint", "metadata" = EXCLUDED."metadata"'
-        f" RETURNING (xmax = 0) AS inserted"
-        f"){blobs_cte}, s AS ("
+        " RETURNING (xmax = 0) AS inserted"
+        f'), b AS (INSERT INTO {blob} ("session_id", "checkpoint_ns", "channel", "version",'
+        ' "type", "blob") SELECT v."id", %s, x.channel, x.version, x.type, x.blob FROM v,'
+        " unnest(%s, %s, %s, %s) AS x(channel, version, type, blob)"
+        ' WHERE v."archived_at" IS NULL'
+        ' ON CONFLICT ("session_id", "checkpoint_ns", "channel", "version") DO NOTHING'
+        f"), s AS ("
         f' UPDATE {session} s SET "last_seq" = s."last_seq" + %s,'
         ' "message_count" = s."message_count" + %s,'
         ' "input_tokens" = s."input_tokens" + %s, "output_tokens" = s."output_tokens" + %s,'
@@ -154,14 +201,152 @@ def _sql_put(blobs: int) -> str:
         ' "created_at", "usage", "token_count")'
         ' SELECT s."id", s."agent_id", s."scope", s."last_seq" - %s + v.ord, v.role, v.source,'
         " v.content::jsonb, v.metadata::jsonb, v.created_at, v.usage::jsonb, v.token_count"
-        " FROM s, unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::timestamptz[],"
-        " %s::text[], %s::integer[]) WITH ORDINALITY AS v(role, source, content, metadata,"
-        ' created_at, usage, token_count, ord) RETURNING "id", "seq"'
-        f') SELECT v."archived_at" IS NULL, (SELECT c.inserted FROM c),'
-        ' (SELECT array_agg(m."id" ORDER BY m."seq") FROM m),'
-        ' (SELECT array_agg(m."seq" ORDER BY m."seq") FROM m),'
-        f" {columns} FROM v LEFT JOIN s ON TRUE"
+        " FROM s, unnest(%s, %s, %s, %s, %s, %s, %s) WITH ORDINALITY AS v(role, source,"
+        ' content, metadata, created_at, usage, token_count, ord) RETURNING "id", "seq"'
+        ') SELECT ARRAY[(v."archived_at" IS NULL)::text, (SELECT c.inserted FROM c)::text]'
+        f" || CASE WHEN s.\"id\" IS NULL THEN '{{}}'::text[] ELSE ARRAY[{_session_text()}] END"
+        ' || COALESCE((SELECT array_agg(x.t ORDER BY m."seq", x.o) FROM m,'
+        ' unnest(ARRAY[m."id"::text, m."seq"::text]) WITH ORDINALITY AS x(t, o)),'
+        " '{}'::text[]) INTO result FROM v LEFT JOIN s ON TRUE"
     )
+
+
+def _writes_statement() -> str:
+    """The statement :data:`WRITES` runs, into its ``boolean`` variable ``result``: the session
+    checked (``v``, unlocked: the rows' foreign key holds it against a delete) and the writes
+    inserted when it is not archived, keeping a task's write already stored under an index,
+    or with the last parameter true overwriting it. ``result``: whether the session is live
+    (``NULL``: no such session).
+
+    Parameters: session id, the four scope parameters, agent id or ``NULL``; namespace,
+    checkpoint id, task id, task path, then the indexes, channels, types and blobs arrays,
+    then whether to replace."""
+    table = CheckpointWrite._meta.db_table
+    return (
+        f"WITH {_session_check(lock=False)}, w AS ("
+        f' INSERT INTO {table} ("session_id", "checkpoint_ns", "checkpoint_id", "task_id",'
+        ' "task_path", "idx", "channel", "type", "blob")'
+        ' SELECT v."id", %s, %s, %s, %s, x.idx, x.channel, x.type, x.blob FROM v,'
+        ' unnest(%s, %s, %s, %s) AS x(idx, channel, type, blob) WHERE v."archived_at" IS NULL'
+        ' ON CONFLICT ("session_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx")'
+        ' DO UPDATE SET "channel" = EXCLUDED."channel", "type" = EXCLUDED."type",'
+        ' "blob" = EXCLUDED."blob", "task_path" = EXCLUDED."task_path" WHERE %s'
+        ') SELECT v."archived_at" IS NULL INTO result FROM v'
+    )
+
+
+class _Function(NamedTuple):
+    """A PL/pgSQL function of the saver (:func:`function_sql`)."""
+
+    #: Argument types, in the order of the statement's ``%s`` placeholders.
+    arguments: tuple[str, ...]
+    #: The one statement it runs, selecting into ``result``.
+    statement: Any
+    #: The type of ``result``, which it returns; ``TABLE(…)``: the statement's rows.
+    returns: str
+    #: ``STABLE`` (reads only) or ``""`` (it writes).
+    volatility: str = ""
+
+
+@cache
+def _functions() -> dict[str, _Function]:
+    """The functions :func:`function_sql` creates, by name."""
+    check = ("uuid", *_SCOPE, "text")  # session id, scope, agent id or NULL
+    messages = ("text[]", "text[]", "text[]", "text[]", "timestamptz[]", "text[]", "integer[]")
+    put = (
+        *check,
+        *("text", "text", "text", "text", "bytea", "text", "timestamptz"),  # the checkpoint
+        *("text", "text[]", "text[]", "text[]", "bytea[]"),  # the blobs
+        *("integer", "integer", "bigint", "bigint", "numeric", "bigint"),  # n, n, totals
+        *("timestamptz", "text", "uuid", "integer", "integer"),  # updated_at … n, n
+        *messages,
+    )
+    writes = (*check, "text", "text", "text", "text", "integer[]", "text[]", "text[]", "bytea[]")
+    return {
+        PUT: _Function(put, _put_statement, "text[]"),
+        WRITES: _Function((*writes, "boolean"), _writes_statement, "boolean"),
+        _pg_reads.LATEST: _Function(
+            _pg_reads.LATEST_ARGUMENTS,
+            _pg_reads.latest_statement,
+            _pg_reads.LATEST_RESULT,
+            "STABLE",
+        ),
+    }
+
+
+@cache
+def _sql_call(function: str) -> str:
+    """The statement that calls ``function`` (a scalar call, as the core's:
+    ``services._pg._sql_call`` says why), each argument cast to its type (the server then
+    resolves the call whatever type psycopg gave a list), every array in binary (``%b``):
+    psycopg writes a text array element by element, escaping each (a ``bytea[]`` of the
+    channels' bytes as escaped text), about five times the time of the binary form."""
+    marks = ", ".join(
+        f"{'%b' if kind.endswith('[]') else '%s'}::{kind}"
+        for kind in _functions()[function].arguments
+    )
+    return f"SELECT {function}({marks})"
+
+
+def function_sql(function: str) -> tuple[str, str]:
+    """The SQL that creates ``function`` (:data:`PUT`, :data:`WRITES` or
+    :data:`._pg_reads.LATEST`) on PostgreSQL and the
+    SQL that drops it, as ``(create, drop)``. Migration ``0002_functions`` holds a frozen copy
+    (``tests/runtimes/test_langgraph_writes.py`` checks they agree): a change to a statement
+    or to the session's columns comes with a migration adding the function under a new name.
+
+    Each is created with ``plan_cache_mode = force_generic_plan``: PL/pgSQL keeps a plan per
+    connection only when the server picks the generic plan, and for the latest read, whose
+    generic plan it estimates dearer than a custom one, it planned the statement again on
+    every call (``EXPLAIN ANALYZE``: 0.57 ms a call, 0.14 ms with the setting; the writes are
+    the same either way).
+
+    Raises:
+        KeyError: ``function`` is not one of the three.
+    """
+    spec = _functions()[function]
+    pieces = spec.statement().split("%s")
+    if len(pieces) != len(spec.arguments) + 1:  # pragma: no cover - a code change
+        raise AssertionError(f"the statement and the arguments of {function} disagree")
+    body = "".join(f"{piece}${number}" for number, piece in enumerate(pieces[:-1], 1))
+    body += pieces[-1]
+    signature = f"{function}({', '.join(spec.arguments)})"
+    volatility = f" {spec.volatility}" if spec.volatility else ""
+    if spec.returns.startswith("TABLE("):
+        block = f"BEGIN\n  RETURN QUERY {body};\nEND"
+    else:
+        block = f"DECLARE\n  result {spec.returns};\nBEGIN\n  {body};\n  RETURN result;\nEND"
+    create = (
+        f"CREATE OR REPLACE FUNCTION {signature}"
+        f" RETURNS {spec.returns} LANGUAGE plpgsql{volatility}"
+        " SET plan_cache_mode = force_generic_plan AS $function$\n"
+        f"#variable_conflict use_column\n{block}\n$function$"
+    )
+    return create, f"DROP FUNCTION IF EXISTS {signature}"
+
+
+def create_functions(*, app_config: Any, using: str, **kwargs: Any) -> None:
+    """``post_migrate`` receiver: create :data:`PUT`, :data:`WRITES` and
+    :data:`._pg_reads.LATEST` on a PostgreSQL database whose tables were made from the models
+    because this app's migrations are disabled (pytest-django's ``--nomigrations``, ``TEST["MIGRATE"] = False``). With
+    migrations enabled it does nothing: migration ``0002_functions`` owns them."""
+    from django.db import router
+    from django.db.migrations.loader import MigrationLoader
+
+    connection = connections[using]
+    if connection.vendor != "postgresql" or not router.allow_migrate_model(using, Checkpoint):
+        return
+    if MigrationLoader.migrations_module(app_config.label)[0] is not None:
+        return
+    with connection.cursor() as cursor:
+        for function in _functions():
+            cursor.execute(function_sql(function)[0])
+
+
+@cache
+def _session_plan() -> Any:
+    """How :data:`PUT`'s session columns become the session's values."""
+    return text_plan(Session._meta.concrete_fields)
 
 
 def put_checkpoint(
@@ -176,8 +361,8 @@ def put_checkpoint(
     mirrored: Sequence[MirroredRow],
     now: datetime,
 ) -> bool | None:
-    """Store a checkpoint of an existing thread and mirror its new messages, in one statement
-    (:func:`_sql_put`); ``messages_appended`` is sent on commit when messages were appended.
+    """Store a checkpoint of an existing thread and mirror its new messages, in one call of
+    :data:`PUT`; ``messages_appended`` is sent on commit when messages were appended.
 
     Args:
         alias: the write database (PostgreSQL, :func:`serves`).
@@ -197,7 +382,7 @@ def put_checkpoint(
     Raises:
         SessionArchived: the session is archived; nothing was written.
         WriteOutcomeUnknown: the connection failed without the server's answer (§12.3).
-        django.db.Error: as the ORM would.
+        django.db.Error: as the ORM would (``ProgrammingError`` before migration ``0002``).
     """
     ns, checkpoint_id, parent_id, kind, data = checkpoint
     rows = [row.columns for row in mirrored]
@@ -209,59 +394,34 @@ def put_checkpoint(
             last = text
             break
     params: list[Any] = [session_id, *_pg._scope_params(canonical), agent_id]
-    params += [ns, checkpoint_id, parent_id, kind, data, json.dumps(metadata), now]
-    if blobs:
-        params += [ns, *(value for blob in blobs for value in blob)]
+    params += [ns, checkpoint_id, parent_id, kind, data, json.dumps(metadata), now, ns]
+    params += _columns(blobs, 4)
     params += [count, count, *totals, now, last, session_id, count, count]
     arrays = _pg._arrays(rows, [(r.content_json, r.metadata_json, r.usage_json) for r in mirrored])
     params += _columns(arrays, 7)
     connection = connections[alias]
-    with _autocommit_write(alias):
-        result = _execute(connection, _sql_put(len(blobs)), params)
-    if not result:
+    with autocommit_write(alias):
+        result, zone = _execute(connection, _sql_call(PUT), params)
+    array = result[0][0]
+    if array is None:
         return None
-    live, inserted, ids, seqs, *session_columns = result[0]
-    if not live:
+    live, inserted, *rest = array
+    if live != "true":
         raise SessionArchived()
-    if ids:
-        (session,) = instances(connection, alias, Session, [session_columns])
+    if rest:
+        plan = _session_plan()
+        width = len(plan.attnames)
+        session = Session.from_db(alias, plan.attnames, text_values(connection, rest, zone, plan))
+        written = rest[width:]
         messages = []
-        for row, message_id, seq in zip(rows, ids, seqs, strict=True):
+        for index, row in enumerate(rows):
+            message_id, seq = int(written[2 * index]), int(written[2 * index + 1])
             common = {"id": message_id, "agent_id": session.agent_id, "scope": session.scope}
             message = built(Message, alias, {**row, **common, "seq": seq, "session_id": session_id})
             message.session = session
             messages.append(message)
-        _send_on_commit(messages_appended, session=session, messages=messages)
-    return bool(inserted)
-
-
-@cache
-def _sql_writes(replace: bool) -> str:
-    """The statement of :func:`put_writes`: the session checked (``v``, unlocked: the rows'
-    foreign key holds it against a delete) and the writes inserted when it is not archived,
-    keeping a task's write already stored under an index, or with ``replace`` overwriting it.
-    One row (whether the session is live) or none (no such session).
-
-    Parameters: session id, the four scope parameters, agent id or ``NULL``; namespace,
-    checkpoint id, task id, task path, then the indexes, channels, types and blobs arrays."""
-    table = CheckpointWrite._meta.db_table
-    action = (
-        'DO UPDATE SET "channel" = EXCLUDED."channel", "type" = EXCLUDED."type",'
-        ' "blob" = EXCLUDED."blob", "task_path" = EXCLUDED."task_path"'
-        if replace
-        else "DO NOTHING"
-    )
-    return (
-        f"WITH {_session_check(lock=False)}, w AS ("
-        f' INSERT INTO {table} ("session_id", "checkpoint_ns", "checkpoint_id", "task_id",'
-        ' "task_path", "idx", "channel", "type", "blob")'
-        ' SELECT v."id", %s, %s, %s, %s, x.idx, x.channel, x.type, x.blob FROM v,'
-        " unnest(%s::integer[], %s::text[], %s::text[], %s::bytea[]) AS x(idx, channel, type,"
-        ' blob) WHERE v."archived_at" IS NULL'
-        ' ON CONFLICT ("session_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx")'
-        f" {action}"
-        ') SELECT v."archived_at" IS NULL FROM v'
-    )
+        send_on_commit(messages_appended, session=session, messages=messages)
+    return bool(inserted == "true")
 
 
 def put_writes(
@@ -274,7 +434,7 @@ def put_writes(
     rows: Sequence[tuple[int, str, str, bytes]],
     replace: bool,
 ) -> bool:
-    """Store a task's pending writes in one statement (:func:`_sql_writes`).
+    """Store a task's pending writes in one call of :data:`WRITES`.
 
     Args:
         key: ``(namespace, checkpoint id, task id, task path)``, checked.
@@ -291,11 +451,12 @@ def put_writes(
         WriteOutcomeUnknown, django.db.Error: as :func:`put_checkpoint`.
     """
     params: list[Any] = [session_id, *_pg._scope_params(canonical), agent_id, *key]
-    params += _columns(rows, 4)
-    with _autocommit_write(alias):
-        result = _execute(connections[alias], _sql_writes(replace), params)
-    if not result:
+    params += [*_columns(rows, 4), replace]
+    with autocommit_write(alias):
+        result, _ = _execute(connections[alias], _sql_call(WRITES), params)
+    live = result[0][0]
+    if live is None:
         return False
-    if not result[0][0]:
+    if not live:
         raise SessionArchived()
     return True

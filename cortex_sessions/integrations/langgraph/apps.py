@@ -6,9 +6,18 @@ from django.utils.translation import gettext_lazy as _
 
 class CortexLangGraphConfig(AppConfig):
     """The LangGraph integration (docs/design.md §19.1): checkpoints, channel blobs and pending
-    writes of graphs whose threads are cortex sessions."""
+    writes of graphs whose threads are cortex sessions. On ``post_migrate`` it creates the
+    saver's PostgreSQL functions when this app's migrations are disabled
+    (:func:`._pg_writes.create_functions`)."""
 
     name = "cortex_sessions.integrations.langgraph"
     label = "cortex_langgraph"
     verbose_name = _("Cortex sessions: LangGraph")
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django.db.models.signals import post_migrate
+
+        from . import _pg_writes
+
+        post_migrate.connect(_pg_writes.create_functions, sender=self, dispatch_uid=_pg_writes.PUT)

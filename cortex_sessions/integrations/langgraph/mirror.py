@@ -16,6 +16,7 @@ another process's checkpoint (or a forgotten one) is read from the database as b
 
 from __future__ import annotations
 
+import operator
 import threading
 import uuid
 from collections import OrderedDict
@@ -99,14 +100,14 @@ def mirrored_rows(fresh: Sequence[BaseMessage], now: datetime) -> list[MirroredR
         ``MAX_MESSAGES_PER_APPEND``: the ORM path then raises the error as it always has,
         and only when the checkpoint is new.
     """
-    from ...services.messages import _build_message
+    from ...services.messages import build_message
 
     if len(fresh) > app_settings.MAX_MESSAGES_PER_APPEND:
         return None
     rows = []
     try:
         for index, message in enumerate(fresh):
-            built = _build_message(to_cortex(message), index, now)
+            built = build_message(to_cortex(message), index, now)
             rows.append(
                 MirroredRow(
                     built.columns, built.content_json, built.metadata_json, built.usage_json
@@ -129,12 +130,24 @@ def new_messages(current: Any, previous: Any) -> list[BaseMessage]:
     """
     if not isinstance(current, Sequence) or isinstance(current, str | bytes):
         return []
-    before = list(previous) if isinstance(previous, Sequence) else []
-    seen = {m.id for m in before if isinstance(m, BaseMessage) and m.id}
-    anonymous = [m for m in before if isinstance(m, BaseMessage) and not m.id]
+    before = previous if isinstance(previous, Sequence) and previous is not None else ()
+    seen = set()
+    anonymous = []
+    for m in before:
+        if isinstance(m, BaseMessage):
+            if m.id:
+                seen.add(m.id)
+            else:
+                anonymous.append(m)
+    # A value that starts with the previous one's own objects (as the channel's reducer keeps
+    # them, and as remembered values are) can hold new messages only after them: each of those
+    # objects is excluded below anyway (its id is seen, or it is itself anonymous).
+    start = 0
+    if 0 < len(before) <= len(current) and all(map(operator.is_, before, current)):
+        start = len(before)
     return [
         m
-        for m in current
+        for m in (current[start:] if start else current)
         if isinstance(m, BaseMessage)
         and (m.id not in seen if m.id else m not in anonymous)
         and m.type != "remove"
