@@ -90,21 +90,13 @@ def explain(session_id, max_tokens: int) -> tuple[str, int]:
     from django.db import connection
 
     from cortex_sessions.scope import canonical_of
-    from cortex_sessions.services.context import _context_sql
+    from cortex_sessions.services._pg_context import context_params, context_sql
 
-    canonical = canonical_of(SCOPE)
-    params = {
-        "id": session_id,
-        "lo": canonical,
-        "hi": canonical + "0",
-        "exact": canonical,
-        "below": canonical + "/",
-        "budget": max_tokens,
-    }
+    params = context_params(canonical_of(SCOPE), session_id, max_tokens)
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + _context_sql(), params)
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + context_sql(), params)
         text = "\n".join(row[0] for row in cursor.fetchall())
-        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + _context_sql(), params)
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + context_sql(), params)
         plan = cursor.fetchone()[0][0]["Plan"]
     return text, rows_read(plan, "cortex_sessions_message")
 
