@@ -247,3 +247,29 @@ async def test_the_async_twin_reads_what_the_service_does(threads):
         )
         expected = await sync_to_async(fast_window)(SCOPE, session.pk, budget)
         assert snapshot(window) == snapshot(expected)
+
+
+@on_postgresql
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Paris"])
+def test_use_tz_false_reads_the_raw_paths_naive_times(threads, zone):
+    """Without ``USE_TZ`` the messages' times are naive local times, as ``Manager.raw`` and
+    the ORM read them, with the same ``fold`` in an hour the zone repeats."""
+    from datetime import UTC, datetime
+
+    session = threads[3]
+    repeated = datetime(2026, 10, 25, 1, 30, tzinfo=UTC)  # 02:30 in Paris, the second time
+    Message.objects.filter(session=session).update(created_at=repeated)
+    with override_settings(USE_TZ=False, TIME_ZONE=zone):
+        for budget in (None, 90):
+            fast = fast_window(SCOPE, session.pk, budget)
+            with raw_path():
+                raw = fast_window(SCOPE, session.pk, budget)
+            orm = orm_window(SCOPE, session.pk, budget)
+            assert snapshot(fast) == snapshot(raw) == snapshot(orm)
+            folds = [(m.created_at, m.created_at.tzinfo, m.created_at.fold) for m in fast.messages]
+            assert folds == [
+                (m.created_at, m.created_at.tzinfo, m.created_at.fold) for m in raw.messages
+            ]
+            assert folds and all(tzinfo is None for _, tzinfo, _ in folds)
+            if zone == "Europe/Paris":  # psycopg 3's loader sets the fold, as Django's does
+                assert {(t.hour, fold) for t, _, fold in folds[1:]} == {(2, 1)}
