@@ -9,7 +9,8 @@ rows are fetched at once on a Django cursor with psycopg's own ``timestamptz`` l
 field's ``from_db_value``, then ``Model.from_db``: :func:`._pg_run.instances`); that is what
 ``Manager.raw`` did here before, with about 40% less Python CPU a call (docs/performance.md).
 Elsewhere (psycopg 2, or a session whose ``DateStyle`` or encoding a host changed)
-``Manager.raw`` runs the same statement. Both give the ORM's values (``tests/test_context_pg_rows.py`` compares them).
+``Manager.raw`` runs the same statement. Both give the ORM's values
+(``tests/test_context_pg_rows.py`` compares them).
 
 Public APIs only (``tests/test_pg_public.py`` checks).
 """

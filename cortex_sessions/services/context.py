@@ -7,8 +7,9 @@ whole, the read only chooses.
 
 On PostgreSQL it is one statement (:func:`._pg_context.context_sql`) that walks the session's
 messages newest first on the unique ``(session, seq)`` index and stops one message past the
-budget, so it reads the rows it returns plus one, however long the thread. Elsewhere the ORM reads the summary, then
-the tail in pages of :data:`_PAGE` newest first, stopping at the first page past the budget.
+budget, so it reads the rows it returns plus one, however long the thread. Elsewhere the ORM
+reads the summary, then the tail in pages of :data:`_PAGE` newest first, stopping at the first
+page past the budget.
 """
 
 from __future__ import annotations
