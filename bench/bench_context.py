@@ -11,8 +11,10 @@ missing, and the session this script writes is removed at the end.
 
 - **context read**: ``services.context_messages(max_tokens=…)`` of the session, uncompacted
   and after a compaction through its middle, against the best raw SQL for the same rows sent
-  with psycopg (``bench.floor.context_window``): medians of ``--reps`` paired calls, and the
-  ratio (target <= 1.5x).
+  with psycopg (``bench.floor.context_window``, auto-prepared after five runs as psycopg does):
+  medians of ``--reps`` interleaved calls, and the ratio (target <= 1.5x); the app with
+  ``PREPARED_STATEMENTS`` too, and each side's mean CPU time in this process (the Python
+  work, which a busy database server does not inflate).
 - **plan**: ``EXPLAIN (ANALYZE, BUFFERS)`` of the app's statement, with the rows its scans of
   the message table read: the messages returned plus the one past the budget (and the
   summary), twice (walked, then fetched), however long the session.
@@ -64,19 +66,37 @@ def build_session(messages: int):
     return session
 
 
-def paired(app, floor, reps: int) -> tuple[float, float]:
-    """Median ms of ``app()`` and ``floor()``, called alternately ``reps`` times each."""
-    app_ms, floor_ms = [], []
+def paired(calls: dict, reps: int) -> dict[str, tuple[float, float]]:
+    """``{name: (median wall ms, mean CPU ms of this process)}`` of each of ``calls``, called
+    in turn ``reps`` times each. The CPU time is the Python side alone (building the rows),
+    which a loaded database server does not inflate as it does the wall time."""
+    wall: dict[str, list[float]] = {name: [] for name in calls}
+    cpu: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(10):
-        app(), floor()
+        for call in calls.values():
+            call()
     for _ in range(reps):
-        started = time.perf_counter()
-        app()
-        app_ms.append((time.perf_counter() - started) * 1000)
-        started = time.perf_counter()
-        floor()
-        floor_ms.append((time.perf_counter() - started) * 1000)
-    return statistics.median(app_ms), statistics.median(floor_ms)
+        for name, call in calls.items():
+            started, used = time.perf_counter(), time.process_time()
+            call()
+            cpu[name].append((time.process_time() - used) * 1000)
+            wall[name].append((time.perf_counter() - started) * 1000)
+    return {name: (statistics.median(wall[name]), statistics.mean(cpu[name])) for name in calls}
+
+
+def prepared(call):
+    """``call`` run with ``CORTEX_SESSIONS["PREPARED_STATEMENTS"] = True`` (the settings dict
+    changed in place around it, as ``bench.run.prepared`` does)."""
+    from django.conf import settings
+
+    def run():
+        settings.CORTEX_SESSIONS["PREPARED_STATEMENTS"] = True
+        try:
+            return call()
+        finally:
+            settings.CORTEX_SESSIONS["PREPARED_STATEMENTS"] = False
+
+    return run
 
 
 def rows_read(plan: dict, table: str) -> int:
@@ -90,21 +110,13 @@ def explain(session_id, max_tokens: int) -> tuple[str, int]:
     from django.db import connection
 
     from cortex_sessions.scope import canonical_of
-    from cortex_sessions.services.context import _context_sql
+    from cortex_sessions.services._pg_context import context_params, context_sql
 
-    canonical = canonical_of(SCOPE)
-    params = {
-        "id": session_id,
-        "lo": canonical,
-        "hi": canonical + "0",
-        "exact": canonical,
-        "below": canonical + "/",
-        "budget": max_tokens,
-    }
+    params = context_params(canonical_of(SCOPE), session_id, max_tokens)
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + _context_sql(), params)
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + context_sql(), params)
         text = "\n".join(row[0] for row in cursor.fetchall())
-        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + _context_sql(), params)
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + context_sql(), params)
         plan = cursor.fetchone()[0][0]["Plan"]
     return text, rows_read(plan, "cortex_sessions_message")
 
@@ -118,6 +130,9 @@ def main() -> None:
     url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_URL)
     setup_django(url)
     import psycopg
+    from django.conf import settings
+
+    settings.CORTEX_SESSIONS = {"PREPARED_STATEMENTS": False}  # before the app reads it
 
     from bench import floor
     from cortex_sessions import services
@@ -140,21 +155,33 @@ def main() -> None:
                 base, scope=SCOPE, session_id=session.pk, max_tokens=args.max_tokens
             )
             assert [m.pk for m in window.messages] == [row[2] for row in rows], "not the same rows"
-            app_ms, floor_ms = paired(
-                lambda: services.context_messages(
+
+            def app():
+                return services.context_messages(
                     scope=SCOPE, session_id=session.pk, max_tokens=args.max_tokens
-                ),
-                lambda: floor.context_window(
-                    base, scope=SCOPE, session_id=session.pk, max_tokens=args.max_tokens
-                ),
+                )
+
+            times = paired(
+                {
+                    "app": app,
+                    "floor": lambda: floor.context_window(
+                        base, scope=SCOPE, session_id=session.pk, max_tokens=args.max_tokens
+                    ),
+                    "prepared": prepared(app),
+                },
                 args.reps,
             )
+            (app_ms, app_cpu), (floor_ms, floor_cpu) = times["app"], times["floor"]
+            prepared_ms = times["prepared"][0]
             plan, read = explain(session.pk, args.max_tokens)
             print(
                 f"context read of a {args.messages:,}-message session ({label}), "
                 f"max_tokens={args.max_tokens}: {len(window.messages)} messages, "
                 f"{window.tokens} tokens; app {app_ms:.3f} ms, floor {floor_ms:.3f} ms, "
-                f"ratio {app_ms / floor_ms:.2f}x (target <= 1.5x); message rows read: {read}"
+                f"ratio {app_ms / floor_ms:.2f}x (target <= 1.5x); app with "
+                f"PREPARED_STATEMENTS {prepared_ms:.3f} ms ({prepared_ms / floor_ms:.2f}x); "
+                f"Python CPU a call: app {app_cpu:.3f} ms, floor {floor_cpu:.3f} ms; "
+                f"message rows read: {read}"
             )
             print(plan)
             print()

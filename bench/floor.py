@@ -229,9 +229,11 @@ def append_three_statements(
 
 
 #: The context read (docs/design.md §16.4) as a hand-written data layer would send it: one
-#: statement that finds the newest compaction summary and walks the tail newest first, one
-#: ``(session, seq)`` index probe per message, carrying each message's columns and the running
-#: token sum, and stopping one message past the budget.
+#: statement that finds the newest compaction summary, walks the tail newest first, one
+#: ``(session, seq)`` index probe per message carrying only its ``seq`` and the running token
+#: sum, stops one message past the budget, and then fetches the walked rows by ``(session,
+#: seq)``. Carrying each message's whole row through the walk instead (a composite column in
+#: the recursive CTE) was slower: the rows are copied at every step (docs/performance.md).
 _CONTEXT_SQL = f"""
 WITH RECURSIVE
 s AS (SELECT id, last_seq FROM {SESSION_TABLE} WHERE id = %(id)s AND {{within}}),
@@ -241,18 +243,17 @@ c AS (SELECT m.seq, m.compacts_through_seq, m.token_count FROM {MESSAGE_TABLE} m
       ORDER BY m.seq DESC LIMIT 1),
 k AS (SELECT COALESCE((SELECT compacts_through_seq FROM c), 0) AS floor_seq,
              COALESCE((SELECT token_count FROM c), 0)::bigint AS base),
-w AS (SELECT s.last_seq + 1 AS seq, 0::bigint AS tokens, TRUE AS seed,
-             NULL::{MESSAGE_TABLE} AS row FROM s
+w AS (SELECT s.last_seq + 1 AS seq, 0::bigint AS tokens, TRUE AS seed FROM s
       UNION ALL
-      SELECT n.seq, w.tokens + n.token_count, FALSE, n.row FROM w CROSS JOIN LATERAL
-        (SELECT m.seq, m.token_count, m AS row FROM {MESSAGE_TABLE} m
+      SELECT n.seq, w.tokens + n.token_count, FALSE FROM w CROSS JOIN LATERAL
+        (SELECT m.seq, m.token_count FROM {MESSAGE_TABLE} m
          WHERE m.session_id = %(id)s AND m.seq < w.seq AND m.seq > (SELECT floor_seq FROM k)
          AND m.compacts_through_seq IS NULL ORDER BY m.seq DESC LIMIT 1) n
-      WHERE w.seed OR w.tokens + (SELECT base FROM k) <= %(budget)s)
-SELECT 0, (SELECT token_count FROM c), (m).* FROM (SELECT m FROM {MESSAGE_TABLE} m, c
-  WHERE m.session_id = %(id)s AND m.seq = c.seq) x(m)
-UNION ALL
-SELECT 1, w.tokens, (w.row).* FROM w WHERE NOT w.seed
+      WHERE w.seed OR w.tokens + (SELECT base FROM k) <= %(budget)s),
+r AS (SELECT c.seq, 0 AS part, c.token_count::bigint AS tokens FROM c
+      UNION ALL SELECT w.seq, 1, w.tokens FROM w WHERE NOT w.seed)
+SELECT r.part, r.tokens, m.* FROM r CROSS JOIN LATERAL
+  (SELECT * FROM {MESSAGE_TABLE} m WHERE m.session_id = %(id)s AND m.seq = r.seq LIMIT 1) m
 """
 
 

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext, override_settings
 from cortex_sessions import services
 from cortex_sessions.models import Message
 from cortex_sessions.scope import canonical_of
-from cortex_sessions.services.context import _context_sql
+from cortex_sessions.services._pg_context import context_params, context_sql
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_only]
 
@@ -63,17 +63,9 @@ def test_context_read_is_one_statement(long_thread):
 
 @pytest.mark.parametrize(("budget", "kept"), [(100, 9), (1000, 99), (None, 2000)])
 def test_rows_read_are_bounded_by_the_rows_returned(long_thread, budget, kept):
-    canonical = canonical_of(SCOPE)
-    params = {
-        "id": long_thread.pk,
-        "lo": canonical,
-        "hi": canonical + "0",
-        "exact": canonical,
-        "below": canonical + "/",
-        "budget": budget,
-    }
+    params = context_params(canonical_of(SCOPE), long_thread.pk, budget)
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + _context_sql(), params)
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + context_sql(), params)
         plan = cursor.fetchone()[0][0]
     plan = plan if isinstance(plan, dict) else json.loads(plan)
     read = _rows_read(plan["Plan"], Message._meta.db_table)

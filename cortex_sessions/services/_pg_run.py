@@ -12,7 +12,7 @@ is first read back from text into what psycopg would have handed Django for each
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from datetime import datetime
 from decimal import Decimal
@@ -49,11 +49,12 @@ __all__ = [
 
 
 def execute(
-    connection: Any, sql: str, params: Sequence[Any], *, c_times: bool = False
+    connection: Any, sql: str, params: Sequence[Any] | Mapping[str, Any], *, c_times: bool = False
 ) -> tuple[list[tuple[Any, ...]], Any]:
     """Run one statement on Django ``connection`` through the cursor of :func:`_cursor`.
 
     Args:
+        params: the statement's parameters, positional (``%s``) or named (``%(name)s``).
         c_times: read ``timestamptz`` columns with psycopg's default loader (its C one with
             ``psycopg[binary]``: ``psycopg.adapters.get_loader``) registered on this cursor,
             instead of the Python loader Django registers on its connections, which costs

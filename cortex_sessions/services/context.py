@@ -5,16 +5,16 @@ message after its ``through_seq`` except older summaries, in ``seq`` order; with
 oldest of those are dropped whole until the tokens fit. Nothing is written: the transcript stays
 whole, the read only chooses.
 
-On PostgreSQL it is one statement (:func:`_context_sql`) that walks the session's messages newest
-first on the unique ``(session, seq)`` index and stops one message past the budget, so it reads
-the rows it returns plus one, however long the thread. Elsewhere the ORM reads the summary, then
-the tail in pages of :data:`_PAGE` newest first, stopping at the first page past the budget.
+On PostgreSQL it is one statement (:func:`._pg_context.context_sql`) that walks the session's
+messages newest first on the unique ``(session, seq)`` index and stops one message past the
+budget, so it reads the rows it returns plus one, however long the thread. Elsewhere the ORM
+reads the summary, then the tail in pages of :data:`_PAGE` newest first, stopping at the first
+page past the budget.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ from ..exceptions import ContextBudgetExceeded, InvalidFilter, SessionNotFound
 from ..models import Message, Session
 from ..scope import Scope, canonical_of
 from ._common import _db_for_read, _session_id
+from ._pg_context import walk
 from .sessions import _get
 
 __all__ = [
@@ -232,79 +233,15 @@ def _window(
     )
 
 
-# -- PostgreSQL: one statement --------------------------------------------------------------------
-
-
-def _context_sql() -> str:
-    """The context read in one statement (docs/design.md §16.4).
-
-    ``s``: the session, by primary key and scope (none when it is missing or foreign). ``c``:
-    its newest compaction summary, from the checkpoint partial index newest first. ``w``: a
-    recursive walk of the tail newest first from a seed row past ``last_seq``, one backward
-    probe of the unique ``(session, seq)`` index per message, carrying the running token sum;
-    it goes on only while the sum (with the summary's tokens) fits the budget, so it stops one
-    message past it. The walk is written so that no plan can read the session's other rows:
-    each step is a ``LIMIT 1`` below the previous ``seq``, and the rows are then fetched by
-    ``(session, seq)`` in a lateral join (its ``LIMIT 1`` keeps the planner from turning the
-    probes into a hash join over the whole session). The result is the summary (``context_part`` 0) and
-    the walked messages (1) with every message column, or one row of ``NULL`` columns when the
-    session exists but both are empty, so an empty session is told from a foreign one (no row).
-
-    Parameters (named): ``id``, ``lo``, ``hi``, ``exact``, ``below`` (the scope range of
-    :func:`cortex_sessions.scope.scope_q`), ``budget`` (``NULL``: none).
-    """
-    message = Message._meta.db_table
-    session = Session._meta.db_table
-    columns = ", ".join(f'm."{f.column}"' for f in Message._meta.concrete_fields)
-    return (
-        "WITH RECURSIVE"
-        f' s AS (SELECT s."id", s."last_seq" FROM {session} s WHERE s."id" = %(id)s'
-        ' AND s."scope" >= %(lo)s AND s."scope" < %(hi)s'
-        ' AND (s."scope" = %(exact)s OR s."scope" >= %(below)s)'
-        # an expired session is hidden until the sweep deletes it (docs/design.md §18.1)
-        ' AND (s."expires_at" IS NULL OR s."expires_at" > statement_timestamp())),'
-        f' c AS (SELECT m."seq", m."compacts_through_seq", m."token_count" FROM {message} m'
-        ' WHERE m."session_id" = %(id)s AND EXISTS (SELECT 1 FROM s)'
-        " AND m.\"role\" = 'user' AND m.\"source\" = 'checkpoint'"
-        ' AND m."compacts_through_seq" IS NOT NULL ORDER BY m."seq" DESC LIMIT 1),'
-        ' k AS (SELECT COALESCE((SELECT "compacts_through_seq" FROM c), 0) AS floor_seq,'
-        ' COALESCE((SELECT "token_count" FROM c), 0)::bigint AS base),'
-        ' w AS (SELECT s."last_seq" + 1 AS seq, 0::bigint AS tokens, TRUE AS seed FROM s'
-        ' UNION ALL SELECT n."seq", w.tokens + n.tokens, FALSE FROM w CROSS JOIN LATERAL'
-        f' (SELECT m."seq", m."token_count"::bigint AS tokens FROM {message} m'
-        ' WHERE m."session_id" = %(id)s AND m."seq" < w."seq"'
-        ' AND m."seq" > (SELECT floor_seq FROM k) AND m."compacts_through_seq" IS NULL'
-        ' ORDER BY m."seq" DESC LIMIT 1) n'
-        " WHERE %(budget)s::bigint IS NULL OR w.seed"
-        " OR w.tokens + (SELECT base FROM k) <= %(budget)s),"
-        ' r AS (SELECT c."seq", 0 AS part FROM c'
-        ' UNION ALL SELECT w."seq", 1 FROM w WHERE NOT w.seed)'
-        f" SELECT x.* FROM s LEFT JOIN LATERAL (SELECT {columns}, r.part AS context_part"
-        f" FROM r CROSS JOIN LATERAL (SELECT * FROM {message} m"
-        ' WHERE m."session_id" = %(id)s AND m."seq" = r."seq" LIMIT 1) m) x ON TRUE'
-    )
-
-
 def _walk_pg(
     alias: str, scope: Scope | str, session_id: uuid.UUID, budget: int | None
 ) -> tuple[Message | None, list[Message], bool]:
-    """:func:`_walk_orm` on PostgreSQL, in the one statement of :func:`_context_sql`."""
-    canonical = canonical_of(scope)
-    params = {
-        "id": session_id,
-        "lo": canonical,
-        "hi": canonical + "0",
-        "exact": canonical,
-        "below": canonical + "/",
-        "budget": budget,
-    }
-    rows: Sequence[Any] = list(Message.objects.using(alias).raw(_context_sql(), params))
-    if not rows:
+    """:func:`_walk_orm` on PostgreSQL, in the one statement of
+    :func:`._pg_context.context_sql` (:func:`._pg_context.walk`)."""
+    found = walk(alias, canonical_of(scope), session_id, budget)
+    if found is None:
         raise SessionNotFound()
-    summary = next((row for row in rows if row.context_part == 0), None)
-    walked = sorted(
-        (row for row in rows if row.context_part == 1), key=lambda message: -message.seq
-    )
+    summary, walked = found
     base = summary.token_count if summary is not None else 0
     total = base + sum(message.token_count for message in walked)
     more = budget is not None and bool(walked) and total > budget
