@@ -116,7 +116,7 @@ def _sql_put(blobs: int) -> str:
     Parameters: session id, the four scope parameters, agent id or ``NULL``; namespace,
     checkpoint id, parent id, type, checkpoint bytes, metadata (JSON text), created_at;
     with blobs the namespace, then channel, version, type and bytes of each; n, n, the four totals, updated_at,
-    last_message (NULL: keep), session id, n; n, then :func:`_pg._arrays`' seven arrays.
+    last_message (NULL: keep), session id, n; n, then :func:`_arrays`' seven arrays.
     """
     checkpoint, blob = Checkpoint._meta.db_table, CheckpointBlob._meta.db_table
     session, message = Session._meta.db_table, Message._meta.db_table
@@ -213,7 +213,7 @@ def put_checkpoint(
     if blobs:
         params += [ns, *(value for blob in blobs for value in blob)]
     params += [count, count, *totals, now, last, session_id, count, count]
-    arrays = _pg._arrays(rows, [(r.content_json, r.metadata_json, r.usage_json) for r in mirrored])
+    arrays = _arrays(rows, [(r.content_json, r.metadata_json, r.usage_json) for r in mirrored])
     params += _columns(arrays, 7)
     connection = connections[alias]
     with _autocommit_write(alias):
@@ -233,6 +233,16 @@ def put_checkpoint(
             messages.append(message)
         _send_on_commit(messages_appended, session=session, messages=messages)
     return bool(inserted)
+
+
+def _arrays(
+    rows: Sequence[dict[str, Any]], json_texts: Sequence[tuple[str, str, str | None]]
+) -> list[tuple[Any, ...]]:
+    """The parallel arrays of :func:`_sql_put`'s messages (role … token count), transposed."""
+    return [
+        (r["role"], r["source"], content, metadata, r["created_at"], usage, r["token_count"])
+        for r, (content, metadata, usage) in zip(rows, json_texts, strict=True)
+    ]
 
 
 @cache
