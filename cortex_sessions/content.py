@@ -149,12 +149,16 @@ def check_json_value(
     most_keys = app_settings.MAX_JSON_KEYS if max_keys is None else max_keys
     # Only containers go on the stack; strings are checked as they are met (the append path
     # runs this on every message).
+    # Exact types first (``type(x) is …``, a set lookup): ``isinstance`` of a number or
+    # ``None`` against ``Mapping`` asks the ABC machinery, the most of a walk over the
+    # records the runtime adapters store (docs/performance.md).
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, list | tuple):
+        kind = type(item)
+        if kind is list or kind is tuple or (kind is not dict and isinstance(item, list | tuple)):
             children: Any = item
-        elif isinstance(item, Mapping):
+        elif kind is dict or isinstance(item, Mapping):
             if len(item) > most_keys:
                 raise TooManyKeys(
                     f"{field} has an object of {len(item)} keys; at most {most_keys} are "
@@ -165,7 +169,10 @@ def check_json_value(
                 )
             keys_checked = False
             for key in item:
-                if type(key) is not str and not keys_checked:  # exact str: the usual case
+                if type(key) is str:  # the usual case
+                    if key.isascii() and (allow_nul or "\x00" not in key):
+                        continue
+                elif not keys_checked:
                     check_object_keys(item, field=field)
                     keys_checked = True
                 if (found := _unstorable(key, search, allow_nul)) is not None:
@@ -177,11 +184,25 @@ def check_json_value(
             error = _JSON_FIELD_ERRORS.get(field, InvalidInput)
             raise error(f"{field} is nested deeper than {max_depth} levels.", field=field)
         for child in children:
-            if isinstance(child, str):
+            kind = type(child)
+            if kind is str:
+                if child.isascii() and (allow_nul or "\x00" not in child):
+                    continue
+                if (found := search(child)) is not None:
+                    _refuse_text(found, field)
+            elif kind in _JSON_SCALARS:
+                continue
+            elif isinstance(child, str):
                 if (found := _unstorable(child, search, allow_nul)) is not None:
                     _refuse_text(found, field)
-            elif isinstance(child, dict | list | tuple | Mapping):
+            elif kind is dict or kind is list or isinstance(child, dict | list | tuple | Mapping):
                 stack.append((child, depth + 1))
+
+
+#: Exact types of the JSON values that hold no string and no container (subclasses take the
+#: ``isinstance`` tests: a ``str`` subclass of ``int`` cannot exist, but a ``Mapping`` may
+#: subclass anything).
+_JSON_SCALARS = frozenset({int, float, bool, type(None)})
 
 
 def check_object_keys(item: Mapping[Any, Any], *, field: str) -> None:

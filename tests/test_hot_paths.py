@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import uuid
 from datetime import UTC, datetime
+from decimal import Decimal
 
 import pytest
 from django.apps import apps as django_apps
@@ -139,7 +140,7 @@ def _function_exists(signature: str | None = None) -> bool:
 #: The result type of the function the code calls: the narrow row as one value.
 NARROW = "text[]"
 
-#: Every function the code calls.
+#: Every function the code calls (but 0022's :data:`_pg.APPEND_MANY`, tested on its own).
 FUNCTIONS = (_pg.APPEND_ONE, _pg.GET, _pg.RESOLVE)
 
 
@@ -198,6 +199,53 @@ def test_0020_replaces_the_functions_and_backward_restores_the_previous_ones(ses
     assert not any(map(_function_exists, _previous_functions() + list(EARLIER)))
 
 
+def _migration_0022():
+    return importlib.import_module("cortex_sessions.migrations.0022_append_many_function")
+
+
+def _run_0022(*, forwards: bool) -> None:
+    """0022's ``RunSQL`` forward or backward (on PostgreSQL, as its ``OnVendors`` runs it)."""
+    ((operation,),) = (on.database_operations for on in _migration_0022().Migration.operations)
+    with connection.schema_editor() as editor:
+        if forwards:
+            operation.database_forwards("cortex_sessions", editor, None, None)
+        else:
+            operation.database_backwards("cortex_sessions", editor, None, None)
+
+
+@on_postgresql
+def test_0022_creates_the_append_many_function_the_code_calls_and_backward_drops_it(session):
+    migration = _migration_0022()
+    create, drop = _pg.function_sql(_pg.APPEND_MANY)
+    assert (create, drop) == (migration.CREATE_APPEND_MANY, migration.DROP_APPEND_MANY)
+    assert _function_result(_signature(drop)) == NARROW
+    _run_0022(forwards=False)
+    assert not _function_exists(_signature(drop))
+    assert _function_exists()  # the one-message append's is 0020's
+    _run_0022(forwards=True)
+    assert _function_result(_signature(drop)) == NARROW
+
+
+@on_postgresql
+@pytest.mark.django_db(transaction=True)
+def test_this_code_on_a_database_without_0022_writes_nothing_of_a_many_message_append():
+    from django.db import ProgrammingError
+
+    session = services.create_session(scope=SCOPE, agent_id="agent-1")
+    two = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+    _run_0022(forwards=False)
+    try:
+        with pytest.raises(ProgrammingError, match="does not exist"):
+            services.append_messages(scope=SCOPE, session_id=session.pk, messages=two)
+        stored = Session.objects.get(pk=session.pk)
+        assert (stored.message_count, stored.last_seq) == (0, 0)
+        assert not Message.objects.filter(session=session).exists()
+    finally:
+        _run_0022(forwards=True)
+    result = services.append_messages(scope=SCOPE, session_id=session.pk, messages=two)
+    assert [m.seq for m in result.messages] == [1, 2]
+
+
 @on_postgresql
 @pytest.mark.django_db(transaction=True)
 def test_this_code_on_a_database_without_0020_writes_nothing():
@@ -233,9 +281,10 @@ def test_migrations_disabled_the_function_comes_from_post_migrate(session):
     enabled it leaves the function to the migration. DDL is transactional: the test's
     rollback restores the function."""
     config = django_apps.get_app_config("cortex_sessions")
-    signatures = [_signature(_pg.function_sql(name)[1]) for name in FUNCTIONS]
+    every = (*FUNCTIONS, _pg.APPEND_MANY)
+    signatures = [_signature(_pg.function_sql(name)[1]) for name in every]
     with connection.cursor() as cursor:
-        for name in FUNCTIONS:
+        for name in every:
             cursor.execute(_pg.function_sql(name)[1])
     with override_settings(MIGRATION_MODULES={}):  # enabled, even under --nomigrations
         post_migrate.send(sender=config, app_config=config, using="default", verbosity=0)
@@ -253,15 +302,26 @@ def test_migrations_disabled_the_function_comes_from_post_migrate(session):
 
 
 @on_postgresql
-def test_append_of_many_messages_is_one_statement(session):
+@pytest.mark.parametrize("count", [2, 25])
+def test_append_of_many_messages_is_one_call_of_the_function(session, count):
+    # Two or more messages: a call of the function whose plan the server keeps (§14.1), not
+    # a statement planned on every call; the counters move by exactly the messages.
     with CaptureQueriesContext(connection) as captured:
-        services.append_messages(
+        result = services.append_messages(
             scope=SCOPE,
             session_id=session.pk,
-            messages=[{"role": "user", "content": str(n)} for n in range(25)],
+            messages=[{"role": "user", "content": str(n)} for n in range(count)],
         )
-    assert len(statements(captured)) == 1
-    assert list(Message.objects.values_list("seq", flat=True).order_by("seq")) == list(range(1, 26))
+    (statement,) = statements(captured)
+    assert statement.startswith(f"SELECT {_pg.APPEND_MANY}(")
+    stored = list(Message.objects.order_by("seq").values_list("pk", "seq", "content"))
+    expected = [[{"type": "text", "text": str(n)}] for n in range(count)]
+    assert [(m.pk, m.seq, m.content) for m in result.messages] == stored
+    assert [seq for _, seq, _ in stored] == list(range(1, count + 1))
+    assert [content for _, _, content in stored] == expected
+    row = Session.objects.get(pk=session.pk)
+    assert (row.message_count, row.last_seq, row.last_message) == (count, count, str(count - 1))
+    assert _fields(result.session) == _fields(row)
 
 
 @on_postgresql
@@ -346,6 +406,49 @@ def test_append_returns_what_is_stored(path, session, django_capture_on_commit_c
         assert not message._state.adding
         assert message.session is result.session
     assert received == [(session.pk, [1, 2])]
+
+
+def test_a_many_message_append_stores_every_value_as_given(path, session):
+    # The PostgreSQL function takes the messages as one JSON text: text that needs escaping
+    # in JSON and in SQL, usage on one message and not the other, a created_at in another
+    # offset (with seconds, and microseconds) and one before year 1000 (where MariaDB's
+    # DATETIME starts), all stored as given.
+    from datetime import timedelta, timezone
+
+    offset = timezone(timedelta(hours=5, minutes=30, seconds=15))
+    early = datetime(5 if connection.vendor != "mysql" else 1000, 1, 1, tzinfo=UTC)
+    text = "q\"uo\\te' \\u0041 {[,]} \u2028 é 😀 NULL \\N\n\t end"
+    messages = [
+        {
+            "role": "user",
+            "content": text,
+            "metadata": {'k"ey': ["v\\", 1.5, None, True], "": {}},
+            "created_at": datetime(2024, 2, 3, 4, 5, 6, 789, tzinfo=offset),
+        },
+        {
+            "role": "assistant",
+            "source": "host",
+            "content": [{"type": "text", "text": text}, {"type": "json", "data": {"a": [text]}}],
+            "usage": {"input_tokens": 3, "output_tokens": 4, "cost": "0.25", "model": 'm"\\'},
+            "created_at": early,
+        },
+        {"role": "tool", "content": "plain"},
+    ]
+    result = services.append_messages(scope=SCOPE, session_id=session.pk, messages=messages)
+    stored = list(Message.objects.filter(session=session).order_by("seq"))
+    assert [_fields(m) for m in result.messages] == [_fields(m) for m in stored]
+    first, second, third = stored
+    assert first.content == [{"type": "text", "text": text}]
+    assert first.metadata == {'k"ey': ["v\\", 1.5, None, True], "": {}}
+    assert first.created_at == datetime(2024, 2, 3, 4, 5, 6, 789, tzinfo=offset)
+    assert (first.usage, second.created_at) == (None, early)
+    assert second.content[1] == {"type": "json", "data": {"a": [text]}}
+    assert second.usage == result.messages[1].usage and second.usage["input_tokens"] == 3
+    assert (second.source, third.role, third.usage) == ("host", "tool", None)
+    row = Session.objects.get(pk=session.pk)
+    assert _fields(result.session) == _fields(row)
+    assert (row.message_count, row.last_seq, row.input_tokens, row.output_tokens) == (3, 3, 3, 4)
+    assert (row.cost, row.last_message) == (Decimal("0.25"), text)
 
 
 @pytest.mark.parametrize("messages", [1, 2], ids=["one message", "two messages"])

@@ -55,7 +55,7 @@ ORIGINALS = (
     "0018_drop_pre_release_append_functions",
 )
 #: The migrations after the squashes, which every database runs after them, in order.
-LATER = ("0019_context_window", "0020_retention", "0021_erasures")
+LATER = ("0019_context_window", "0020_retention", "0021_erasures", "0022_append_many_function")
 ADK = "cortex_adk"
 ADK_SQUASH = "0001_squashed_0003_adk_state"
 ADK_ORIGINALS = (
@@ -214,7 +214,8 @@ def test_a_new_database_through_the_squashes_has_the_schema_of_the_originals(res
     squashed = _schema()
     assert set(squashed) >= {f"{APP}_session", f"{APP}_message", f"{ADK}_adksession"}
     if connection.vendor == "postgresql":
-        assert {name for name, _ in squashed["functions"]} == {_pg.APPEND_ONE, _pg.GET, _pg.RESOLVE}
+        functions = {_pg.APPEND_ONE, _pg.APPEND_MANY, _pg.GET, _pg.RESOLVE}
+        assert {name for name, _ in squashed["functions"]} == functions
 
     _migrate_app_to_zero()
     executor = MigrationExecutor(connection)

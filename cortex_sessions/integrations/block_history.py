@@ -5,8 +5,8 @@ The LangChain history's ``messages`` and Pydantic AI's ``load_history`` read eve
 session. Through :func:`~cortex_sessions.services.list_messages` most of that time is the
 client's: a model instance per row, its whole content decoded (the text block only to be
 dropped), then each record rebuilt from its block. Here PostgreSQL picks each message's first
-block of the runtime's type (``jsonb_path_query_first``, as the OpenAI Agents adapter's
-:mod:`.openai_agents_history`) and aggregates the records it keeps verbatim into one JSON array,
+block of the runtime's type (:data:`_FIRST_BLOCK`: two lookups, or ``jsonb_path_query_first``
+as the OpenAI Agents adapter's :mod:`.openai_agents_history`) and aggregates the records it keeps verbatim into one JSON array,
 which the runtime decodes in one call (``json.loads``, or pydantic's ``validate_json``). A
 page holding a message whose record is kept as JSON text, or that has no such block (another
 writer's), is read again message by message for the adapter's own conversion. The scope check
@@ -83,13 +83,14 @@ def read_history(
     if agent_id is not None:
         visible.append(agent_id)
     jsonpath = f'$[*] ? (@.type == "{block_type}")'
+    first = [json.dumps(block_type)] * 2 + [jsonpath]  # _FIRST_BLOCK's parameters
     out: list[T] = []
     after = 0
     while True:
         with connection.cursor() as cursor:
             cursor.execute(
                 _page_sql(quote_name, agent_id is not None),
-                [key, key, key, jsonpath, pk, after, PAGE, *visible],
+                [key, key, key, *first, pk, after, PAGE, *visible],
             )
             row = cursor.fetchone()
         if row is None:
@@ -101,7 +102,7 @@ def read_history(
             with connection.cursor() as cursor:
                 cursor.execute(
                     _entries_sql(quote_name, agent_id is not None),
-                    [jsonpath, pk, after, last_seq, *visible],
+                    [*first, pk, after, last_seq, *visible],
                 )
                 entries = cursor.fetchone()
             for role, block, content in json.loads(entries[0]) if entries else ():
@@ -125,6 +126,19 @@ def _visible(agent: bool) -> str:
     )
 
 
+#: A message's first content block of the runtime's type: the first or the second block (the
+#: readable text, then the record: every message an adapter writes) by two lookups, any later
+#: one by ``jsonb_path_query_first``, which evaluates its path on every message (about as long
+#: again as the rest of a page's statement, docs/performance.md). A block is an object
+#: (validation refuses anything else), so each finds the same block. Parameters: the type as
+#: JSON text twice, the jsonpath.
+_FIRST_BLOCK = (
+    "CASE WHEN content -> 0 -> 'type' = %s::jsonb THEN content -> 0"
+    " WHEN content -> 1 -> 'type' = %s::jsonb THEN content -> 1"
+    " ELSE jsonb_path_query_first(content, %s::jsonpath) END"
+)
+
+
 @cache
 def _page_sql(quote_name: Any, agent: bool) -> str:
     """The page statement of :func:`read_history`, built once.
@@ -134,7 +148,7 @@ def _page_sql(quote_name: Any, agent: bool) -> str:
     ``(session_id, seq)``, the unique index. ``mixed``: some message of the page has no
     record under the key (a flag, not the messages themselves: an aggregate's arguments are
     computed for every row, whatever its ``FILTER``, and building each row's JSON would cost
-    more than the page). Parameters: key three times, the jsonpath, id, after, limit, then
+    more than the page). Parameters: key three times, :data:`_FIRST_BLOCK`'s, id, after, limit, then
     :func:`_visible`'s.
     """
     messages, sessions = quote_name(Message._meta.db_table), quote_name(Session._meta.db_table)
@@ -143,7 +157,7 @@ def _page_sql(quote_name: Any, agent: bool) -> str:
         f"{sessions} s CROSS JOIN LATERAL (SELECT count(*) AS n, max(seq) AS last_seq, "
         "coalesce((json_agg(block -> %s ORDER BY seq) FILTER (WHERE block ? %s))::text, '[]')"
         " AS verbatim, bool_or(block IS NULL OR NOT block ? %s) AS mixed FROM (SELECT seq, "
-        "jsonb_path_query_first(content, %s::jsonpath) AS block "
+        f"{_FIRST_BLOCK} AS block "
         f"FROM {messages} m WHERE m.session_id = %s AND m.seq > %s ORDER BY m.seq LIMIT %s)"
         f" AS page) AS p WHERE {_visible(agent)}"
     )
@@ -153,13 +167,13 @@ def _page_sql(quote_name: Any, agent: bool) -> str:
 def _entries_sql(quote_name: Any, agent: bool) -> str:
     """The statement reading a mixed page message by message, built once: one JSON array of
     ``[role, block, content when there is no block]`` in ``seq`` order. Parameters: the
-    jsonpath, id, after, the page's last seq, then :func:`_visible`'s."""
+    :data:`_FIRST_BLOCK`'s, id, after, the page's last seq, then :func:`_visible`'s."""
     messages, sessions = quote_name(Message._meta.db_table), quote_name(Session._meta.db_table)
     return (
         "SELECT coalesce(json_agg(json_build_array(role, block, CASE WHEN block IS NULL THEN"
         " content END) ORDER BY seq)::text, '[]') FROM "
         f"{sessions} s CROSS JOIN LATERAL (SELECT seq, role, content, "
-        "jsonb_path_query_first(content, %s::jsonpath) AS block "
+        f"{_FIRST_BLOCK} AS block "
         f"FROM {messages} m WHERE m.session_id = %s AND m.seq > %s AND m.seq <= %s) AS page"
         f" WHERE {_visible(agent)} GROUP BY s.id"
     )

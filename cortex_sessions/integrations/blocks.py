@@ -10,12 +10,16 @@ Pure functions: nothing here reads or writes the database or imports an SDK.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from ..content import MAX_JSON_DEPTH, check_json_value
-from ..exceptions import InvalidInput
+from ..exceptions import InvalidContent, InvalidInput, InvalidText, NulCharacter, TooManyKeys
 
-__all__ = ["find_block", "is_storable", "text_blocks", "verbatim_block"]
+if TYPE_CHECKING:
+    from ..services.messages import _BuiltMessage
+
+__all__ = ["find_block", "is_storable", "record_message", "text_blocks", "verbatim_block"]
 
 
 def is_storable(value: Any, *, depth: int = 0) -> bool:
@@ -77,6 +81,55 @@ def verbatim_block(
     if is_storable(value, depth=2):  # content list > block > value
         return {"type": block_type, key: value}
     return {"type": block_type, f"{key}_json": as_json(value)}
+
+
+#: What the content rule raises for a value it refuses (:func:`is_storable` is false for it):
+#: :func:`record_message` then keeps the record as JSON text, as :func:`verbatim_block` does.
+_UNSTORABLE = (NulCharacter, InvalidText, TooManyKeys, InvalidContent)
+
+
+def record_message(
+    role: str,
+    text: str,
+    block_type: str,
+    key: str,
+    value: Any,
+    *,
+    as_json: Callable[[Any], str],
+    now: datetime,
+) -> _BuiltMessage:
+    """The message keeping a record, validated and encoded for
+    :func:`cortex_sessions.services.messages.append_built`: its content is
+    ``text_blocks(text)`` then ``verbatim_block(block_type, key, value, as_json=as_json)``,
+    walked by the content rule once, where :func:`verbatim_block` and then the append would
+    walk the record twice (docs/design.md §12.4, §19.2, §19.3).
+
+    Args:
+        role: the message's role.
+        text: the record's readable text (:func:`text_blocks`).
+        block_type, key, value, as_json: as for :func:`verbatim_block`.
+        now: the message's ``created_at``.
+
+    Returns:
+        The validated message.
+
+    Raises:
+        MessageTooLarge: over ``MAX_MESSAGE_BYTES``; InvalidContent: ``value`` is not JSON
+            (``as_json`` raises it); whatever ``as_json`` and ``TOKEN_COUNTER`` raise, as the
+            append would.
+    """
+    from ..services.messages import _build_message  # models: once the app registry is ready
+
+    head = text_blocks(text)
+    try:
+        return _build_message(
+            {"role": role, "content": [*head, {"type": block_type, key: value}]}, 0, now
+        )
+    except _UNSTORABLE:
+        # Not storable as it is (or not JSON: as_json says so): as JSON text.
+        pass
+    block = {"type": block_type, f"{key}_json": as_json(value)}
+    return _build_message({"role": role, "content": [*head, block]}, 0, now)
 
 
 def find_block(content: Any, block_type: str) -> Mapping[str, Any] | None:

@@ -35,9 +35,11 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.utils import timezone
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -55,8 +57,9 @@ from ..content import content_text
 from ..exceptions import InvalidContent, InvalidInput, SessionNotFound
 from ..models import Session
 from ..scope import Scope, as_scope
+from ..services.messages import _BuiltMessage, append_built
 from . import block_history
-from .blocks import find_block, text_blocks, verbatim_block
+from .blocks import find_block, record_message, text_blocks, verbatim_block
 
 __all__ = [
     "MESSAGE_BLOCK_TYPE",
@@ -126,6 +129,14 @@ def to_cortex(message: ModelMessage) -> dict[str, Any]:
         InvalidInput: ``message`` is neither.
         InvalidContent: it does not dump to JSON.
     """
+    role, text, data = _parts(message)
+    content = text_blocks(text)
+    content.append(verbatim_block(MESSAGE_BLOCK_TYPE, "message", data, as_json=_as_json))
+    return {"role": role, "content": content}
+
+
+def _parts(message: ModelMessage) -> tuple[str, str, Any]:
+    """``(role, readable text, the message as dumped)`` (see :func:`to_cortex`)."""
     if not isinstance(message, ModelRequest | ModelResponse):
         raise InvalidInput(
             "Every message must be a Pydantic AI ModelRequest or ModelResponse.",
@@ -135,10 +146,16 @@ def to_cortex(message: ModelMessage) -> dict[str, Any]:
         data = ModelMessagesTypeAdapter.dump_python([message], mode="json")[0]
     except (TypeError, ValueError) as error:
         raise InvalidContent(f"content is not valid JSON: {error}", field="content") from None
-    role, text = _role_and_text(message)
-    content = text_blocks(text)
-    content.append(verbatim_block(MESSAGE_BLOCK_TYPE, "message", data, as_json=_as_json))
-    return {"role": role, "content": content}
+    return (*_role_and_text(message), data)
+
+
+def _built(message: ModelMessage, now: datetime) -> _BuiltMessage:
+    """:func:`to_cortex`'s message, validated and encoded once (:func:`.blocks.record_message`),
+    created at ``now``: what :func:`save_messages` appends."""
+    role, text, data = _parts(message)
+    return record_message(
+        role, text, MESSAGE_BLOCK_TYPE, "message", data, as_json=_as_json, now=now
+    )
 
 
 def from_cortex(role: str, content: Any) -> ModelMessage | None:
@@ -189,10 +206,9 @@ def save_messages(
         SessionNotFound: ``session_id`` is missing, out of scope or another agent's.
         SessionArchived: the session is archived (docs/design.md §11.2).
     """
-    rows = [to_cortex(message) for message in messages]
+    now = timezone.now()  # the messages' created_at
+    rows = [_built(message, now) for message in messages]
     batch = app_settings.MAX_MESSAGES_PER_APPEND
-    if len(rows) > batch:
-        services.check_messages(rows)
     pk = _as_uuid(session_id) if session_id is not None else None
     if rows and pk is not None and isinstance(agent_id, str) and (pk, agent_id) in _CHECKED:
         session_pk = pk  # the append checks the scope (and that it lives) in its statement
@@ -202,8 +218,8 @@ def save_messages(
         if pk is not None:
             _remember(pk, agent_id)
     for start in range(0, len(rows), batch):
-        session = services.append_messages(
-            scope=scope, session_id=session_pk, messages=rows[start : start + batch]
+        session = append_built(
+            scope=scope, session_id=session_pk, built=rows[start : start + batch]
         ).session
     return session
 

@@ -13,9 +13,9 @@ Public APIs only (``tests/test_pg_public.py`` checks): statements run on a Djang
 query; rows become instances through each field's ``from_db_value`` and ``Model.from_db``.
 ``CORTEX_SESSIONS["PREPARED_STATEMENTS"]`` (default off) prepares them: :func:`_cursor`.
 
-The one-message append calls the PL/pgSQL function :data:`APPEND_ONE`, get and resolve call
-:data:`GET` and :data:`RESOLVE` (migration ``0012_squashed_0018_search_and_functions``, or
-``0016``/``0017`` before the squash): the server plans a function's statement once per session
+The append calls the PL/pgSQL function :data:`APPEND_ONE` (one message) or :data:`APPEND_MANY`
+(``0022_append_many_function``), get and resolve call :data:`GET` and :data:`RESOLVE`
+(``0020_retention``): the server plans a function's statement once per session
 and keeps it, whatever the pooler (:func:`_sql_call`). They return the session as one
 ``text[]`` (read back by :func:`._pg_run.text_values`). The scope predicate is
 :func:`cortex_sessions.scope.scope_q`'s: an index range on the canonical string
@@ -34,9 +34,10 @@ from django.db import connections
 from django.db.models import Model
 
 from ..models import IdempotencyKey, Message, Session
-from ._pg_run import TextPlan, built, execute, instances, text_plan, text_values
+from ._pg_run import TextPlan, built, execute, instances, messages_json, text_plan, text_values
 
 __all__ = [
+    "APPEND_MANY",
     "APPEND_ONE",
     "GET",
     "RESOLVE",
@@ -149,9 +150,8 @@ def _text_columns(fields: Sequence[Any]) -> str:
     return ", ".join(f's."{field.column}"::text' for field in fields)
 
 
-@cache
-def _sql_append() -> str:
-    """Append messages to an in-scope session in one statement.
+def _append_many_statement() -> str:
+    """The statement :data:`APPEND_MANY` runs: append messages to an in-scope session.
 
     - ``s`` updates the session row: it takes the row lock (a concurrent append waits, then
       re-checks the ``WHERE`` on the row it committed, as ``SELECT … FOR UPDATE`` would), moves
@@ -161,28 +161,28 @@ def _sql_append() -> str:
       meanwhile; the ORM path reads the clock under the lock) and,
       when the messages carry conversation text, ``last_message``; it returns the new row.
     - ``m`` inserts the messages, numbered ``last_seq - n + 1 … last_seq`` from the row ``s``
-      returned, with the session's agent and scope; the inputs come as parallel arrays
-      (``unnest … WITH ORDINALITY`` keeps their order), so one statement text serves any
-      number of messages and prepares once.
-    - The outer ``SELECT`` returns the session's columns once per message, with the message's
-      id and seq. No row at all means no such live session within the scope (missing, foreign
-      or archived, docs/design.md §11.2): nothing was written.
+      returned, with the session's agent and scope; they come as one JSON array
+      (:func:`._pg_run.messages_json`; ``WITH ORDINALITY`` keeps their order).
+    - The result is :func:`_narrow_fields`' array of the session, followed by the new
+      messages' ids in ``seq`` order, into the function's variable ``appended``; ``NULL``
+      when there is no such live session within the scope (missing, foreign, expired or
+      archived, docs/design.md §11.2): nothing was written.
 
-    Parameters: n, the four totals (input tokens, output tokens, cost, context tokens),
-    updated_at, last_message (NULL: keep), id, the four scope parameters, roles, sources,
-    contents (JSON text), metadata (JSON text), created_at values, usages (JSON text or NULL),
-    token counts.
+    Parameters: n, n, the four totals (input tokens, output tokens, cost, context tokens),
+    updated_at, last_message (NULL: keep), id, the four scope parameters, n, the messages
+    (JSON text).
     """
+    narrow = f"(SELECT ARRAY[{_text_columns(_narrow_fields())}] FROM s)"
     return _append_statement(
         step="%s",
         values=(
-            's."last_seq" - %s + v.ord, v.role, v.source, v.content::jsonb, v.metadata::jsonb,'
-            " v.created_at, v.usage::jsonb, v.token_count FROM s, unnest(%s::text[], %s::text[],"
-            " %s::text[], %s::text[], %s::timestamptz[], %s::text[], %s::integer[]) WITH"
-            " ORDINALITY AS v(role, source, content, metadata, created_at, usage, token_count,"
-            " ord)"
+            's."last_seq" - %s + v.ord, v.e ->> 0, v.e ->> 1, (v.e -> 2)::jsonb,'
+            " (v.e -> 3)::jsonb, (v.e ->> 4)::timestamptz, (v.e ->> 5)::jsonb,"
+            " (v.e ->> 6)::integer FROM s, json_array_elements(%s::json) WITH ORDINALITY"
+            " AS v(e, ord)"
         ),
-        order=' ORDER BY m."seq"',
+        result=f'{narrow} || array_agg(m."id"::text ORDER BY m."seq") INTO appended',
+        source="m",
     )
 
 
@@ -192,6 +192,9 @@ def _sql_append() -> str:
 #: an expired session refused, ``0020``), so code and database on two sides of a migration
 #: fail at parse time, before writing; a later migration drops the old version.
 APPEND_ONE = "cortex_sessions_append_one_v6"
+#: The PL/pgSQL function that appends several messages (docs/design.md §14.1; migration
+#: ``0022_append_many_function``), versioned as :data:`APPEND_ONE`.
+APPEND_MANY = "cortex_sessions_append_many_v1"
 #: The PL/pgSQL functions that read one session by id within a scope, and the default session
 #: of an agent at a scope, each returning every column as one ``text[]`` (``NULL``: none);
 #: versioned as :data:`APPEND_ONE` (``_v2``: the usage totals, ``0019_context_window``;
@@ -217,17 +220,13 @@ class _Function(NamedTuple):
 def _functions() -> dict[str, _Function]:
     """The functions :func:`function_sql` creates, by name."""
     scope = ("text", "text", "text", "text")  # the four parameters of _scope_params
+    # The session's update: the four totals to add (input tokens, output tokens, cost,
+    # context tokens), updated_at, last_message (NULL: keep), session id, the scope.
+    update = ("bigint", "bigint", "numeric", "bigint", "timestamptz", "text", "uuid", *scope)
     return {
         APPEND_ONE: _Function(
             (
-                "bigint",  # input tokens to add
-                "bigint",  # output tokens to add
-                "numeric",  # cost to add
-                "bigint",  # context tokens to add
-                "timestamptz",  # updated_at
-                "text",  # last_message (NULL: keep)
-                "uuid",  # session id
-                *scope,
+                *update,
                 "text",  # role
                 "text",  # source
                 "text",  # content (JSON text)
@@ -240,6 +239,11 @@ def _functions() -> dict[str, _Function]:
             "appended",
             "",
         ),
+        # n twice (last_seq, message_count), the update, n (the first seq), the messages
+        # (JSON text, ._pg_run.messages_json)
+        APPEND_MANY: _Function(
+            ("bigint", "bigint", *update, "bigint", "text"), _append_many_statement, "appended", ""
+        ),
         GET: _Function(("uuid", *scope, "text"), _get_statement, "loaded", "STABLE"),
         RESOLVE: _Function(("text", "text"), _resolve_statement, "loaded", "STABLE"),
     }
@@ -247,8 +251,8 @@ def _functions() -> dict[str, _Function]:
 
 @cache
 def _sql_call(function: str) -> str:
-    """The statement that calls ``function`` (:data:`APPEND_ONE`, :data:`GET` or
-    :data:`RESOLVE`) with one ``%s`` per argument.
+    """The statement that calls ``function`` (:data:`APPEND_ONE`, :data:`APPEND_MANY`,
+    :data:`GET` or :data:`RESOLVE`) with one ``%s`` per argument.
 
     Why a function: an unnamed statement is parsed and planned by the server on every call,
     which for the append is about a third of its time and for a read of one session (whose
@@ -271,8 +275,8 @@ def _sql_call(function: str) -> str:
 
 
 def _append_one_statement() -> str:
-    """The statement :data:`APPEND_ONE` runs: :func:`_sql_append` for one message, with scalar
-    parameters instead of ``unnest`` over arrays, selecting the narrow row of
+    """The statement :data:`APPEND_ONE` runs: :func:`_append_many_statement` for one message,
+    with scalar parameters instead of a JSON array, selecting the narrow row of
     :func:`_narrow_fields` into the function's variable ``appended``. Parameters: the four
     totals (input tokens, output tokens, cost, context tokens), updated_at, last_message
     (NULL: keep), id, the four scope parameters, role, source, content (JSON text), metadata
@@ -281,8 +285,8 @@ def _append_one_statement() -> str:
     return _append_statement(
         step="1",
         values='s."last_seq", %s, %s, %s::jsonb, %s::jsonb, %s, %s::jsonb, %s FROM s',
-        order="",
         result=f"ARRAY[{array}] INTO appended",
+        source="s, m",
     )
 
 
@@ -330,22 +334,21 @@ def _session_plan(*, narrow: bool) -> TextPlan:
 
 
 def function_sql(function: str) -> tuple[str, str]:
-    """The SQL that creates ``function`` (:data:`APPEND_ONE`, :data:`GET` or :data:`RESOLVE`)
-    on PostgreSQL, and the SQL that drops it, as ``(create, drop)``.
+    """The SQL that creates ``function`` (:data:`APPEND_ONE`, :data:`APPEND_MANY`, :data:`GET`
+    or :data:`RESOLVE`) on PostgreSQL, and the SQL that drops it, as ``(create, drop)``.
 
-    Each function runs one statement and returns one ``text[]`` value: the append the narrow
+    Each function runs one statement and returns one ``text[]`` value: the appends the narrow
     row of :func:`_narrow_fields` (the session's fields, then the new message's ``id`` and
-    ``seq``), the reads every column of the session; ``NULL`` when nothing was written or
-    found. The migrations that create them hold a copy of this SQL (the squash
-    ``0012_squashed_0018_search_and_functions`` all three; before it ``0016`` the append's and
-    ``0017`` the reads'), frozen as
+    ``seq``, or the new messages' ids), the reads every column of the session; ``NULL`` when
+    nothing was written or found. The migrations that create them hold a copy of this SQL
+    (``0020_retention`` the three first, ``0022_append_many_function`` the other), frozen as
     migrations are; ``tests/test_hot_paths.py`` checks that they agree, so a change to the
     session's columns or to a statement comes with a migration that adds the function under a
     new name. When the app's migrations are disabled, :func:`create_functions` runs this SQL
     instead.
 
     Raises:
-        KeyError: ``function`` is not one of the three.
+        KeyError: ``function`` is not one of the four.
     """
     spec = _functions()[function]
     pieces = spec.statement().split("%s")
@@ -366,12 +369,12 @@ def function_sql(function: str) -> tuple[str, str]:
 
 
 def create_functions(*, app_config: Any, using: str, **kwargs: Any) -> None:
-    """``post_migrate`` receiver: create :data:`APPEND_ONE`, :data:`GET` and :data:`RESOLVE`
-    on a PostgreSQL database whose tables were made from the models because this app's
-    migrations are disabled (a test database under pytest-django's ``--nomigrations`` or
-    ``TEST["MIGRATE"] = False``), where neither the squash
-    ``0012_squashed_0018_search_and_functions`` nor ``0016``/``0017`` ran. With migrations enabled it does nothing:
-    the migrations own the functions.
+    """``post_migrate`` receiver: create :data:`APPEND_ONE`, :data:`APPEND_MANY`, :data:`GET`
+    and :data:`RESOLVE` on a PostgreSQL database whose tables were made from the models
+    because this app's migrations are disabled (a test database under pytest-django's
+    ``--nomigrations`` or ``TEST["MIGRATE"] = False``), where the migrations that create them
+    (:func:`function_sql`) did not run. With migrations enabled it does nothing: the
+    migrations own the functions.
     """
     from django.db import router
     from django.db.migrations.loader import MigrationLoader
@@ -386,17 +389,14 @@ def create_functions(*, app_config: Any, using: str, **kwargs: Any) -> None:
             cursor.execute(function_sql(function)[0])
 
 
-def _append_statement(*, step: str, values: str, order: str, result: str | None = None) -> str:
-    """The append statement of :func:`_sql_append` and of :data:`APPEND_ONE`: the
+def _append_statement(*, step: str, values: str, result: str, source: str) -> str:
+    """The append statement of :data:`APPEND_ONE` and :data:`APPEND_MANY`: the
     session update ``s`` moving ``last_seq`` and ``message_count`` by ``step`` (a placeholder or
     a literal) and the usage totals by four parameters (input tokens, output tokens, cost,
     context tokens: docs/design.md §16.1-§16.2), the message insert ``m`` selecting the session's id, agent and scope followed by
     ``values`` (the rest of the select list and its ``FROM``), and the outer select of
-    ``result`` (default: the session's columns, then the message's ``id`` and ``seq``), ordered
-    by ``order``.
+    ``result`` (with its ``INTO``) from ``source``.
     """
-    if result is None:
-        result = f'{_columns(Session, "s.")}, m."id", m."seq"'
     table = Session._meta.db_table
     return (
         f"WITH s AS ("
@@ -414,7 +414,7 @@ def _append_statement(*, step: str, values: str, order: str, result: str | None 
         f' "created_at", "usage", "token_count")'
         f' SELECT s."id", s."agent_id", s."scope", {values}'
         f' RETURNING "id", "seq"'
-        f") SELECT {result} FROM s, m{order}"
+        f") SELECT {result} FROM {source}"
     )
 
 
@@ -506,8 +506,8 @@ def append_rows(
     key: Sequence[Any] = (),
 ) -> tuple[Session, list[Message]] | None:
     """Append validated message ``rows`` (column values as ``messages._build_message`` makes
-    them) to the session, in one statement (see :func:`_sql_append`; one message:
-    :data:`APPEND_ONE`).
+    them) to the session, in one statement: a call of :data:`APPEND_ONE` (one message) or
+    :data:`APPEND_MANY`, whose plan the server keeps (:func:`_sql_call`).
 
     Args:
         json_texts: each row's ``content``, ``metadata`` and ``usage`` (or ``None``) as JSON
@@ -530,33 +530,31 @@ def append_rows(
         django.db.Error: as the ORM would.
     """
     scope, count = _scope_params(canonical), len(rows)
+    params = [*totals, updated_at, last_message, session_id, *scope]
     if count == 1:
         (row,) = rows
         sql = keyed_append(len(key) == 8) if key else _sql_call(APPEND_ONE)
         content, metadata, usage = json_texts[0]
-        params = [*totals, updated_at, last_message, session_id, *scope, row["role"]]
-        params += [row["source"], content, metadata, row["created_at"], usage]
+        params += [row["role"], row["source"], content, metadata, row["created_at"], usage]
         params += [row["token_count"], *key]
     else:
-        sql, params = _sql_append(), [count, count, *totals, updated_at, last_message, session_id]
-        columns = zip(*_arrays(rows, json_texts), strict=True)
-        params += [*scope, count, *(list(column) for column in columns)]
+        sql = _sql_call(APPEND_MANY)
+        params = [count, count, *params, count, messages_json(rows, json_texts)]
     connection = connections[alias]
     result, session_zone = execute(connection, sql, params)
-    if count == 1:  # the narrow array of APPEND_ONE, or NULL
-        if (array := result[0][0]) is None:
-            return None
-        plan = _session_plan(narrow=True)
-        loaded = text_values(connection, array, session_zone, plan)
-        values = dict(zip(plan.attnames, loaded, strict=True))
-        values.update({"id": session_id, "archived_at": None})
-        session: Session = built(Session, alias, values)
-        written = [(int(array[-2]), int(array[-1]))]
-    elif not result:
+    if (array := result[0][0]) is None:  # the narrow array and the new ids, or NULL
         return None
+    plan = _session_plan(narrow=True)
+    width = len(plan.attnames)
+    loaded = text_values(connection, array, session_zone, plan)
+    values = dict(zip(plan.attnames, loaded, strict=True))
+    values.update({"id": session_id, "archived_at": None})
+    session: Session = built(Session, alias, values)
+    if count == 1:
+        written = [(int(array[-2]), int(array[-1]))]
     else:
-        (session,) = instances(connection, alias, Session, [result[0][:-2]])
-        written = [(columns[-2], columns[-1]) for columns in result]
+        first = session.last_seq - count + 1
+        written = [(int(pk), first + offset) for offset, pk in enumerate(array[width:])]
     messages = []
     for row, (message_id, seq) in zip(rows, written, strict=True):
         common = {"id": message_id, "agent_id": session.agent_id, "scope": session.scope}
@@ -564,16 +562,6 @@ def append_rows(
         message.session = session  # cached: message.session needs no query
         messages.append(message)
     return session, messages
-
-
-def _arrays(
-    rows: Sequence[dict[str, Any]], json_texts: Sequence[tuple[str, str, str | None]]
-) -> list[tuple[Any, ...]]:
-    """The parallel arrays of :func:`_sql_append` (role … token count), transposed."""
-    return [
-        (r["role"], r["source"], content, metadata, r["created_at"], usage, r["token_count"])
-        for r, (content, metadata, usage) in zip(rows, json_texts, strict=True)
-    ]
 
 
 def newest_messages(

@@ -11,6 +11,7 @@ is first read back from text into what psycopg would have handed Django for each
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
@@ -43,6 +44,7 @@ __all__ = [
     "execute",
     "instances",
     "loaders",
+    "messages_json",
     "text_plan",
     "text_values",
 ]
@@ -306,3 +308,35 @@ def built(model: type[Model], alias: str, values: dict[str, Any]) -> Any:
     other deferred, as the ORM builds a row read from ``alias``."""
     names = [f.attname for f in model._meta.concrete_fields if f.attname in values]
     return model.from_db(alias, names, [values[name] for name in names])
+
+
+#: The JSON string of a role or a source (one of the few choices validation checked it against).
+_json_string = cache(json.dumps)
+
+
+def messages_json(
+    rows: Sequence[dict[str, Any]], json_texts: Sequence[tuple[str, str, str | None]]
+) -> str:
+    """Messages to append as one JSON array of ``[role, source, content, metadata, created_at,
+    usage, token count]`` arrays, the parameter of ``_pg.APPEND_MANY`` (docs/design.md §14).
+
+    Args:
+        rows: the messages' column values, validated (``messages._build_message``).
+        json_texts: each row's ``content``, ``metadata`` and ``usage`` (or ``None``) as the
+            JSON text validation encoded: spliced in as they are, each one JSON value.
+
+    Returns:
+        The JSON text. ``created_at`` is written as psycopg writes a datetime parameter
+        (``str()``: with its offset when aware; naive, the server reads it in the session's
+        time zone, as it reads psycopg's). One text parameter costs one string escape, where
+        seven arrays cost psycopg's Python array dumper per element (docs/performance.md).
+    """
+    quoted, items = _json_string, []
+    for row, (content, metadata, usage) in zip(rows, json_texts, strict=True):
+        stamp = datetime.isoformat(row["created_at"], " ")
+        usage = "null" if usage is None else usage
+        items.append(
+            f'[{quoted(row["role"])},{quoted(row["source"])},{content},{metadata},"{stamp}",'
+            f"{usage},{row['token_count']:d}]"
+        )
+    return f"[{','.join(items)}]"

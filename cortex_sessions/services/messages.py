@@ -373,6 +373,32 @@ def append_messages(
     return _append_rows(scope, session_id, rows, now)
 
 
+def append_built(
+    *, scope: Scope | str, session_id: uuid.UUID | str, built: Sequence[_BuiltMessage]
+) -> AppendResult:
+    """:func:`append_messages` of messages :func:`_build_message` validated already: the
+    runtime adapters build each message's content and validate and encode it once
+    (:func:`cortex_sessions.integrations.blocks.record_message`, docs/design.md §19.2, §19.3),
+    where handing their mappings to :func:`append_messages` would validate them again.
+
+    Args:
+        scope, session_id: as for :func:`append_messages`.
+        built: the validated messages, in order (their ``created_at``: the clock read when
+            they were built, unless given).
+
+    Returns:
+        :class:`AppendResult`, as :func:`append_messages` returns it.
+
+    Raises:
+        InvalidInput: no message; TooManyMessages: more than ``MAX_MESSAGES_PER_APPEND``.
+        And what :func:`append_messages` raises once its input is valid (no idempotency key).
+    """
+    if not built:
+        raise InvalidInput("At least one message is required.", field="messages")
+    check_message_count(len(built))
+    return _append_rows(scope, session_id, list(built), timezone.now())
+
+
 def _append_rows(
     scope: Scope | str,
     session_id: uuid.UUID | str,

@@ -45,6 +45,7 @@ from cortex_sessions.integrations import block_history, pydantic_ai
 from cortex_sessions.integrations.langchain import CortexChatMessageHistory
 from cortex_sessions.integrations.langchain import history as langchain_history
 from cortex_sessions.models import Message, Session
+from cortex_sessions.scope import as_scope
 
 pytestmark = pytest.mark.django_db
 
@@ -231,6 +232,34 @@ def test_a_whole_history_is_one_statement_on_postgresql():
     with CaptureQueriesContext(connection) as captured:
         assert len(history.messages) == 300
     assert len(captured.captured_queries) == 2
+
+
+@pytest.mark.parametrize("position", [0, 1, 2, 3])
+def test_the_first_record_block_is_read_wherever_it_lies(monkeypatch, adapter, position):
+    # Adapters write the text block then the record; another writer may put the record
+    # anywhere, after other blocks, twice: the first block of the type is the record, on
+    # PostgreSQL's lookups of the first two blocks and its path query past them alike.
+    write, read, records = adapter
+    source = services.create_session(scope=SCOPE, agent_id=AGENT).pk
+    write(source, records[:2])
+    first, second = (
+        m.content[-1] for m in Message.objects.filter(session_id=source).order_by("seq")
+    )
+    filler = [{"type": "text", "text": f"note {n}"} for n in range(position)]
+    pk = services.create_session(scope=SCOPE, agent_id=AGENT).pk
+    services.append_messages(
+        scope=SCOPE,
+        session_id=pk,
+        messages=[
+            {"role": "user", "content": [*filler, first, second]},
+            {"role": "assistant", "content": [*filler, second, {"type": "image"}]},
+        ],
+    )
+    with CaptureQueriesContext(connection) as captured:
+        fast, slow = _both(monkeypatch, lambda: read(pk))
+    assert fast == slow == [records[0], records[1]]
+    if block_history.serves(as_scope(SCOPE)):
+        assert any("content -> 0 -> 'type'" in q["sql"] for q in captured.captured_queries)
 
 
 def test_save_to_a_checked_session_appends_at_once_and_still_refuses(monkeypatch):

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
+from django.utils import timezone
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage, messages_from_dict
 
@@ -16,9 +17,10 @@ from ...conf import app_settings
 from ...exceptions import SessionNotFound
 from ...models import Session
 from ...scope import Scope, as_scope
+from ...services.messages import append_built
 from .. import block_history
 from ..sessions import on_session
-from .messages import MESSAGE_BLOCK_TYPE, from_cortex, to_cortex
+from .messages import MESSAGE_BLOCK_TYPE, built_message, from_cortex
 
 __all__ = ["CortexChatMessageHistory"]
 
@@ -118,19 +120,15 @@ class CortexChatMessageHistory(BaseChatMessageHistory):
             SessionNotFound: the pinned session is missing, out of scope or another agent's.
             SessionArchived: the pinned session is archived (docs/design.md §11.2).
         """
-        rows = [to_cortex(message) for message in messages]
-        if not rows:
+        now = timezone.now()  # the messages' created_at
+        built = [built_message(message, now) for message in messages]
+        if not built:
             return
-        batch = app_settings.MAX_MESSAGES_PER_APPEND
-        if len(rows) > batch:
-            services.check_messages(rows)
-        scope = self.scope
+        batch, scope = app_settings.MAX_MESSAGES_PER_APPEND, self.scope
 
         def append(pk: uuid.UUID) -> None:
-            for start in range(0, len(rows), batch):
-                services.append_messages(
-                    scope=scope, session_id=pk, messages=rows[start : start + batch]
-                )
+            for start in range(0, len(built), batch):
+                append_built(scope=scope, session_id=pk, built=built[start : start + batch])
 
         self._on_session(append)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from langchain_core.messages import (
@@ -37,9 +38,10 @@ from langchain_core.messages import (
 
 from ...content import content_text
 from ...exceptions import InvalidContent, InvalidInput
-from ..blocks import find_block, text_blocks, verbatim_block
+from ...services.messages import _BuiltMessage
+from ..blocks import find_block, record_message, text_blocks, verbatim_block
 
-__all__ = ["MESSAGE_BLOCK_TYPE", "from_cortex", "message_id", "to_cortex"]
+__all__ = ["MESSAGE_BLOCK_TYPE", "built_message", "from_cortex", "message_id", "to_cortex"]
 
 #: The ``type`` of the content block that keeps a LangChain message verbatim.
 MESSAGE_BLOCK_TYPE = "langchain_message"
@@ -84,6 +86,34 @@ def to_cortex(message: BaseMessage) -> dict[str, Any]:
             instruction to a graph's reducer, not a message).
         InvalidContent: the message does not serialise to JSON (a value pydantic cannot dump).
     """
+    role, text, record = _parts(message)
+    content = text_blocks(text)
+    content.append(verbatim_block(MESSAGE_BLOCK_TYPE, "message", record, as_json=_as_json))
+    return {"role": role, "content": content}
+
+
+def built_message(message: BaseMessage, now: datetime) -> _BuiltMessage:
+    """:func:`to_cortex`'s message, validated and encoded once, for
+    :func:`cortex_sessions.services.messages.append_built` (:func:`.blocks.record_message`):
+    what the history's :meth:`add_messages` appends.
+
+    Args:
+        message: any ``BaseMessage`` but ``RemoveMessage``.
+        now: its ``created_at``.
+
+    Raises:
+        InvalidInput, InvalidContent: as :func:`to_cortex`.
+        MessageTooLarge: over ``MAX_MESSAGE_BYTES``; and what ``TOKEN_COUNTER`` raises, as
+            the append would.
+    """
+    role, text, record = _parts(message)
+    return record_message(
+        role, text, MESSAGE_BLOCK_TYPE, "message", record, as_json=_as_json, now=now
+    )
+
+
+def _parts(message: BaseMessage) -> tuple[str, str, dict[str, Any]]:
+    """``(role, readable text, the record kept verbatim)`` of a message (see :func:`to_cortex`)."""
     if not isinstance(message, BaseMessage) or isinstance(message, RemoveMessage):
         raise InvalidInput(
             "Every message must be a LangChain BaseMessage (not a RemoveMessage).",
@@ -93,13 +123,7 @@ def to_cortex(message: BaseMessage) -> dict[str, Any]:
         data = message.model_dump(mode="json")
     except (TypeError, ValueError) as error:
         raise InvalidContent(f"content is not valid JSON: {error}", field="content") from None
-    content = text_blocks(str(message.text))
-    content.append(
-        verbatim_block(
-            MESSAGE_BLOCK_TYPE, "message", {"type": message.type, "data": data}, as_json=_as_json
-        )
-    )
-    return {"role": _role(message), "content": content}
+    return _role(message), str(message.text), {"type": message.type, "data": data}
 
 
 def from_cortex(role: str, content: Any) -> BaseMessage | None:

@@ -167,7 +167,7 @@ def _put_statement() -> str:
     checkpoint id, parent id, type, checkpoint bytes, metadata (JSON text), created_at; the
     namespace, then the blobs' channels, versions, types and bytes; n, n, the four totals,
     updated_at, last_message (NULL: keep), session id, n; n, then the messages' seven arrays
-    (``services._pg._arrays``).
+    (:func:`_arrays`).
     """
     checkpoint, blob = Checkpoint._meta.db_table, CheckpointBlob._meta.db_table
     session, message = Session._meta.db_table, Message._meta.db_table
@@ -397,7 +397,7 @@ def put_checkpoint(
     params += [ns, checkpoint_id, parent_id, kind, data, json.dumps(metadata), now, ns]
     params += _columns(blobs, 4)
     params += [count, count, *totals, now, last, session_id, count, count]
-    arrays = _pg._arrays(rows, [(r.content_json, r.metadata_json, r.usage_json) for r in mirrored])
+    arrays = _arrays(rows, [(r.content_json, r.metadata_json, r.usage_json) for r in mirrored])
     params += _columns(arrays, 7)
     connection = connections[alias]
     with autocommit_write(alias):
@@ -422,6 +422,16 @@ def put_checkpoint(
             messages.append(message)
         send_on_commit(messages_appended, session=session, messages=messages)
     return bool(inserted == "true")
+
+
+def _arrays(
+    rows: Sequence[dict[str, Any]], json_texts: Sequence[tuple[str, str, str | None]]
+) -> list[tuple[Any, ...]]:
+    """The parallel arrays of :func:`_sql_put`'s messages (role … token count), transposed."""
+    return [
+        (r["role"], r["source"], content, metadata, r["created_at"], usage, r["token_count"])
+        for r, (content, metadata, usage) in zip(rows, json_texts, strict=True)
+    ]
 
 
 def put_writes(

@@ -30,7 +30,7 @@ from ... import services
 from ...conf import app_settings
 from ...exceptions import InvalidInput
 from ...models import Session
-from ..langchain.messages import to_cortex
+from ..langchain.messages import built_message, to_cortex
 
 __all__ = [
     "MISSING",
@@ -100,14 +100,12 @@ def mirrored_rows(fresh: Sequence[BaseMessage], now: datetime) -> list[MirroredR
         ``MAX_MESSAGES_PER_APPEND``: the ORM path then raises the error as it always has,
         and only when the checkpoint is new.
     """
-    from ...services.messages import build_message
-
     if len(fresh) > app_settings.MAX_MESSAGES_PER_APPEND:
         return None
     rows = []
     try:
-        for index, message in enumerate(fresh):
-            built = build_message(to_cortex(message), index, now)
+        for message in fresh:
+            built = built_message(message, now)  # its record walked once
             rows.append(
                 MirroredRow(
                     built.columns, built.content_json, built.metadata_json, built.usage_json
