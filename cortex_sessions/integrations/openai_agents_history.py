@@ -132,12 +132,12 @@ def _sql(quote_name: Any, *, newest: bool, before: bool) -> str:
     (before one, with ``before``)."""
     if newest:
         bound = "AND seq < %s " if before else ""
-        order, edge = "DESC", "min"
+        order, edge = "seq DESC", "min"
     else:
-        bound, order, edge = "AND seq > %s ", "", "max"
+        bound, order, edge = "AND seq > %s ", "seq", "max"
     return (
         f"SELECT count(*), {edge}(seq), coalesce(json_agg(json_build_array(role, block, "
-        f"CASE WHEN block IS NULL THEN content END) ORDER BY seq {order})::text, '[]'), "
+        f"CASE WHEN block IS NULL THEN content END) ORDER BY {order})::text, '[]'), "
         # whether the session holds a compaction summary (§16.3), on the checkpoint index
         f"EXISTS (SELECT 1 FROM {quote_name(Message._meta.db_table)} x WHERE x.session_id = %s"
         " AND x.role = 'user' AND x.source = 'checkpoint' AND x.compacts_through_seq IS NOT NULL)"
@@ -148,5 +148,5 @@ def _sql(quote_name: Any, *, newest: bool, before: bool) -> str:
         # an expired session's messages are hidden until the sweep deletes them (§18.1)
         f"AND NOT EXISTS (SELECT 1 FROM {quote_name(Session._meta.db_table)} s WHERE"
         " s.id = session_id AND s.expires_at <= statement_timestamp()) "
-        f"{bound}ORDER BY seq {order} LIMIT %s) AS page"
+        f"{bound}ORDER BY {order} LIMIT %s) AS page"
     )

@@ -79,25 +79,22 @@ def pop_newest(
     with connection.cursor() as cursor:
         cursor.execute(_statement(connection.ops.quote_name), params)
         row = cursor.fetchone()
-        if row is None:
-            return None
-        names = [column.name for column in cursor.description]
-    split = names.index("s__id")
-    message = _instance(Message, alias, names[:split], row[:split], connection)
-    session = _instance(
-        Session, alias, [name[3:] for name in names[split:]], row[split:], connection
-    )
+    if row is None:
+        return None
+    # the row is the message's columns, then the session's, in field order (the statement's
+    # ``d.*, u.*``): no ``cursor.description``, whose column objects cost more than the row
+    split = len(Message._meta.concrete_fields)
+    message = _instance(Message, alias, row[:split], connection)
+    session = _instance(Session, alias, row[split:], connection)
     return session, message
 
 
-def _instance(
-    model: type[Model], alias: str, columns: list[str], values: Any, connection: Any
-) -> Any:
-    """A ``model`` instance from a row of its columns, as the ORM would build it."""
-    fields = {field.column: field for field in model._meta.concrete_fields}
+def _instance(model: type[Model], alias: str, values: Any, connection: Any) -> Any:
+    """A ``model`` instance from a row of its concrete fields' columns in field order, as the
+    ORM would build it."""
+    fields = model._meta.concrete_fields
     attnames, converted = [], []
-    for column, value in zip(columns, values, strict=True):
-        field = fields[column]
+    for field, value in zip(fields, values, strict=True):
         if value is not None and hasattr(field, "from_db_value"):
             value = field.from_db_value(value, None, connection)
         attnames.append(field.attname)
@@ -113,13 +110,6 @@ def _statement(quote_name: Any) -> str:
     message_columns = ", ".join(quote_name(field.column) for field in Message._meta.concrete_fields)
     session_returning = ", ".join(
         quote_name(field.column) for field in Session._meta.concrete_fields
-    )
-    selected = ", ".join(
-        [f"d.{quote_name(field.column)}" for field in Message._meta.concrete_fields]
-        + [
-            f"u.{quote_name(field.column)} AS {quote_name(f's__{field.column}')}"
-            for field in Session._meta.concrete_fields
-        ]
     )
     text = (
         "(SELECT string_agg(b.value ->> 'text', E'\\n' ORDER BY b.ordinality) "
@@ -179,5 +169,5 @@ WITH s AS (
     WHERE id = (SELECT session_id FROM d)
     RETURNING {session_returning}
 )
-SELECT {selected} FROM d, u
+SELECT d.*, u.* FROM d, u
 """
