@@ -118,3 +118,38 @@ def test_a_missing_or_foreign_session_is_not_found_for_pop_and_read():
             _pop_item(missing, scope)
         with pytest.raises(SessionNotFound):
             read_history(missing, scope, 50)
+
+
+@pytest.mark.concurrent_db
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_pops_of_a_compacted_session_take_each_item_once():
+    # Pops racing one another in a compacted session: the items after the summary, then the
+    # summary's own (rewritten under the row lock), each returned once; counters exact.
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connections
+
+    store, pk = _store(4, compact_through=4, after=12)
+    seen = _items(store)
+    threads = 6
+    barrier = threading.Barrier(threads)
+
+    def popper(_index):
+        mine = []
+        try:
+            barrier.wait(timeout=30)
+            worker = CortexSession(scope=SCOPE, agent_id="bot", session_id=pk)
+            while (item := async_to_sync(worker.pop_item)()) is not None:
+                mine.append(item)
+        finally:
+            connections.close_all()
+        return mine
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        results = list(pool.map(popper, range(threads)))
+    popped = [item for result in results for item in result]
+    assert len(popped) == len(seen)
+    assert sorted(map(repr, popped)) == sorted(map(repr, seen))
+    assert _items(store) == []
+    _exact(pk)
