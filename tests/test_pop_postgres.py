@@ -4,6 +4,8 @@ result — the removed message, ``message_count``, ``last_message`` — in every
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -87,3 +89,69 @@ def test_archived_and_out_of_scope_sessions_are_refused_as_before():
     with pytest.raises(SessionArchived):
         services.pop_message(scope=SCOPE, session_id=session.pk)
     assert Message.objects.filter(session=session).count() == 1
+
+
+def _compacted(tail):
+    """A session of four messages with usage, compacted through seq 2, then ``tail`` appended."""
+    session = _session(["one", "two", "three", "four"])
+    services.compact_session(
+        scope=SCOPE,
+        session_id=session.pk,
+        through_seq=2,
+        summary="one and two",
+        usage={"input_tokens": 7, "cost": "0.5"},
+    )
+    if tail:
+        services.append_messages(
+            scope=SCOPE,
+            session_id=session.pk,
+            messages=[
+                {"role": "assistant", "content": t, "usage": {"output_tokens": 3, "cost": "0.25"}}
+                for t in tail
+            ],
+        )
+    return session
+
+
+def _recounted(session):
+    """The session's counters as the ORM path computes them from its rows."""
+    from cortex_sessions.services.context import context_tokens_of
+
+    rows = Message.objects.filter(session=session)
+    return (
+        rows.count(),
+        sum((m.usage or {}).get("output_tokens", 0) for m in rows),
+        sum(Decimal((m.usage or {}).get("cost", "0")) for m in rows),
+        context_tokens_of(session, using="default"),
+    )
+
+
+def _counters(session):
+    stored = Session.objects.get(pk=session.pk)
+    return (stored.message_count, stored.output_tokens, stored.cost, stored.context_tokens)
+
+
+def test_a_pop_after_a_compaction_of_a_message_it_shows_is_one_statement_and_exact():
+    # §16.3-§16.4: the newest message lies past the summary's through_seq, so the context loses
+    # exactly its token_count; the statement tells the summary and its through_seq itself.
+    session = _compacted(["five", "six"])
+    with CaptureQueriesContext(connection) as captured:
+        popped = services.pop_message(scope=SCOPE, session_id=session.pk)
+    assert len(captured.captured_queries) == 1
+    assert popped.message.content == [{"type": "text", "text": "six"}]
+    assert _counters(session) == _recounted(session)
+    assert popped.session.context_tokens == _recounted(session)[3]
+    assert popped.session.last_message == "five"
+
+
+def test_the_one_statement_leaves_a_summary_it_would_pop_to_the_orm_path():
+    from cortex_sessions.services.undo import pop_in_one_statement
+
+    session = _compacted([])
+    before = _counters(session)
+    assert pop_in_one_statement(scope=SCOPE, session_id=session.pk) is None
+    assert _counters(session) == before  # nothing written
+    assert Message.objects.filter(session=session, compacts_through_seq=2).exists()
+    popped = services.pop_message(scope=SCOPE, session_id=session.pk)  # the ORM path: undone
+    assert popped.message.compacts_through_seq == 2
+    assert _counters(session) == _recounted(session)

@@ -39,7 +39,6 @@ import json
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
-from functools import cache
 from typing import Any, TypeVar, cast
 
 from agents.memory.session_settings import (
@@ -48,7 +47,6 @@ from agents.memory.session_settings import (
     resolve_session_limit,
 )
 from asgiref.sync import sync_to_async
-from django.db import connections
 
 from .. import routing, services
 from ..conf import app_settings
@@ -505,50 +503,6 @@ def _rows(pk: uuid.UUID, scope: Scope) -> Any:
     )
 
 
-def _newest_rows_postgresql(
-    pk: uuid.UUID, scope: Scope, limit: int, before: int | None
-) -> list[tuple[int, str, Any]]:
-    """The newest ``limit`` rows (below ``seq`` ``before``, if given) as ``(seq, role,
-    content)``, newest first, in one hand-written statement on the runtime's hottest read
-    (SQLite keeps the ORM path).
-
-    The scope predicate is §2.3's rule written out: the row's scope is ``S`` or starts with
-    ``S/`` — as a range ``'S' <= scope < 'S0'`` (``'0'`` follows ``'/'``) for the index,
-    narrowed to ``scope = 'S' OR scope >= 'S/'`` to drop siblings such as ``S-x``.
-    """
-    canonical = scope.canonical
-    connection = _connection_for_read(scope)
-    params: list[Any] = [pk, canonical, canonical + "0", canonical, canonical + "/"]
-    if before is not None:
-        params.append(before)
-    params.append(limit)
-    with connection.cursor() as cursor:
-        cursor.execute(_newest_sql(connection.ops.quote_name, before is not None), params)
-        return [
-            (seq, role, json.loads(content) if isinstance(content, str) else content)
-            for seq, role, content in cursor.fetchall()
-        ]
-
-
-@cache
-def _newest_sql(quote_name: Any, before: bool) -> str:
-    """The statement of :func:`_newest_rows_postgresql`, built once (the same text each call)."""
-    return (
-        f"SELECT seq, role, content FROM {quote_name(Message._meta.db_table)} "
-        "WHERE session_id = %s AND scope >= %s AND scope < %s AND (scope = %s OR scope >= %s) "
-        # an expired session's messages are hidden until the sweep deletes them (§18.1)
-        f"AND NOT EXISTS (SELECT 1 FROM {quote_name(Session._meta.db_table)} s WHERE"
-        " s.id = session_id AND s.expires_at <= statement_timestamp()) "
-        + ("AND seq < %s " if before else "")
-        + "ORDER BY seq DESC LIMIT %s"
-    )
-
-
-def _connection_for_read(scope: Scope) -> Any:
-    """The connection a read of ``scope``'s messages runs on (docs/design.md §17.1)."""
-    return connections[routing.db_for_read(Message, scope=scope)]
-
-
 def _check_session(pk: uuid.UUID, scope: Scope) -> None:
     services.get_session(scope=scope, session_id=pk)  # raises SessionNotFound
 
@@ -594,15 +548,32 @@ def _read_items(pk: uuid.UUID, scope: Scope, limit: int | None) -> list[dict[str
                 return items
             after = page[-1][0]
     newest_first: list[dict[str, Any]] = []
-    postgresql = _connection_for_read(scope).vendor == "postgresql"
     before: int | None = None
+    if history.serves(scope):  # a page per statement, which tells a compaction too
+        while len(newest_first) < limit:
+            want = limit - len(newest_first)
+            count, first_seq, entries, compacted = history.newest_page(
+                pk, scope, before=before, size=want, block_type=ITEM_BLOCK_TYPE
+            )
+            if compacted:  # the context's items instead (docs/design.md §16.5)
+                from .openai_compaction import window_items
+
+                return window_items(scope, pk)[-limit:]
+            if not count and before is None:
+                _check_session(pk, scope)
+            newest_first.extend(
+                item
+                for role, block, content in entries
+                if (item := _item_of_block(role, block, content)) is not None
+            )
+            if count < want:
+                break
+            before = first_seq
+        return list(reversed(newest_first[:limit]))
     while len(newest_first) < limit:
         want = limit - len(newest_first)
-        if postgresql:
-            page = _newest_rows_postgresql(pk, scope, want, before)
-        else:
-            rows = _rows(pk, scope).order_by("-seq")
-            page = list((rows if before is None else rows.filter(seq__lt=before))[:want])
+        rows = _rows(pk, scope).order_by("-seq")
+        page = list((rows if before is None else rows.filter(seq__lt=before))[:want])
         if not page and before is None:
             _check_session(pk, scope)
         newest_first.extend(item for _, r, c in page if (item := _item_of(r, c)) is not None)

@@ -23,7 +23,7 @@ from .. import routing
 from ..models import Message, Session
 from ..scope import Scope
 
-__all__ = ["history_page", "serves"]
+__all__ = ["history_page", "newest_page", "serves"]
 
 
 def serves(scope: Scope) -> bool:
@@ -73,12 +73,71 @@ def history_page(
     return count, last_seq or 0, page, bool(compacted)
 
 
+def newest_page(
+    pk: uuid.UUID, scope: Scope, *, before: int | None, size: int, block_type: str
+) -> tuple[int, int, list[tuple[str, Any, Any]], bool]:
+    """The newest ``size`` messages of session ``pk`` (with ``seq < before`` when given),
+    newest first, in one statement that also tells whether the session is compacted (the
+    newest-``limit`` read of ``get_items``; docs/design.md §13.2, §16.5), scope-checked in it as
+    :func:`history_page`.
+
+    Args:
+        pk: the session.
+        scope: the caller's scope; messages outside it are never read.
+        before: the ``seq`` the page ends before (``None``: the newest page).
+        size: most messages in the page, ``>= 1``.
+        block_type: the ``type`` of the content block holding a message's item.
+
+    Returns:
+        ``(count, first_seq, entries, compacted)``: as :func:`history_page`, but ``first_seq``
+        is the ``seq`` of the page's oldest message (``0`` when empty) and ``entries`` run
+        newest first.
+    """
+    canonical = scope.canonical
+    connection = connections[routing.db_for_read(Message, scope=scope)]
+    params: list[Any] = [
+        pk,
+        f'$[*] ? (@.type == "{block_type}")',
+        pk,
+        canonical,
+        canonical + "0",
+        canonical,
+        canonical + "/",
+    ]
+    if before is not None:
+        params.append(before)
+    params.append(size)
+    with connection.cursor() as cursor:
+        cursor.execute(_newest_sql(connection.ops.quote_name, before is not None), params)
+        count, first_seq, text, compacted = cursor.fetchone()
+    entries = json.loads(text) if isinstance(text, str | bytes) else text
+    page = [(role, block, content) for role, block, content in entries]
+    return count, first_seq or 0, page, bool(compacted)
+
+
 @cache
 def _page_sql(quote_name: Any) -> str:
     """The statement of :func:`history_page`, built once."""
+    return _sql(quote_name, newest=False, before=False)
+
+
+@cache
+def _newest_sql(quote_name: Any, before: bool) -> str:
+    """The statement of :func:`newest_page`, built once per shape."""
+    return _sql(quote_name, newest=True, before=before)
+
+
+def _sql(quote_name: Any, *, newest: bool, before: bool) -> str:
+    """A page statement: the oldest page after a ``seq`` (``newest=False``) or the newest
+    (before one, with ``before``)."""
+    if newest:
+        bound = "AND seq < %s " if before else ""
+        order, edge = "seq DESC", "min"
+    else:
+        bound, order, edge = "AND seq > %s ", "seq", "max"
     return (
-        "SELECT count(*), max(seq), coalesce(json_agg(json_build_array(role, block, "
-        "CASE WHEN block IS NULL THEN content END) ORDER BY seq)::text, '[]'), "
+        f"SELECT count(*), {edge}(seq), coalesce(json_agg(json_build_array(role, block, "
+        f"CASE WHEN block IS NULL THEN content END) ORDER BY {order})::text, '[]'), "
         # whether the session holds a compaction summary (§16.3), on the checkpoint index
         f"EXISTS (SELECT 1 FROM {quote_name(Message._meta.db_table)} x WHERE x.session_id = %s"
         " AND x.role = 'user' AND x.source = 'checkpoint' AND x.compacts_through_seq IS NOT NULL)"
@@ -89,5 +148,5 @@ def _page_sql(quote_name: Any) -> str:
         # an expired session's messages are hidden until the sweep deletes them (§18.1)
         f"AND NOT EXISTS (SELECT 1 FROM {quote_name(Session._meta.db_table)} s WHERE"
         " s.id = session_id AND s.expires_at <= statement_timestamp()) "
-        "AND seq > %s ORDER BY seq LIMIT %s) AS page"
+        f"{bound}ORDER BY {order} LIMIT %s) AS page"
     )

@@ -34,6 +34,8 @@ from __future__ import annotations
 import uuid
 from typing import Any, cast
 
+from django.db import connections
+
 from .. import routing, services
 from ..exceptions import InvalidThroughSeq, MessageNotFound
 from ..models import Message, Session
@@ -46,6 +48,7 @@ from ..services._common import (
     _write_transaction,
 )
 from ..services.context import has_compaction
+from ..services.undo import pop_in_one_statement
 from . import openai_agents_history as history
 from .blocks import text_blocks
 from .openai_agents import (
@@ -151,9 +154,10 @@ def read_history(pk: uuid.UUID, scope: Scope, limit: int | None) -> list[dict[st
     """What :meth:`CortexSession.get_items` returns: the session's items, or, once it holds a
     compaction summary (docs/design.md §16.3), the context's (§16.4) — the newest summary's
     items, then the items after what it stands for. Telling the two apart is one indexed
-    existence test (the checkpoint index of docs/design.md §8.5)."""
-    if limit is None and history.serves(scope):  # the page statement tells it (one statement)
-        return _read_items(pk, scope, None)
+    existence test (the checkpoint index of docs/design.md §8.5): on PostgreSQL part of the
+    page statement itself, so a read of an uncompacted session is one statement."""
+    if history.serves(scope):  # the page statement tells it (one statement)
+        return _read_items(pk, scope, limit)
     using = routing.db_for_read(Message, scope=scope)
     compacted = (
         Message.objects.using(using)
@@ -170,7 +174,14 @@ def _pop_once(pk: uuid.UUID, scope: Scope) -> tuple[bool, dict[str, Any] | None]
     """One step of :func:`pop_window_item`: ``(done, item)``; ``done`` is ``False`` when a
     message that reads as no item was removed (the caller pops again)."""
     using = _db_for_write()
-    if not has_compaction(Session(pk=pk), using=using):  # one probe of the checkpoint index
+    if connections[using].vendor == "postgresql":
+        # One statement pops the newest message unless it is a summary (it tells in the same
+        # statement, on the checkpoint index); when it cannot, the locked path below decides.
+        fast = pop_in_one_statement(scope=scope, session_id=pk, using=using)
+        if fast is not None:
+            item = message_to_item(fast.message)
+            return item is not None, item
+    elif not has_compaction(Session(pk=pk), using=using):  # one probe of the checkpoint index
         try:
             popped = services.pop_message(scope=scope, session_id=pk).message
         except MessageNotFound:
@@ -226,8 +237,10 @@ def pop_window_item(pk: uuid.UUID, scope: Scope) -> dict[str, Any] | None:
     """:meth:`CortexSession.pop_item`: remove and return the newest item of what
     :meth:`~CortexSession.get_items` returns (the SDK's contract; docs/design.md §16.5).
 
-    Without a compaction that is the newest message, popped by ``services.pop_message`` (on
-    PostgreSQL one statement) after one probe of the checkpoint index. With one, the SDK sees the newest summary's items, then the items of
+    When the newest message is no compaction summary that is that message: on PostgreSQL one
+    statement (``services.undo.pop_in_one_statement``, which tells a summary itself, compacted
+    session or not), elsewhere ``services.pop_message`` after one probe of the checkpoint
+    index. In a compacted session the SDK sees the newest summary's items, then the items of
     the messages after what it stands for; so when the newest message is that summary, the pop
     removes the newest message after its ``through_seq`` (older summaries aside), and when there
     is none, the summary is replaced — same ``through_seq``, same ``usage`` — by one holding its

@@ -7,8 +7,10 @@ the newest message deleted and the counters (``message_count``, the usage totals
 ``context_tokens``, docs/design.md §5, §16.1-§16.2) moved together — for the case it can do exactly:
 
 - the session exists in scope, is live, not expired and not on legal hold (docs/design.md
-  §18.1), has a message, and holds no compaction summary
-  (docs/design.md §16.3: there ``context_tokens`` is recomputed, which the ORM path does);
+  §18.1), and has a message that is no compaction summary and lies past the ``through_seq`` of
+  the newest summary, if any (docs/design.md §16.3-§16.4: the context then shows it, so
+  ``context_tokens`` loses exactly its ``token_count``; popping a summary changes which rows
+  the context holds, and the ORM path recomputes it);
 - no other writer committed to the session between the statement's snapshot and its lock
   (every write of a session's messages updates the session row, so its ``xmin`` tells);
 - the new ``last_message`` (docs/design.md §5) is one SQL can write exactly as
@@ -77,25 +79,22 @@ def pop_newest(
     with connection.cursor() as cursor:
         cursor.execute(_statement(connection.ops.quote_name), params)
         row = cursor.fetchone()
-        if row is None:
-            return None
-        names = [column.name for column in cursor.description]
-    split = names.index("s__id")
-    message = _instance(Message, alias, names[:split], row[:split], connection)
-    session = _instance(
-        Session, alias, [name[3:] for name in names[split:]], row[split:], connection
-    )
+    if row is None:
+        return None
+    # the row is the message's columns, then the session's, in field order (the statement's
+    # ``d.*, u.*``): no ``cursor.description``, whose column objects cost more than the row
+    split = len(Message._meta.concrete_fields)
+    message = _instance(Message, alias, row[:split], connection)
+    session = _instance(Session, alias, row[split:], connection)
     return session, message
 
 
-def _instance(
-    model: type[Model], alias: str, columns: list[str], values: Any, connection: Any
-) -> Any:
-    """A ``model`` instance from a row of its columns, as the ORM would build it."""
-    fields = {field.column: field for field in model._meta.concrete_fields}
+def _instance(model: type[Model], alias: str, values: Any, connection: Any) -> Any:
+    """A ``model`` instance from a row of its concrete fields' columns in field order, as the
+    ORM would build it."""
+    fields = model._meta.concrete_fields
     attnames, converted = [], []
-    for column, value in zip(columns, values, strict=True):
-        field = fields[column]
+    for field, value in zip(fields, values, strict=True):
         if value is not None and hasattr(field, "from_db_value"):
             value = field.from_db_value(value, None, connection)
         attnames.append(field.attname)
@@ -111,13 +110,6 @@ def _statement(quote_name: Any) -> str:
     message_columns = ", ".join(quote_name(field.column) for field in Message._meta.concrete_fields)
     session_returning = ", ".join(
         quote_name(field.column) for field in Session._meta.concrete_fields
-    )
-    selected = ", ".join(
-        [f"d.{quote_name(field.column)}" for field in Message._meta.concrete_fields]
-        + [
-            f"u.{quote_name(field.column)} AS {quote_name(f's__{field.column}')}"
-            for field in Session._meta.concrete_fields
-        ]
     )
     text = (
         "(SELECT string_agg(b.value ->> 'text', E'\\n' ORDER BY b.ordinality) "
@@ -139,7 +131,12 @@ WITH s AS (
 ), seen AS (
     SELECT xmin::text AS version FROM {sessions} WHERE id = %(pk)s
 ), m AS (
-    SELECT id, seq FROM {messages} WHERE session_id = %(pk)s ORDER BY seq DESC LIMIT 1
+    SELECT id, seq, compacts_through_seq FROM {messages} WHERE session_id = %(pk)s
+    ORDER BY seq DESC LIMIT 1
+), cp AS (
+    SELECT compacts_through_seq AS through FROM {messages} x WHERE x.session_id = %(pk)s
+      AND x.role = 'user' AND x.source = 'checkpoint' AND x.compacts_through_seq IS NOT NULL
+    ORDER BY x.seq DESC LIMIT 1
 ), t AS (
     SELECT {text} AS text FROM {messages} c, m
     WHERE c.session_id = %(pk)s AND c.seq < m.seq
@@ -152,14 +149,13 @@ WITH s AS (
         s.archived_at IS NULL AND s.version = seen.version AND m.id IS NOT NULL
         AND NOT s.legal_hold
         AND (s.expires_at IS NULL OR s.expires_at > statement_timestamp())
-        AND NOT EXISTS (SELECT 1 FROM {messages} x WHERE x.session_id = %(pk)s
-            AND x.role = 'user' AND x.source = 'checkpoint' AND x.compacts_through_seq IS NOT NULL)
+        AND m.compacts_through_seq IS NULL AND (cp.through IS NULL OR m.seq > cp.through)
         AND (last.text IS NULL OR char_length(last.text) <= %(limit)s
              OR substr(last.text, %(limit)s, 2) ~ '^[{_SAFE}]{{2}}$') AS ok,
         CASE WHEN last.text IS NULL THEN ''
              WHEN char_length(last.text) <= %(limit)s THEN last.text
              ELSE substr(last.text, 1, %(limit)s) || %(ellipsis)s END AS last_message
-    FROM s CROSS JOIN seen LEFT JOIN m ON true LEFT JOIN last ON true
+    FROM s CROSS JOIN seen LEFT JOIN m ON true LEFT JOIN cp ON true LEFT JOIN last ON true
 ), d AS (
     DELETE FROM {messages} WHERE id = (SELECT id FROM m) AND (SELECT ok FROM chk)
     RETURNING {message_columns}
@@ -173,5 +169,5 @@ WITH s AS (
     WHERE id = (SELECT session_id FROM d)
     RETURNING {session_returning}
 )
-SELECT {selected} FROM d, u
+SELECT d.*, u.* FROM d, u
 """

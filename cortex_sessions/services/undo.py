@@ -31,7 +31,13 @@ from ._common import (
 from .context import has_compaction
 from .messages import _after_delete, _deleted_totals
 
-__all__ = ["MessagesDeleted", "PoppedMessage", "delete_messages_after", "pop_message"]
+__all__ = [
+    "MessagesDeleted",
+    "PoppedMessage",
+    "delete_messages_after",
+    "pop_in_one_statement",
+    "pop_message",
+]
 
 
 @dataclass(frozen=True)
@@ -106,16 +112,9 @@ def pop_message(*, scope: Scope | str, session_id: uuid.UUID | str) -> PoppedMes
         MessageNotFound: the session has no messages.
     """
     using = _db_for_write()
-    if connections[using].vendor == "postgresql":  # one statement when it can (docs/design.md §14)
-        with _autocommit_write(using):
-            popped = _pop_pg.pop_newest(
-                using,
-                canonical=canonical_of(scope),
-                session_id=_session_id(session_id),
-                now=timezone.now(),
-            )
-        if popped is not None:
-            return PoppedMessage(session=popped[0], message=popped[1])
+    popped = pop_in_one_statement(scope=scope, session_id=session_id, using=using)
+    if popped is not None:
+        return popped
     with _write_transaction(using):
         session = _check_not_held(_check_live(_locked_session(scope, session_id)))
         # Read in the transaction holding the row lock: a replica's newest message may be
@@ -128,3 +127,39 @@ def pop_message(*, scope: Scope | str, session_id: uuid.UUID | str) -> PoppedMes
         removed = totals_of([(message.usage, message.token_count)])
         _after_delete(session, 1, using, removed, compacted=compacted)
     return PoppedMessage(session=session, message=message)
+
+
+def pop_in_one_statement(
+    *, scope: Scope | str, session_id: uuid.UUID | str, using: str | None = None
+) -> PoppedMessage | None:
+    """:func:`pop_message`'s one statement on PostgreSQL, alone (docs/design.md §11.4, §14).
+
+    It removes the newest message when that is no compaction summary (§16.3) and the statement
+    can move every counter exactly (``_pop_pg``'s module docs list when); otherwise, and on
+    every other database, it writes nothing. A caller that must not pop a summary (the OpenAI
+    Agents adapter, whose pop of one rewrites it, §16.5) takes its own locked path then.
+
+    Args:
+        scope: the caller's scope (a ``Scope`` or its canonical string).
+        session_id: the session.
+        using: the write database, when the caller has it (else the router's).
+
+    Returns:
+        :class:`PoppedMessage`, or ``None`` when nothing was written (the statement cannot
+        decide: a missing, archived, held or empty session, a summary as the newest message, a
+        concurrent writer, …; the ORM path raises or decides).
+
+    Raises:
+        NoScope, InvalidScope: a malformed scope; SessionNotFound: a malformed session id.
+    """
+    using = using or _db_for_write()
+    if connections[using].vendor != "postgresql":
+        return None
+    with _autocommit_write(using):
+        popped = _pop_pg.pop_newest(
+            using,
+            canonical=canonical_of(scope),
+            session_id=_session_id(session_id),
+            now=timezone.now(),
+        )
+    return None if popped is None else PoppedMessage(session=popped[0], message=popped[1])

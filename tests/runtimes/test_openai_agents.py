@@ -296,18 +296,27 @@ async def test_seq_is_never_reused_after_pop_or_clear():
 
 @async_test
 async def test_pop_is_the_lifecycle_services_pop_message(monkeypatch):
+    # services.pop_message; on PostgreSQL its one statement alone, which leaves a compaction
+    # summary to the adapter's locked path (docs/design.md §16.5)
+    from cortex_sessions.integrations import openai_compaction
+
     session = session_at()
     await session.add_items(numbered(2))
     calls = []
-    pop_message = services.pop_message
+    postgresql = connections["default"].vendor == "postgresql"
+    module, name = (
+        (openai_compaction, "pop_in_one_statement") if postgresql else (services, "pop_message")
+    )
+    real = getattr(module, name)
 
     def spy(**kwargs):
         calls.append(kwargs)
-        return pop_message(**kwargs)
+        return real(**kwargs)
 
-    monkeypatch.setattr(services, "pop_message", spy)
+    monkeypatch.setattr(module, name, spy)
     assert (await session.pop_item())["content"] == "2"
-    assert calls == [{"scope": session.scope, "session_id": uuid.UUID(session.session_id)}]
+    expected = {"scope": session.scope, "session_id": uuid.UUID(session.session_id)}
+    assert calls == [{**expected, "using": "default"} if postgresql else expected]
 
 
 @async_test
@@ -336,8 +345,13 @@ async def test_a_cancelled_write_settles_before_the_cancellation_propagates(oper
     # (test_mutation_cancellation_waits_for_transaction_exit in its suite).
     session = session_at()
     await session.add_items([USER_TEXT])
+    from cortex_sessions.integrations import openai_compaction
+
     name = {"add": "append_messages", "pop": "pop_message", "clear": "clear_messages"}[operation]
-    service = getattr(services, name)
+    module = services
+    if operation == "pop" and connections["default"].vendor == "postgresql":
+        module, name = openai_compaction, "pop_in_one_statement"  # the pop's one statement
+    service = getattr(module, name)
     started, release, finished = threading.Event(), threading.Event(), threading.Event()
 
     def slow(**kwargs):
@@ -348,7 +362,7 @@ async def test_a_cancelled_write_settles_before_the_cancellation_propagates(oper
         finally:
             finished.set()
 
-    monkeypatch.setattr(services, name, slow)
+    monkeypatch.setattr(module, name, slow)
     call = {
         "add": lambda: session.add_items([SYSTEM]),
         "pop": session.pop_item,
