@@ -78,7 +78,8 @@ def _filters(
     scope: str, *, exact: bool, default_only: bool, search: str | None
 ) -> tuple[str, list[Any]]:
     where, params = _scope_where(scope, exact)
-    where += f" AND {_live()} AND archived_at IS NULL"  # lists and counts hide archived sessions (§11.2)
+    # lists and counts hide expired (§18.1) and archived sessions (§11.2)
+    where += f" AND {_live()} AND archived_at IS NULL"
     if default_only:
         where += " AND is_default"
     if search:
@@ -150,8 +151,7 @@ def get_session(conn: psycopg.Connection, *, scope: str, session_id: Any) -> tup
     """One session by id within ``scope`` (as ``services.get_session``)."""
     where, params = _scope_where(scope, False)
     return conn.execute(
-        f"SELECT {SESSION_COLUMNS} FROM {SESSION_TABLE} WHERE id = %s AND {where} "
-        f"AND {_live()}",
+        f"SELECT {SESSION_COLUMNS} FROM {SESSION_TABLE} WHERE id = %s AND {where} AND {_live()}",
         [session_id, *params],
     ).fetchone()
 
