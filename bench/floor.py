@@ -1,13 +1,29 @@
-"""The floor: the statements the services issue, sent directly with psycopg (no ORM).
+"""The floor: the best hand-written SQL for the work each service call does, sent directly with
+psycopg (no ORM).
 
-Each function mirrors one service call statement for statement (same predicates, same columns,
-same transaction shape), so ``app / floor`` is the price of the ORM and the service's Python work.
+Each function does what the service call does for the same result, in as few statements as
+raw SQL allows, hand-written and minimal (not a copy of the app's statements), so ``app /
+floor`` is the price of the ORM and the service's Python work, not of work the floor skips:
+
+- every read returns every column the API shows (a session's usage totals, ``context_tokens``,
+  ``expires_at``, ``legal_hold``, fork columns; a message's ``usage``, ``token_count`` and
+  ``compacts_through_seq``), and hides expired sessions (``expires_at`` past, docs/design.md
+  §18.1) as well as foreign ones;
+- an append computes the message's ``token_count`` in Python (the default counter's rule:
+  UTF-8 bytes of the text / 4, rounded up, plus 4; §16.2), stores it with ``usage``, and moves
+  ``message_count``, ``last_seq``, ``last_message``, ``updated_at``, the usage totals and
+  ``context_tokens`` on the session in the same statement (§5, §16.1), refusing an archived
+  or expired session;
+- a keyed append (:func:`append_one_keyed`) fingerprints its input (SHA-256 of canonical JSON)
+  and records the key row in the append's own statement (§12.1).
+
 Connections use psycopg's defaults (server-side binding, statements auto-prepared after five
 runs), which is what a hand-written data layer would get for free.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -15,6 +31,7 @@ import psycopg
 
 __all__ = [
     "append_one",
+    "append_one_keyed",
     "append_three_statements",
     "context_window",
     "count_sessions",
@@ -28,11 +45,24 @@ __all__ = [
 
 SESSION_COLUMNS = (
     "id, agent_id, scope, title, metadata, cwd, message_count, last_message, last_seq, "
-    "is_default, backfilled_by, created_at, updated_at"
+    "is_default, backfilled_by, created_at, updated_at, archived_at, forked_from, "
+    "forked_at_seq, input_tokens, output_tokens, cost, context_tokens, expires_at, legal_hold"
 )
 SESSION_TABLE = "cortex_sessions_session"
 MESSAGE_TABLE = "cortex_sessions_message"
+KEY_TABLE = "cortex_sessions_idempotencykey"
 PREVIEW_CHARS = 280
+#: A live session has not expired (docs/design.md §18.1); ``{t}`` is the table's alias.
+NOT_EXPIRED = "({t}expires_at IS NULL OR {t}expires_at > statement_timestamp())"
+
+
+def _live(alias: str = "") -> str:
+    return NOT_EXPIRED.format(t=f"{alias}." if alias else "")
+
+
+def token_count(text: str) -> int:
+    """The default counter's estimate of one text message (docs/design.md §16.2)."""
+    return -(-len(text.encode("utf-8")) // 4) + 4
 
 
 def _scope_where(scope: str, exact: bool, column: str = "scope") -> tuple[str, list[Any]]:
@@ -48,7 +78,8 @@ def _filters(
     scope: str, *, exact: bool, default_only: bool, search: str | None
 ) -> tuple[str, list[Any]]:
     where, params = _scope_where(scope, exact)
-    where += " AND archived_at IS NULL"  # lists and counts hide archived sessions (§11.2)
+    # lists and counts hide expired (§18.1) and archived sessions (§11.2)
+    where += f" AND {_live()} AND archived_at IS NULL"
     if default_only:
         where += " AND is_default"
     if search:
@@ -120,7 +151,7 @@ def get_session(conn: psycopg.Connection, *, scope: str, session_id: Any) -> tup
     """One session by id within ``scope`` (as ``services.get_session``)."""
     where, params = _scope_where(scope, False)
     return conn.execute(
-        f"SELECT {SESSION_COLUMNS} FROM {SESSION_TABLE} WHERE id = %s AND {where} LIMIT 21",
+        f"SELECT {SESSION_COLUMNS} FROM {SESSION_TABLE} WHERE id = %s AND {where} AND {_live()}",
         [session_id, *params],
     ).fetchone()
 
@@ -129,13 +160,14 @@ def resolve_existing(conn: psycopg.Connection, *, scope: str, agent_id: str) -> 
     """The default session of ``agent_id`` at exactly ``scope`` (``services.resolve_session``)."""
     return conn.execute(
         f"SELECT {SESSION_COLUMNS} FROM {SESSION_TABLE} "
-        "WHERE agent_id = %s AND is_default AND scope = %s LIMIT 21",
+        f"WHERE agent_id = %s AND is_default AND scope = %s AND {_live()}",
         [agent_id, scope],
     ).fetchone()
 
 
 MESSAGE_COLUMNS = (
-    "id, session_id, agent_id, scope, seq, role, source, content, metadata, created_at"
+    "id, session_id, agent_id, scope, seq, role, source, content, metadata, created_at, "
+    "usage, token_count, compacts_through_seq"
 )
 
 
@@ -143,12 +175,12 @@ def recent_messages(
     conn: psycopg.Connection, *, scope: str, session_id: Any, limit: int = 50
 ) -> list[tuple]:
     """The newest ``limit`` messages in ``seq`` order (as ``services.list_messages``): one
-    statement joining the in-scope session to its newest messages."""
+    statement joining the in-scope live session to its newest messages."""
     where, params = _scope_where(scope, False, "s.scope")
+    columns = ", ".join(f"m.{name.strip()}" for name in MESSAGE_COLUMNS.split(","))
     rows = conn.execute(
-        f"SELECT m.id, m.session_id, m.agent_id, m.scope, m.seq, m.role, m.source, m.content, "
-        f"m.metadata, m.created_at FROM {SESSION_TABLE} s JOIN {MESSAGE_TABLE} m "
-        f"ON m.session_id = s.id WHERE s.id = %s AND {where} "
+        f"SELECT {columns} FROM {SESSION_TABLE} s JOIN {MESSAGE_TABLE} m "
+        f"ON m.session_id = s.id WHERE s.id = %s AND {where} AND {_live('s')} "
         "ORDER BY m.seq DESC LIMIT %s",
         [session_id, *params, limit],
     ).fetchall()
@@ -175,23 +207,102 @@ def recent_messages_two_statements(
     return rows
 
 
-def append_one(
-    conn: psycopg.Connection, *, scope: str, session_id: Any, role: str, text: str
-) -> tuple:
-    """Append one message in one statement: update the in-scope live session row (taking its
-    lock and the next ``seq``; an archived session takes no messages, §11.2), insert the
-    message and move the counters (``services/_pg.py`` does the same for any number of
-    messages)."""
+def _append_sql(keyed: bool) -> str:
+    """The one-statement append: ``s`` updates the in-scope live session row (taking its lock
+    and the next ``seq``; archived and expired sessions take no messages, §11.2, §18.1) and
+    moves every counter, ``m`` inserts the message; keyed, ``k`` records the key's row once
+    the message is written."""
+    key = (
+        f", k AS (INSERT INTO {KEY_TABLE} (scope, endpoint, key, fingerprint, status_code, "
+        "response, created_at) SELECT s.scope, %s, %s, %s, 0, json_build_array(m.id)::text, "
+        "now() FROM s, m)"
+        if keyed
+        else ""
+    )
+    return (
+        f"WITH s AS (UPDATE {SESSION_TABLE} SET last_seq = last_seq + 1, "
+        "message_count = message_count + 1, updated_at = now(), last_message = %s, "
+        "input_tokens = input_tokens + %s, output_tokens = output_tokens + %s, "
+        "cost = cost + %s, context_tokens = context_tokens + %s "
+        f"WHERE id = %s AND archived_at IS NULL AND {_live()} AND {{where}} "
+        f"RETURNING {SESSION_COLUMNS}), "
+        f"m AS (INSERT INTO {MESSAGE_TABLE} (session_id, agent_id, scope, seq, role, source, "
+        "content, metadata, created_at, usage, token_count) SELECT s.id, s.agent_id, s.scope, "
+        f"s.last_seq, %s, 'user', %s, '{{{{}}}}', now(), %s, %s FROM s RETURNING id){key} "
+        "SELECT s.*, m.id FROM s, m"
+    )
+
+
+def _append_params(
+    scope: str, session_id: Any, role: str, text: str, usage: dict[str, Any] | None
+) -> tuple[str, list[Any]]:
     where, params = _scope_where(scope, False)
     content = json.dumps([{"type": "text", "text": text}])
+    usage = usage or {}
+    totals = [usage.get("input_tokens", 0), usage.get("output_tokens", 0), usage.get("cost", 0)]
+    tokens = token_count(text)
+    return where, [
+        text[:PREVIEW_CHARS],
+        *totals,
+        tokens,
+        session_id,
+        *params,
+        role,
+        content,
+        json.dumps(usage) if usage else None,
+        tokens,
+    ]
+
+
+def append_one(
+    conn: psycopg.Connection,
+    *,
+    scope: str,
+    session_id: Any,
+    role: str,
+    text: str,
+    usage: dict[str, Any] | None = None,
+) -> tuple:
+    """Append one text message in one statement (:func:`_append_sql`): its ``token_count``
+    computed here, the session's counters, usage totals and ``context_tokens`` moved.
+
+    Returns:
+        The session's columns after the append, then the new message's id.
+
+    Raises:
+        LookupError: no live session ``session_id`` within ``scope`` (nothing written).
+    """
+    where, params = _append_params(scope, session_id, role, text, usage)
+    row = conn.execute(_append_sql(False).format(where=where), params).fetchone()
+    if row is None:
+        raise LookupError(session_id)
+    return row
+
+
+def append_one_keyed(
+    conn: psycopg.Connection,
+    *,
+    scope: str,
+    session_id: Any,
+    role: str,
+    text: str,
+    key: str,
+    usage: dict[str, Any] | None = None,
+) -> tuple:
+    """:func:`append_one` with an idempotency key recorded in the same statement (the key's
+    fingerprint: SHA-256 of the input as canonical JSON; docs/design.md §12.1).
+
+    Raises:
+        LookupError: no live session ``session_id`` within ``scope`` (nothing written).
+        psycopg.errors.UniqueViolation: the key was recorded before (nothing written).
+    """
+    where, params = _append_params(scope, session_id, role, text, usage)
+    body = {"role": role, "content": [{"type": "text", "text": text}], "usage": usage}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    endpoint = f"floor:append:{session_id}"
     row = conn.execute(
-        f"WITH s AS (UPDATE {SESSION_TABLE} SET last_seq = last_seq + 1, "
-        "message_count = message_count + 1, updated_at = now(), last_message = %s "
-        f"WHERE id = %s AND archived_at IS NULL AND {where} RETURNING {SESSION_COLUMNS}), "
-        f"m AS (INSERT INTO {MESSAGE_TABLE} (session_id, agent_id, scope, seq, role, source, "
-        "content, metadata, created_at) SELECT s.id, s.agent_id, s.scope, s.last_seq, %s, "
-        "'user', %s, '{}', now() FROM s RETURNING id) SELECT s.*, m.id FROM s, m",
-        [text[:PREVIEW_CHARS], session_id, *params, role, content],
+        _append_sql(True).format(where=where), [*params, endpoint, key, digest]
     ).fetchone()
     if row is None:
         raise LookupError(session_id)
@@ -201,14 +312,15 @@ def append_one(
 def append_three_statements(
     conn: psycopg.Connection, *, scope: str, session_id: Any, role: str, text: str
 ) -> tuple:
-    """Append one message as the ORM path does: lock the session, insert the row with the
-    next ``seq``, move the counters; one transaction."""
+    """Append one message as the ORM path does: lock the live session, insert the row with
+    the next ``seq`` and its ``token_count``, move the counters; one transaction."""
     where, params = _scope_where(scope, False)
     content = json.dumps([{"type": "text", "text": text}])
+    tokens = token_count(text)
     with conn.transaction():
         session = conn.execute(
             f"SELECT {SESSION_COLUMNS} FROM {SESSION_TABLE} WHERE id = %s AND {where} "
-            "AND archived_at IS NULL LIMIT 21 FOR UPDATE",
+            f"AND archived_at IS NULL AND {_live()} FOR UPDATE",
             [session_id, *params],
         ).fetchone()
         if session is None:
@@ -216,14 +328,15 @@ def append_three_statements(
         sid, agent_id, session_scope, last_seq = session[0], session[1], session[2], session[8]
         conn.execute(
             f"INSERT INTO {MESSAGE_TABLE} (session_id, agent_id, scope, seq, role, source, "
-            "content, metadata, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, now()) "
-            "RETURNING id",
-            [sid, agent_id, session_scope, last_seq + 1, role, "user", content, "{}"],
+            "content, metadata, created_at, token_count) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, now(), %s) RETURNING id",
+            [sid, agent_id, session_scope, last_seq + 1, role, "user", content, "{}", tokens],
         ).fetchone()
         conn.execute(
             f"UPDATE {SESSION_TABLE} SET message_count = message_count + 1, last_seq = %s, "
-            "updated_at = now(), last_message = %s WHERE id = %s",
-            [last_seq + 1, text[:PREVIEW_CHARS], sid],
+            "updated_at = now(), last_message = %s, context_tokens = context_tokens + %s "
+            "WHERE id = %s",
+            [last_seq + 1, text[:PREVIEW_CHARS], tokens, sid],
         )
     return session
 
@@ -236,7 +349,8 @@ def append_three_statements(
 #: the recursive CTE) was slower: the rows are copied at every step (docs/performance.md).
 _CONTEXT_SQL = f"""
 WITH RECURSIVE
-s AS (SELECT id, last_seq FROM {SESSION_TABLE} WHERE id = %(id)s AND {{within}}),
+s AS (SELECT id, last_seq FROM {SESSION_TABLE} WHERE id = %(id)s AND {{within}}
+      AND (expires_at IS NULL OR expires_at > statement_timestamp())),
 c AS (SELECT m.seq, m.compacts_through_seq, m.token_count FROM {MESSAGE_TABLE} m
       WHERE m.session_id = %(id)s AND EXISTS (SELECT 1 FROM s) AND m.role = 'user'
       AND m.source = 'checkpoint' AND m.compacts_through_seq IS NOT NULL

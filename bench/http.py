@@ -6,9 +6,13 @@ org scope resolver) serves the API and, in the same gunicorn, the floor of :mod:
 against PostgreSQL (``BENCH_SERVER_URL``; database ``<BENCH_DB_PREFIX>_http``, loaded by the
 bench's generator). For each worker class (``sync``, ``gthread``) and each endpoint, ``wrk`` on
 loopback drives the API and the floor for ``--duration`` seconds each, in ``--rounds`` rounds
-(the order alternating), and the table shows the medians of the time per request (from the
-throughput at one connection per worker thread) and the median and range of the per-round
-ratio app/floor, against the targets of docs/performance.md.
+(the order alternating; ``gthread``, whose per-round ratio swings by ±50% with two threads per
+worker on two CPUs, in ``--gthread-rounds``, default ``2 * rounds + 1``), and the table shows the
+medians of the time per request (from the throughput at one connection per worker thread), the
+median and range of the per-round ratio app/floor and the number of rounds, against the targets
+of docs/performance.md. A run that completes no request (a warm-up on a loaded machine) is run
+again, twice as long each time (up to :data:`RUN_ATTEMPTS` runs), and reported; a run that
+answers errors stops the bench. gunicorn listens on a free loopback port (``--port`` to choose).
 
 ``--profile`` runs each endpoint's requests in-process instead (``django.test.Client``) under
 cProfile and prints where a request's time goes, by package and by function.
@@ -43,6 +47,8 @@ __all__ = ["TARGETS", "Endpoint", "endpoints", "main", "scale_of"]
 #: Targets for app/floor by family (docs/performance.md); ``key`` is the cost of
 #: an Idempotency-Key: keyed append over the plain append, both the app's.
 TARGETS = {"hot": 1.3, "list": 1.5, "key": 1.15}
+#: Attempts of a wrk run that completes no request, each twice as long as the one before.
+RUN_ATTEMPTS = 4
 #: The org every bench request works in (the user is its org admin: scope ``org=o0``).
 ORG = "o0"
 USERNAME = "bench-http"
@@ -234,13 +240,28 @@ def measure(
     rounds: int,
     seconds: float,
     only: frozenset[str] = frozenset(),
+    gthread_rounds: int | None = None,
+    port: int = 0,
+    say: Callable[[str], None] = print,
 ) -> list[dict[str, Any]]:
     """Time every endpoint (or those named in ``only``) under each worker class.
 
+    Args:
+        rounds: interleaved rounds per endpoint (``sync``).
+        gthread_rounds: rounds for ``gthread`` (default ``2 * rounds + 1``): with two threads
+            per worker on two CPUs its per-round ratio swings by ±50%, so its median needs
+            more rounds to settle.
+        port: gunicorn's loopback port (0: a free one).
+        say: where retries of a run that completed no request are reported.
+
     Returns:
         One row per (worker class, endpoint): ``kind``, ``endpoint``, ``family``, ``app_ms``
-        and ``floor_ms`` (medians of the time per request), ``ratios`` (per round) or
-        ``skipped`` (why).
+        and ``floor_ms`` (medians of the time per request), ``ratios`` (per round),
+        ``retries`` (runs repeated because they completed no request) or ``skipped`` (why).
+
+    Raises:
+        RuntimeError: a run answered errors, or completed no request in :data:`RUN_ATTEMPTS`
+            attempts of growing length.
     """
     from .http_load import Server, wrk
 
@@ -249,8 +270,15 @@ def measure(
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     env["DJANGO_SETTINGS_MODULE"] = "bench.http_settings"
     for kind in kinds:
+        kind_rounds = rounds if kind != "gthread" else gthread_rounds or 2 * rounds + 1
+        retries: dict[str, int] = defaultdict(int)
         with Server(
-            kind, workers=workers, threads=threads, env=env, log=workdir / "gunicorn.log"
+            kind,
+            workers=workers,
+            threads=threads,
+            env=env,
+            log=workdir / "gunicorn.log",
+            port=port,
         ) as server:
             live, skipped = [], []
             for endpoint in chosen(ids, only):
@@ -263,30 +291,50 @@ def measure(
                 live.append(endpoint)
             samples: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
 
-            def run(endpoint: Endpoint, base: str, duration: float, kind: str = kind) -> float:
-                result = wrk(
-                    server.url,
-                    method=endpoint.method,
-                    paths=_paths(endpoint, ids, base),
-                    headers=_headers(ids, endpoint),
-                    body=endpoint.body,
-                    keyed=secrets.token_hex(6) if endpoint.keyed else None,
-                    connections=server.connections,
-                    seconds=duration,
-                    workdir=workdir,
-                )
-                if result.errors or not result.requests:
-                    raise RuntimeError(
-                        f"{endpoint.name} on {base}: {result.errors} errors in "
-                        f"{result.requests} requests ({kind}); see {workdir}"
+            def run(
+                endpoint: Endpoint,
+                base: str,
+                duration: float,
+                kind: str = kind,
+                retries: dict[str, int] = retries,
+            ) -> float:
+                for attempt in range(RUN_ATTEMPTS):
+                    result = wrk(
+                        server.url,
+                        method=endpoint.method,
+                        paths=_paths(endpoint, ids, base),
+                        headers=_headers(ids, endpoint),
+                        body=endpoint.body,
+                        keyed=secrets.token_hex(6) if endpoint.keyed else None,
+                        connections=server.connections,
+                        seconds=duration * 2**attempt,
+                        workdir=workdir,
                     )
-                # Time per request at one connection per worker thread.
-                return server.connections * 1000 / result.per_second
+                    if result.errors:
+                        raise RuntimeError(
+                            f"{endpoint.name} on {base}: {result.errors} errors in "
+                            f"{result.requests} requests ({kind}); see {workdir}"
+                        )
+                    if result.requests:
+                        # Time per request at one connection per worker thread.
+                        return server.connections * 1000 / result.per_second
+                    # None completed within the run (a loaded machine, a first request
+                    # that compiles and plans): run again, twice as long.
+                    retries[endpoint.name] += 1
+                    say(
+                        f"-- {kind} {endpoint.name} on {base}: no request completed in "
+                        f"{duration * 2**attempt:g}s; running again for "
+                        f"{duration * 2 ** (attempt + 1):g}s"
+                    )
+                raise RuntimeError(
+                    f"{endpoint.name} on {base}: no request completed in {RUN_ATTEMPTS} runs "
+                    f"({kind}); see {workdir}"
+                )
 
             for endpoint in live:  # warm-up: connections, plans, caches
                 run(endpoint, "/api/cortex/", 1)
                 run(endpoint, "/floor/", 1)
-            for number in range(rounds):
+            for number in range(kind_rounds):
                 for endpoint in live:
                     order = ["/api/cortex/", "/floor/"]
                     if number % 2:
@@ -305,6 +353,7 @@ def measure(
                         "floor_ms": statistics.median(floor),
                         "app_runs": app,
                         "ratios": [a / f for a, f in zip(app, floor, strict=True)],
+                        "retries": retries[endpoint.name],
                     }
                 )
             rows.extend(skipped)
@@ -314,20 +363,22 @@ def measure(
 def table(rows: list[dict[str, Any]]) -> list[str]:
     """The results as a Markdown table, with the Idempotency-Key's own cost per worker class."""
     lines = [
-        "| workers | endpoint | app ms | floor ms | app/floor median | range | target |",
-        "|---|---|---:|---:|---:|---|---|",
+        "| workers | endpoint | app ms | floor ms | app/floor median | range | rounds | target |",
+        "|---|---|---:|---:|---:|---|---:|---|",
     ]
     for row in rows:
         if "skipped" in row:
-            lines.append(f"| {row['kind']} | {row['endpoint']} | skipped: {row['skipped']} ||||")
+            lines.append(f"| {row['kind']} | {row['endpoint']} | skipped: {row['skipped']} |||||")
             continue
         ratios = row["ratios"]
         target = TARGETS[row["family"]]
         median = statistics.median(ratios)
         verdict = "ok" if median <= target else "MISSED"
+        rerun = f" ({row['retries']} rerun)" if row.get("retries") else ""
         lines.append(
             f"| {row['kind']} | {row['endpoint']} | {row['app_ms']:.2f} | {row['floor_ms']:.2f} "
-            f"| {median:.2f}× | {min(ratios):.2f}–{max(ratios):.2f} | ≤{target} {verdict} |"
+            f"| {median:.2f}× | {min(ratios):.2f}–{max(ratios):.2f} | {len(ratios)}{rerun} "
+            f"| ≤{target} {verdict} |"
         )
     by_kind: dict[str, dict[str, list[float]]] = defaultdict(dict)
     for row in rows:
@@ -340,7 +391,7 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
             verdict = "ok" if median <= TARGETS["key"] else "MISSED"
             lines.append(
                 f"| {kind} | Idempotency-Key cost (app append+key / append) | | | {median:.2f}× "
-                f"| {min(cost):.2f}–{max(cost):.2f} | ≤{TARGETS['key']} {verdict} |"
+                f"| {min(cost):.2f}–{max(cost):.2f} | {len(cost)} | ≤{TARGETS['key']} {verdict} |"
             )
     return lines
 
@@ -480,6 +531,14 @@ def main(argv: list[str] | None = None, *, say: Callable[[str], None] = print) -
     )
     parser.add_argument("--sessions", type=_positive, default=2_000, help="sessions loaded")
     parser.add_argument("--rounds", type=_positive, default=5, help="interleaved rounds")
+    parser.add_argument(
+        "--gthread-rounds",
+        type=_positive,
+        help="interleaved rounds for gthread, whose ratio swings more (default 2 * rounds + 1)",
+    )
+    parser.add_argument(
+        "--port", type=int, default=0, help="gunicorn's loopback port (default: a free one)"
+    )
     parser.add_argument("--duration", type=float, default=5.0, help="seconds of each wrk run")
     parser.add_argument("--workers", type=_positive, default=2, help="gunicorn workers")
     parser.add_argument("--threads", type=_positive, default=2, help="threads of a gthread worker")
@@ -515,10 +574,15 @@ def main(argv: list[str] | None = None, *, say: Callable[[str], None] = print) -
         rounds=args.rounds,
         seconds=args.duration,
         only=args.endpoints,
+        gthread_rounds=args.gthread_rounds,
+        port=args.port,
+        say=say,
     )
+    gthread_rounds = args.gthread_rounds or 2 * args.rounds + 1
     say(
         f"-- {args.sessions:,} sessions, {args.workers} workers ({args.threads} threads for "
-        f"gthread), {args.rounds} rounds of {args.duration:g}s, machine load "
+        f"gthread), {args.rounds} rounds ({gthread_rounds} for gthread) of {args.duration:g}s, "
+        "machine load "
         f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
     for line in table(rows):

@@ -54,17 +54,25 @@ class Server:
         threads: threads per worker (``gthread``).
         env: the environment (``BENCH_DATABASE_URL`` among it).
         log: where gunicorn's output goes.
+        port: the loopback port (0: a free one, so two runs on one machine do not collide).
     """
 
     def __init__(
-        self, kind: str, *, workers: int, threads: int, env: Mapping[str, str], log: Path
+        self,
+        kind: str,
+        *,
+        workers: int,
+        threads: int,
+        env: Mapping[str, str],
+        log: Path,
+        port: int = 0,
     ) -> None:
         self.kind = kind
         self.workers = workers
         self.threads = threads if kind == "gthread" else 1
         self.env = dict(env)
         self.log = log
-        self.port = _free_port()
+        self.port = port or _free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
     @property

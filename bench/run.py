@@ -779,11 +779,16 @@ def run_all(
             messages=[{"role": "user", "content": text}],
             idempotency_key=f"bench-{uuid.uuid4()}",  # a new key each call: no replay
         ),
-        lambda item: floor.append_one(
-            base, scope=_org(item[1]), session_id=item[0], role="user", text=text
+        lambda item: floor.append_one_keyed(
+            base,
+            scope=_org(item[1]),
+            session_id=item[0],
+            role="user",
+            text=text,
+            key=f"bench-{uuid.uuid4()}",
         ),
         targets,
-        "a new key each call, recorded with the append; floor: the unkeyed 1 statement",
+        "a new key each call, recorded with the append; floor: the same, 1 statement",
         plan=False,  # inside a caller's transaction the key takes run_once's statements
     )
     rows.extend(_concurrent_appends(url, fx, reps, unkeyed_queries, say))

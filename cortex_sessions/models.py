@@ -341,7 +341,8 @@ class Message(models.Model):
     def search_match(self) -> SearchMatch | None:
         """Why the message matched when it was listed with ``q`` (a snippet with the hits
         marked, its ``seq``, the rank); ``None`` otherwise (docs/design.md §11.5)."""
-        return match_of(getattr(self, "search_hit", None))
+        hit = getattr(self, "search_hit", None)
+        return None if hit is None else match_of(hit)
 
     @property
     def text(self) -> str:

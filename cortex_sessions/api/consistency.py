@@ -53,6 +53,9 @@ TOKEN_PARAMETERS = [
 
 #: SQLSTATE of a query a standby cancelled for a recovery conflict (``serialization_failure``).
 _RECOVERY_CONFLICT = "40001"
+#: The token header's key in ``request.META`` (WSGI): read there, not through ``request.headers``,
+#: whose first use builds a dict of every header of the request (docs/design.md §14.5).
+_TOKEN_META = "HTTP_X_CORTEX_CONSISTENCY_TOKEN"
 
 if TYPE_CHECKING:
     from drf_spectacular.openapi import AutoSchema
@@ -86,7 +89,7 @@ class ConsistencyTokenMixin(_ViewBase):
 
     def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
         """DRF's dispatch, inside :func:`~cortex_sessions.consistency.consistency_context`."""
-        with consistency.consistency_context(request.headers.get(consistency.TOKEN_HEADER)):
+        with consistency.consistency_context(request.META.get(_TOKEN_META)):
             self._replica_failed = None
             response = super().dispatch(request, *args, **kwargs)
             if self._replica_failed is not None:
@@ -121,6 +124,8 @@ class ConsistencyTokenMixin(_ViewBase):
 
 
 def _set_token(response: Any, position: consistency.Position) -> None:
+    if position.lsn is None and not position.pending:
+        return  # nothing written that a token could name: consistency.token would be None
     with consistency.consistency_context(position=position):
         value = consistency.token(DEFAULT_DB_ALIAS)
     if value is not None:

@@ -65,6 +65,9 @@ __all__ = [
 ]
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+#: The header's key in ``request.META`` (WSGI): read there, not through ``request.headers``,
+#: whose first use builds a dict of every header of the request (docs/design.md §14.5).
+_IDEMPOTENCY_META = "HTTP_IDEMPOTENCY_KEY"
 REPLAYED_HEADER = "Idempotent-Replayed"
 
 IDEMPOTENCY_PARAMETER = OpenApiParameter(
@@ -168,7 +171,7 @@ def _keyed(
 
     @functools.wraps(action)
     def wrapper(self: Any, request: Request, *args: Any, **kwargs: Any) -> Response:
-        key = request.headers.get(IDEMPOTENCY_HEADER)
+        key = request.META.get(_IDEMPOTENCY_META)
         if key is None:
             return action(self, request, *args, **kwargs)
         check_idempotency_key(key)

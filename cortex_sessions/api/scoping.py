@@ -31,6 +31,9 @@ __all__ = [
 
 #: Header that narrows a request's scope (``X-Cortex-Scope``).
 SCOPE_HEADER = "X-Cortex-Scope"
+#: The header's key in ``request.META`` (WSGI): read there, not through ``request.headers``,
+#: whose first use builds a dict of every header of the request (docs/design.md §14.5).
+_SCOPE_META = "HTTP_X_CORTEX_SCOPE"
 #: Query parameter that narrows a request's scope.
 SCOPE_QUERY_PARAM = "scope"
 #: Key of :func:`session_cached_resolver`'s entry in ``request.session``.
@@ -104,7 +107,7 @@ def resolve_request_scope(request: Any) -> Scope:
         raise NoScope()
     base = as_scope(resolved)
     # An empty header or parameter is an empty scope — 400, never "not given" (§2.4).
-    header = request.headers.get(SCOPE_HEADER)
+    header = request.META.get(_SCOPE_META)
     if header is not None:
         header = _header_text(header)
     params = request.query_params.getlist(SCOPE_QUERY_PARAM)

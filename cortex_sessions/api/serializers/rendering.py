@@ -167,8 +167,39 @@ def _writer(step: _Step, env: _Env) -> Callable[[Any], Any] | None:
     return writer
 
 
-#: ``(field name, attribute, writer or None, field, optional)`` of a plan under one ``_Env``.
-_Compiled = tuple[tuple[str, str, Callable[[Any], Any] | None, Any, bool], ...]
+#: ``(field name, attribute, writer or None, field, optional, kept)`` of a plan under one
+#: ``_Env``; ``kept``: the value types the writer returns unchanged (:func:`_kept`).
+_Compiled = tuple[tuple[str, str, Callable[[Any], Any] | None, Any, bool, frozenset[type]], ...]
+
+_NOTHING_KEPT: frozenset[type] = frozenset()
+
+
+def _kept(step: _Step, writer: Callable[[Any], Any] | None) -> frozenset[type]:
+    """The value types ``writer`` (:func:`_writer`'s for ``step``) writes as they are, so
+    :func:`_render` stores such a value without calling it: a ``str`` for a ``CharField``, an
+    ``int`` for an integer field written as a number, a ``bool`` for a ``BooleanField``, a
+    ``str`` for a ``ChoiceField`` whose choices each map to themselves, every plain type for a
+    ``JSONField``. Empty: the writer (or DRF's path) runs for every value."""
+    if writer is None:
+        return _NOTHING_KEPT
+    if writer is _SAME:
+        return _PLAIN_TYPES
+    field: Any = step[3]
+    method = type(field).to_representation
+    if method is serializers.CharField.to_representation:
+        return frozenset({str})
+    if method in (
+        serializers.IntegerField.to_representation,
+        serializers.BigIntegerField.to_representation,
+    ):
+        return frozenset({int})
+    if method is serializers.BooleanField.to_representation:
+        return frozenset({bool})
+    if method is serializers.ChoiceField.to_representation and all(
+        type(value) is str and value == key for key, value in field.choice_strings_to_values.items()
+    ):
+        return frozenset({str})
+    return _NOTHING_KEPT
 
 
 class PlannedRepresentationMixin:
@@ -224,8 +255,10 @@ class PlannedRepresentationMixin:
         if found is not None and found[0] is plan:
             return found[1]
         optional = frozenset(cls.optional_fields)
+        writers = [_writer(step, env) for step in plan]
         compiled = tuple(
-            (step[0], step[1], _writer(step, env), step[3], step[0] in optional) for step in plan
+            (step[0], step[1], writer, step[3], step[0] in optional, _kept(step, writer))
+            for step, writer in zip(plan, writers, strict=True)
         )
         PlannedRepresentationMixin._compiled_plans[key] = (plan, compiled)
         return compiled
@@ -313,12 +346,14 @@ def _render(instance: Any, compiled: _Compiled) -> dict[str, Any]:
     """One row from the compiled steps (see :meth:`PlannedRepresentationMixin.represent`)."""
     is_mapping = isinstance(instance, dict | Mapping)
     ret: dict[str, Any] = {}
-    for name, attribute, writer, field, optional in compiled:
+    for name, attribute, writer, field, optional, kept in compiled:
         try:
             value = instance[attribute] if is_mapping else getattr(instance, attribute)
         except Exception:  # DRF's rules below decide (a default, SkipField, the error)
             value = _MISSING
-        if value is None:
+        if type(value) in kept:  # what the writer would return unchanged
+            ret[name] = value
+        elif value is None:
             if not optional:
                 ret[name] = None
         elif type(value) not in _PLAIN_TYPES and (  # a plain value skips DRF's checks
