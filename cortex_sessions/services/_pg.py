@@ -429,6 +429,13 @@ def _fields(model: type[Model], omit: str | None = None) -> tuple[Any, ...]:
 
 
 @cache
+def _page_omitted_at() -> int:
+    """The position of the column a page of messages omits (:data:`_PAGE_OMITS`) in
+    ``Message._meta.concrete_fields``, where :func:`newest_messages` puts it back."""
+    return [field.name for field in Message._meta.concrete_fields].index(_PAGE_OMITS)
+
+
+@cache
 def _sql_messages(after: bool, before: bool, forward: bool) -> str:
     """A page of one in-scope session's messages, with the scope check, in one statement.
 
@@ -595,8 +602,8 @@ def newest_messages(
     result, _ = execute(connection, sql, params, c_times=True)
     if not result:
         return None
-    at = [field.name for field in Message._meta.concrete_fields].index(_PAGE_OMITS)
     page = [row for row in result if row[0] is not None]  # none: the session's row of NULLs
+    at = _page_omitted_at()
     messages: list[Message] = instances(connection, alias, Message, page, insert=(at, session_id))
     if not forward:
         messages.reverse()

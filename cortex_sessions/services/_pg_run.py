@@ -287,20 +287,34 @@ def instances(
     row lacks the column at that position, whose value is given) as the ORM builds them read
     from ``alias``: timestamps relabelled as Django's loader does (:func:`as_django_time`,
     for rows read with ``c_times``; a no-op otherwise), each field's ``from_db_value``, then
-    ``Model.from_db``."""
-    fields = model._meta.concrete_fields
-    names = [field.attname for field in fields]
-    times = [i for i, field in enumerate(fields) if isinstance(field, DateTimeField)]
-    field_loaders, timezone = loaders(fields), connection.timezone
+    ``Model.from_db``. The per-model work (attnames, timestamp positions, loaders) is done
+    once (:func:`_row_plan`); a page of 50 messages spends its time in ``from_db`` and the
+    JSON loaders (docs/performance.md)."""
+    names, times, field_loaders = _row_plan(model)
+    timezone, from_db = connection.timezone, model.from_db
     built_rows = []
     for row in rows:
-        values = list(row) if insert is None else [*row[: insert[0]], insert[1], *row[insert[0] :]]
-        for index in times:
-            values[index] = as_django_time(values[index], timezone)
+        values = list(row)
+        if insert is not None:
+            values.insert(*insert)
+        for index in times:  # as_django_time, inlined: it runs for every row
+            value = values[index]
+            if value is not None and value.tzinfo is not timezone:
+                values[index] = value.replace(tzinfo=timezone)
         for index, load in field_loaders:
             values[index] = load(values[index], None, connection)
-        built_rows.append(model.from_db(alias, names, values))
+        built_rows.append(from_db(alias, names, values))
     return built_rows
+
+
+@cache
+def _row_plan(model: type[Model]) -> tuple[list[str], tuple[int, ...], tuple[tuple[int, Any], ...]]:
+    """``(attnames, positions of the DateTimeFields, loaders)`` of ``model``'s concrete fields,
+    for :func:`instances` (a model's fields do not change while the process runs)."""
+    fields = model._meta.concrete_fields
+    names = [field.attname for field in fields]
+    times = tuple(i for i, field in enumerate(fields) if isinstance(field, DateTimeField))
+    return names, times, loaders(fields)
 
 
 def built(model: type[Model], alias: str, values: dict[str, Any]) -> Any:
