@@ -68,7 +68,7 @@ WRITER_JOIN_TIMEOUT = 10.0
 
 #: Targets for app/floor, by operation family (docs/performance.md): the hot paths (append with
 #: and without a key, newest 50, get, resolve) and the context read within 1.5× the
-#: one-statement floor (issue 34: on public APIs only), the lists within 2.0×.
+#: one-statement floor (they run on public APIs only), the lists within 2.0×.
 TARGETS = {"append": 1.5, "get": 1.5, "newest": 1.5, "list": 2.0, "context": 1.5}
 #: The budget of the context read's benchmark (docs/design.md §16.4), in tokens.
 CONTEXT_BUDGET = 8000
