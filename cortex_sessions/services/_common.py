@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 from django.db import DatabaseError, IntegrityError, OperationalError, router, transaction
 from django.utils import timezone
@@ -349,7 +349,7 @@ def _write_transaction(using: str) -> Iterator[None]:
         raise
 
 
-class autocommit_write:  # noqa: N801 - used as the function it was: ``with autocommit_write(…)``
+class autocommit_write:  # lower case: used as the function it was, ``with autocommit_write(…)``
     """Around one write statement that commits itself (autocommit mode; the one-statement
     append of docs/design.md §14): a connection that fails without the server's answer
     (:func:`~cortex_sessions.faults.is_answer_lost`) may have committed it, so the fault is
@@ -377,7 +377,7 @@ class autocommit_write:  # noqa: N801 - used as the function it was: ``with auto
     def __enter__(self) -> None:
         self._convert = not _in_callers_transaction(self._using)
 
-    def __exit__(self, kind: Any, exc: BaseException | None, traceback: Any) -> bool:
+    def __exit__(self, kind: Any, exc: BaseException | None, traceback: Any) -> Literal[False]:
         if exc is None or not self._convert or not isinstance(exc, DatabaseError):
             return False  # nothing raised, or raised unchanged
         if not is_answer_lost(exc):
