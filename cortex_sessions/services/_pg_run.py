@@ -319,9 +319,23 @@ def _row_plan(model: type[Model]) -> tuple[list[str], tuple[int, ...], tuple[tup
 
 def built(model: type[Model], alias: str, values: dict[str, Any]) -> Any:
     """``model.from_db`` of ``values`` by attname: the concrete fields present loaded, any
-    other deferred, as the ORM builds a row read from ``alias``."""
-    names = [f.attname for f in model._meta.concrete_fields if f.attname in values]
+    other deferred, as the ORM builds a row read from ``alias``.
+
+    ``values`` holding every concrete field (the appends' session and messages) skips the
+    scan for the present ones: the field order is read once per model (:func:`_attnames`).
+    """
+    names, every = _attnames(model)
+    if len(values) != len(names) or not values.keys() >= every:  # some deferred (or extra)
+        names = tuple(name for name in names if name in values)
     return model.from_db(alias, names, [values[name] for name in names])
+
+
+@cache
+def _attnames(model: type[Model]) -> tuple[tuple[str, ...], frozenset[str]]:
+    """The attnames of ``model``'s concrete fields, in order and as a set (the models never
+    change while the process runs)."""
+    names = tuple(field.attname for field in model._meta.concrete_fields)
+    return names, frozenset(names)
 
 
 #: The JSON string of a role or a source (one of the few choices validation checked it against).
