@@ -6,8 +6,8 @@ org scope resolver) serves the API and, in the same gunicorn, the floor of :mod:
 against PostgreSQL (``BENCH_SERVER_URL``; database ``<BENCH_DB_PREFIX>_http``, loaded by the
 bench's generator). For each worker class (``sync``, ``gthread``) and each endpoint, ``wrk`` on
 loopback drives the API and the floor for ``--duration`` seconds each, in ``--rounds`` rounds
-(the order alternating; ``gthread``, whose per-round ratio swings by ±50% with two threads per
-worker on two CPUs, in ``--gthread-rounds``, default ``2 * rounds + 1``), and the table shows the
+(the order alternating; ``gthread`` in ``--gthread-rounds``, default ``2 * rounds + 1``; gunicorn
+keeps no connection alive, so no run's connections stay pinned to one worker), and the table shows the
 medians of the time per request (from the throughput at one connection per worker thread), the
 median and range of the per-round ratio app/floor and the number of rounds, against the targets
 of docs/performance.md. A run that completes no request (a warm-up on a loaded machine) is run
@@ -248,9 +248,9 @@ def measure(
 
     Args:
         rounds: interleaved rounds per endpoint (``sync``).
-        gthread_rounds: rounds for ``gthread`` (default ``2 * rounds + 1``): with two threads
-            per worker on two CPUs its per-round ratio swings by ±50%, so its median needs
-            more rounds to settle.
+        gthread_rounds: rounds for ``gthread`` (default ``2 * rounds + 1``): two threads per
+            worker on two CPUs make its per-round ratio noisier, so its median needs more
+            rounds to settle.
         port: gunicorn's loopback port (0: a free one).
         say: where retries of a run that completed no request are reported.
 

@@ -95,7 +95,12 @@ class Server:
             f"--workers={self.workers}",
             f"--worker-class={self.kind}",
             f"--threads={self.threads}",
-            "--keep-alive=30",
+            # No keep-alive: wrk's connections are opened once per run, and gthread pins a
+            # kept-alive connection to the worker that accepted it, so a run's split of
+            # connections over workers (4/0, 3/1 or 2/2, at random) set its throughput: up to
+            # 2x between identical runs. Closed after each response (as sync workers always
+            # do), every request is accepted anew and the load spreads over the workers.
+            "--keep-alive=0",
             "--log-level=warning",
         ]
         with self.log.open("ab") as out:

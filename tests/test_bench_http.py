@@ -111,3 +111,23 @@ def test_the_floor_writes_a_session_and_a_message_as_the_api_does():
     assert render(session_dict(result.session)) == render(SessionSerializer(result.session).data)
     message = result.messages[0]
     assert render(message_dict(message)) == render(MessageSerializer(message).data)
+
+
+@pytest.mark.skipif(bool(missing_tools()), reason="needs gunicorn and wrk")
+def test_a_gthread_worker_closes_each_connection_after_its_response(tmp_path: Path):
+    """gthread keeps no connection alive (docs/performance.md, "Load"): a kept-alive wrk
+    connection stays with the worker that accepted it, and a run whose four connections all
+    landed on one of two workers measured half the throughput of a 2/2 split."""
+    import http.client
+
+    from bench.http_load import Server
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.setdefault("BENCH_DATABASE_URL", f"{SERVER}/postgres")
+    with Server("gthread", workers=1, threads=2, env=env, log=tmp_path / "g.log") as server:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        conn.request("GET", "/floor/sessions/count/")
+        response = conn.getresponse()
+        response.read()
+        conn.close()
+    assert response.getheader("Connection", "").lower() == "close"

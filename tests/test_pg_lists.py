@@ -302,3 +302,23 @@ def test_a_title_search_matches_percent_literally(rows):
     )
     assert listed
     assert {s.title for s in listed} == {"50% off"}
+
+
+@on_postgresql
+@pytest.mark.parametrize("ordering", ORDERINGS)
+def test_a_page_past_an_offset_reads_the_skipped_rows_by_id_only(rows, ordering):
+    """A limited page past an offset selects the ids through the offset, then the page's rows
+    by id (docs/performance.md): one statement, the ORM path's rows in its order, ties too."""
+    alias = services.list_sessions(scope="org=a", limit=1)[0]._state.db
+    filters = SessionFilters(archived=None)
+    with CaptureQueriesContext(connections[alias]) as captured:
+        fast = services.list_sessions(
+            scope="org=a", filters=filters, ordering=ordering, limit=5, offset=6
+        )
+    with orm_path():
+        slow = services.list_sessions(
+            scope="org=a", filters=filters, ordering=ordering, limit=5, offset=6
+        )
+    assert snapshot(fast) == snapshot(slow) and len(fast) == 5
+    (statement,) = (query["sql"] for query in captured.captured_queries)
+    assert 'WHERE p."id" IN (SELECT s."id" FROM' in statement

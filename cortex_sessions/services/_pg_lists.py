@@ -117,7 +117,9 @@ def _list_sql(shape: _Shape) -> str:
     bound (``key <= k AND (key < k OR (key = k AND id < pk))`` for ``lt``, as
     ``keyset.paginate_keyset`` filters; parameters k, k, k, pk), ordered by the sort key and
     the id in the same direction (both flipped with ``reverse``), then ``LIMIT %s`` and
-    ``OFFSET %s`` when the shape has them."""
+    ``OFFSET %s`` when the shape has them. A limited page past an offset selects the ids through
+    the offset first and then the page's rows by id (the same rows in the same order, with the
+    same parameters; docs/performance.md)."""
     columns = ", ".join(f's."{field.column}"' for field in Session._meta.concrete_fields)
     where = _where(shape)
     name = shape.ordering.lstrip("-")
@@ -131,10 +133,18 @@ def _list_sql(shape: _Shape) -> str:
         )
     descending = shape.ordering.startswith("-") != shape.reverse
     direction = "DESC" if descending else "ASC"
-    sql = (
-        f'SELECT {columns} FROM "{_TABLE}" s WHERE {where}'
-        f' ORDER BY s."{column}" {direction}, s."id" {direction}'
-    )
+    order = f' ORDER BY s."{column}" {direction}, s."id" {direction}'
+    if shape.limited and shape.offset:
+        # A page past an offset: the rows skipped are read only as far as the sort needs them
+        # (sort key and id, an index-only scan where an index covers the filters), then the
+        # page's rows are fetched by id; sorting every skipped row whole took 3x the time.
+        outer = ", ".join(f'p."{field.column}"' for field in Session._meta.concrete_fields)
+        return (
+            f'SELECT {outer} FROM "{_TABLE}" p WHERE p."id" IN'
+            f' (SELECT s."id" FROM "{_TABLE}" s WHERE {where}{order} LIMIT %s OFFSET %s)'
+            f' ORDER BY p."{column}" {direction}, p."id" {direction}'
+        )
+    sql = f'SELECT {columns} FROM "{_TABLE}" s WHERE {where}{order}'
     if shape.limited:
         sql += " LIMIT %s"
     if shape.offset:
