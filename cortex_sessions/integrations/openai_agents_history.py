@@ -4,9 +4,10 @@ statement (docs/design.md §13.2, §14).
 ``get_items()`` without a limit reads every message of the session. Row by row, most of its time
 is the client's: a tuple and a JSON decode per row, and the content's text block decoded only to
 be dropped. Here PostgreSQL picks each message's item block (``jsonb_path_query_first``) and
-aggregates a page into one JSON array, which the client decodes in one call; messages without an
-item block come with their content, for the text fallback of the module docs of
-:mod:`.openai_agents`. SQLite and MySQL/MariaDB keep the ORM path; both paths return the same
+aggregates a page into one JSON array, which the client decodes in one call: of the items alone
+(:func:`items_page`), or, when a message of the page has no ``item`` (no item block: its content
+comes for the text fallback of the module docs of :mod:`.openai_agents`; or ``item_json``), of
+each message's role, block and content (:func:`history_page`, a second statement). SQLite and MySQL/MariaDB keep the ORM path; both paths return the same
 items (``tests/runtimes/test_openai_agents_history.py``).
 """
 
