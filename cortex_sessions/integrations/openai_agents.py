@@ -522,20 +522,25 @@ def _read_items(pk: uuid.UUID, scope: Scope, limit: int | None) -> list[dict[str
         after = 0
         if history.serves(scope):  # a page per statement, decoded at once
             while True:
-                count, after_next, entries, compacted = history.history_page(
+                count, after_next, page_items, compacted = history.items_page(
                     pk, scope, after=after, size=_HISTORY_PAGE, block_type=ITEM_BLOCK_TYPE
                 )
+                if page_items is None:  # a message without an item: the page read whole
+                    count, after_next, entries, compacted = history.history_page(
+                        pk, scope, after=after, size=_HISTORY_PAGE, block_type=ITEM_BLOCK_TYPE
+                    )
+                    page_items = [
+                        item
+                        for role, block, content in entries
+                        if (item := _item_of_block(role, block, content)) is not None
+                    ]
                 if compacted:  # the context's items instead (docs/design.md §16.5)
                     from .openai_compaction import window_items
 
                     return window_items(scope, pk)
                 if not count and after == 0:
                     _check_session(pk, scope)
-                items.extend(
-                    item
-                    for role, block, content in entries
-                    if (item := _item_of_block(role, block, content)) is not None
-                )
+                items.extend(page_items)
                 if count < _HISTORY_PAGE:
                     return items
                 after = after_next

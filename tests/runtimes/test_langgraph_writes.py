@@ -7,6 +7,7 @@ sessions refused with nothing written, LangGraph's replay rules for pending writ
 from __future__ import annotations
 
 import importlib
+import json
 import uuid
 
 import pytest
@@ -329,3 +330,29 @@ def test_the_function_stores_and_signals_what_the_orm_path_does(
     assert [getattr(fast, f) for f in fields] == [getattr(slow, f) for f in fields]
     for field in Session._meta.concrete_fields:  # the session the signal got, as stored
         assert getattr(signalled, field.attname) == getattr(fast, field.attname), field.name
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the PostgreSQL function")
+def test_the_put_call_sends_the_mirrored_messages_as_one_json_text(monkeypatch):
+    """:data:`_pg_writes.PUT` takes the messages as one JSON text (``_pg_run.messages_json``,
+    as the core's multi-message append), not as seven arrays psycopg dumps element by element."""
+    sent = []
+    execute = _pg_writes._execute
+
+    def spy(connection, sql, params):
+        sent.append((sql, list(params)))
+        return execute(connection, sql, params)
+
+    monkeypatch.setattr(_pg_writes, "_execute", spy)
+    thread = _Thread(CortexCheckpointSaver(scope=ACME, agent_id=AGENT))
+    a, b = HumanMessage("a", id="a"), AIMessage('b "quoted"', id="b")
+    thread.put([a])
+    thread.put([a, b])
+    sql, params = sent[-1]
+    assert sql.startswith(f"SELECT {_pg_writes.PUT}(") and sql.endswith("%s::text)")
+    assert not any(isinstance(value, list) and len(value) == 1 for value in params[-7:])
+    messages = json.loads(params[-1])
+    assert [(m[0], m[1], m[2][0]["text"]) for m in messages] == [
+        ("assistant", "host", 'b "quoted"')
+    ]
+    assert _texts(thread.thread_id) == ["a", 'b "quoted"']

@@ -49,6 +49,7 @@ from ...services._pg_run import (
     _debug_wrapper,
     _preparing_cursor,
     built,
+    messages_json,
     text_plan,
     text_values,
 )
@@ -166,8 +167,9 @@ def _put_statement() -> str:
     Parameters: session id, the four scope parameters, agent id or ``NULL``; namespace,
     checkpoint id, parent id, type, checkpoint bytes, metadata (JSON text), created_at; the
     namespace, then the blobs' channels, versions, types and bytes; n, n, the four totals,
-    updated_at, last_message (NULL: keep), session id, n; n, then the messages' seven arrays
-    (:func:`_arrays`).
+    updated_at, last_message (NULL: keep), session id, n; n, then the messages as one JSON
+    text (``services._pg_run.messages_json``, as the core's multi-message append: one string
+    escape where seven arrays cost psycopg's array dumper per element, docs/performance.md).
     """
     checkpoint, blob = Checkpoint._meta.db_table, CheckpointBlob._meta.db_table
     session, message = Session._meta.db_table, Message._meta.db_table
@@ -199,10 +201,10 @@ def _put_statement() -> str:
         f" INSERT INTO {message}"
         ' ("session_id", "agent_id", "scope", "seq", "role", "source", "content", "metadata",'
         ' "created_at", "usage", "token_count")'
-        ' SELECT s."id", s."agent_id", s."scope", s."last_seq" - %s + v.ord, v.role, v.source,'
-        " v.content::jsonb, v.metadata::jsonb, v.created_at, v.usage::jsonb, v.token_count"
-        " FROM s, unnest(%s, %s, %s, %s, %s, %s, %s) WITH ORDINALITY AS v(role, source,"
-        ' content, metadata, created_at, usage, token_count, ord) RETURNING "id", "seq"'
+        ' SELECT s."id", s."agent_id", s."scope", s."last_seq" - %s + v.ord, v.e ->> 0,'
+        " v.e ->> 1, (v.e -> 2)::jsonb, (v.e -> 3)::jsonb, (v.e ->> 4)::timestamptz,"
+        " (v.e ->> 5)::jsonb, (v.e ->> 6)::integer FROM s, json_array_elements(%s::json)"
+        ' WITH ORDINALITY AS v(e, ord) RETURNING "id", "seq"'
         ') SELECT ARRAY[(v."archived_at" IS NULL)::text, (SELECT c.inserted FROM c)::text]'
         f" || CASE WHEN s.\"id\" IS NULL THEN '{{}}'::text[] ELSE ARRAY[{_session_text()}] END"
         ' || COALESCE((SELECT array_agg(x.t ORDER BY m."seq", x.o) FROM m,'
@@ -252,14 +254,13 @@ class _Function(NamedTuple):
 def _functions() -> dict[str, _Function]:
     """The functions :func:`function_sql` creates, by name."""
     check = ("uuid", *_SCOPE, "text")  # session id, scope, agent id or NULL
-    messages = ("text[]", "text[]", "text[]", "text[]", "timestamptz[]", "text[]", "integer[]")
     put = (
         *check,
         *("text", "text", "text", "text", "bytea", "text", "timestamptz"),  # the checkpoint
         *("text", "text[]", "text[]", "text[]", "bytea[]"),  # the blobs
         *("integer", "integer", "bigint", "bigint", "numeric", "bigint"),  # n, n, totals
         *("timestamptz", "text", "uuid", "integer", "integer"),  # updated_at … n, n
-        *messages,
+        "text",  # the messages, one JSON array (services._pg_run.messages_json)
     )
     writes = (*check, "text", "text", "text", "text", "integer[]", "text[]", "text[]", "bytea[]")
     return {
@@ -397,8 +398,9 @@ def put_checkpoint(
     params += [ns, checkpoint_id, parent_id, kind, data, json.dumps(metadata), now, ns]
     params += _columns(blobs, 4)
     params += [count, count, *totals, now, last, session_id, count, count]
-    arrays = _arrays(rows, [(r.content_json, r.metadata_json, r.usage_json) for r in mirrored])
-    params += _columns(arrays, 7)
+    params.append(
+        messages_json(rows, [(r.content_json, r.metadata_json, r.usage_json) for r in mirrored])
+    )
     connection = connections[alias]
     with autocommit_write(alias):
         result, zone = _execute(connection, _sql_call(PUT), params)
@@ -422,16 +424,6 @@ def put_checkpoint(
             messages.append(message)
         send_on_commit(messages_appended, session=session, messages=messages)
     return bool(inserted == "true")
-
-
-def _arrays(
-    rows: Sequence[dict[str, Any]], json_texts: Sequence[tuple[str, str, str | None]]
-) -> list[tuple[Any, ...]]:
-    """The parallel arrays of :func:`_sql_put`'s messages (role … token count), transposed."""
-    return [
-        (r["role"], r["source"], content, metadata, r["created_at"], usage, r["token_count"])
-        for r, (content, metadata, usage) in zip(rows, json_texts, strict=True)
-    ]
 
 
 def put_writes(
