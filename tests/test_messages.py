@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from django.db import connection
@@ -308,3 +308,27 @@ def test_a_text_message_is_encoded_as_its_one_text_block(text):
     built = _build_message({"role": "user", "content": text}, 0, datetime.now(UTC))
     assert built.columns["content"] == [{"type": "text", "text": text}]
     assert built.content_json == json_text(built.columns["content"], field="content")
+
+
+@pytest.mark.parametrize("count", [1, 2], ids=["one", "two"])
+@pytest.mark.parametrize(
+    "created_at",
+    [
+        datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=5, minutes=30))),  # year 0 in UTC
+        datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-5))),  # year 10000 in UTC
+    ],
+    ids=["before-year-1", "after-year-9999"],
+)
+def test_a_created_at_outside_the_years_1_to_9999_in_utc_is_refused(session, created_at, count):
+    """Every database stores ``created_at`` in UTC: an aware time whose UTC lies outside the
+    years 1-9999 is an ``InvalidInput`` (PostgreSQL stored it as a BC time no read could load),
+    and nothing is written."""
+    messages = [{"role": "user", "content": "a", "created_at": created_at}]
+    messages += [{"role": "assistant", "content": "b"}] * (count - 1)
+
+    with pytest.raises(InvalidInput) as raised:
+        services.append_messages(scope=SCOPE, session_id=session.pk, messages=messages)
+
+    assert raised.value.field == "created_at"
+    session.refresh_from_db()
+    assert (session.message_count, Message.objects.filter(session=session).count()) == (0, 0)

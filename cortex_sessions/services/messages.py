@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, NamedTuple, NoReturn
 
 from django.db import connections
@@ -195,6 +195,14 @@ def build_message(
         if not isinstance(created_at, datetime):
             raise InvalidInput("created_at must be a datetime.", field="created_at")
         stamp = _CREATED_AT.get_prep_value(created_at)
+        if stamp.tzinfo is not None:
+            try:  # every database stores UTC: a year-1 time east of UTC would be year 0
+                stamp.astimezone(UTC)
+            except OverflowError:
+                raise InvalidInput(
+                    "created_at must lie between the years 1 and 9999 in UTC.",
+                    field="created_at",
+                ) from None
     usage_json = None
     if usage is not None:
         usage = check_usage(usage)
