@@ -427,8 +427,8 @@ def test_the_admin_deletes_checkpoints_only_with_their_session(client):
 @pytest.mark.parametrize("bad", ["a\x00b", "a\ud800b"], ids=["NUL", "lone surrogate"])
 def test_a_name_no_database_can_store_is_refused_before_anything_is_written(bad):
     """A NUL (PostgreSQL stores none) or a lone surrogate (no database encodes one) in a
-    namespace, a task id, a read's checkpoint id or a list's ``before`` is a coded InvalidInput,
-    never a raw database error, on every database."""
+    namespace, a task id or path, a read's checkpoint id or a list's ``before`` is a coded
+    InvalidInput, never a raw database error, on every database."""
     saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
     thread_id = uuid.uuid4()
     first = _put(saver, _config(thread_id), {"k": "v"})
@@ -436,6 +436,8 @@ def test_a_name_no_database_can_store_is_refused_before_anything_is_written(bad)
         _put(saver, {"configurable": {"thread_id": str(thread_id), "checkpoint_ns": bad}}, {})
     with pytest.raises(InvalidInput):
         saver.put_writes(_config(thread_id, checkpoint_id=first), [("ch", 1)], bad)
+    with pytest.raises(InvalidInput):
+        saver.put_writes(_config(thread_id, checkpoint_id=first), [("ch", 1)], "t", task_path=bad)
     with pytest.raises(InvalidInput):
         saver.get_tuple(_config(thread_id, checkpoint_id=bad))
     with pytest.raises(InvalidInput):

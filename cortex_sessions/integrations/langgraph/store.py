@@ -47,14 +47,15 @@ from .models import ID_CHARS, NAME_CHARS, Checkpoint, CheckpointBlob, Checkpoint
 __all__ = ["delete_thread", "list_tuples", "put_checkpoint", "put_writes"]
 
 
-def _bounded(value: str, limit: int, field: str) -> str:
-    """``value``, checked as a name the saver stores: at most ``limit`` characters, no NUL
+def _bounded(value: str, limit: int | None, field: str) -> str:
+    """``value``, checked as a name the saver stores: at most ``limit`` characters (any
+    length when ``None``), no NUL
     (which PostgreSQL cannot store) and no lone surrogate (which no database can encode).
 
     Raises:
         ValueTooLong, NulCharacter, InvalidText: naming ``field``; nothing is written.
     """
-    if len(value) > limit:
+    if limit is not None and len(value) > limit:
         raise ValueTooLong(f"{field} is longer than {limit} characters.", field=field)
     if "\x00" in value:
         raise NulCharacter(f"{field} contains a NUL character.", field=field)
@@ -294,6 +295,7 @@ def put_writes(
     ns = _bounded(target.checkpoint_ns, NAME_CHARS, "checkpoint_ns")
     checkpoint_id = _bounded(target.checkpoint_id, ID_CHARS, "checkpoint_id")
     _bounded(task_id, NAME_CHARS, "task_id")
+    _bounded(task_path, None, "task_path")
     rows = []
     for idx, (channel, value) in enumerate(writes):
         kind, blob = serde.dumps_typed(value)
