@@ -1029,3 +1029,17 @@ async def test_an_archived_session_is_in_no_list(within, user_id):
     listed = (await service.list_sessions(app_name=APP, user_id=user_id)).sessions
 
     assert [s.id for s in listed] == [kept.id]
+
+
+@pytest.mark.parametrize("timestamp", [1e20, float("nan"), -1e12, 253402300800.0])
+@async_test
+async def test_an_event_time_no_database_can_store_is_refused(service, timestamp):
+    """An event ``timestamp`` that is no time between the years 1 and 9999 is a coded
+    ``InvalidInput``, never a raw ``OverflowError``/``ValueError``; nothing is written."""
+    session = await service.create_session(app_name=APP, user_id="1")
+
+    with pytest.raises(InvalidInput) as raised:
+        await service.append_event(session, text_event("hi", timestamp=timestamp))
+
+    assert raised.value.field == "timestamp"
+    assert await Message.objects.acount() == 0

@@ -16,6 +16,7 @@ from google.adk.events.event import Event
 from google.genai import types
 
 from cortex_sessions.content import content_text
+from cortex_sessions.exceptions import InvalidInput
 from cortex_sessions.integrations.blocks import find_block, text_blocks, verbatim_block
 from cortex_sessions.models import Message
 
@@ -30,7 +31,19 @@ def _timestamp(value: dt.datetime) -> float:
 
 
 def _when(timestamp: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(timestamp, tz=dt.UTC)
+    """The aware UTC time of an ADK ``timestamp`` (seconds since the epoch).
+
+    Raises:
+        InvalidInput: it is not a finite time between the years 1 and 9999 (field
+            ``timestamp``); nothing is written.
+    """
+    try:
+        return dt.datetime.fromtimestamp(timestamp, tz=dt.UTC)
+    except (OverflowError, ValueError, OSError):
+        raise InvalidInput(
+            f"timestamp must be seconds since the epoch within the years 1-9999; got {timestamp!r}.",
+            field="timestamp",
+        ) from None
 
 
 def _event_text(event: Event) -> str:
