@@ -134,6 +134,23 @@ def test_budget_never_leaves_a_tool_result_first():
     assert _seqs(_context(session, max_tokens=20)) == [2, 3, 4, 5]
 
 
+def test_the_required_budget_counts_the_tool_results_back_to_a_message_that_may_lead():
+    """When the tool rule empties the tail, ``required`` counts back to a message that may lead
+    the context: a retry with it gets a context, never the same 422 again."""
+    session = _session()
+    _append(session, ("user", "q"), ("assistant", "call"), ("tool", "result1"), ("tool", "r2"))
+    budget = 10
+    for _ in range(5):
+        try:
+            window = _context(session, max_tokens=budget)
+        except ContextBudgetExceeded as exc:
+            assert exc.params["required"] > budget
+            budget = exc.params["required"]
+        else:
+            break
+    assert _seqs(window) == [2, 3, 4]
+
+
 def test_budget_that_cannot_hold_the_newest_message_is_refused():
     session = _session()
     _append(session, ("user", "a"), ("assistant", "bbbbb"))

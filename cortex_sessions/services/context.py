@@ -209,10 +209,14 @@ def _window(
             kept.pop(0)
     if budget is not None and walked and not kept:
         # Not even the newest message fits next to the summary (or only as a tool result
-        # whose call does not): a context without it would be wrong, not short.
-        required = base + walked[0].token_count
+        # whose call does not): a context without it would be wrong, not short. ``required``
+        # counts every walked message, the first past the budget included: exact when that
+        # one may lead the tail, else a lower bound; either way past ``budget``, so a retry
+        # with it moves on.
+        required = base + sum(message.token_count for message in walked)
         raise ContextBudgetExceeded(
-            f"max_tokens is {budget}; the summary and the newest message take {required}.",
+            f"max_tokens is {budget}; the summary and the newest messages a context can start "
+            f"with take at least {required}.",
             field="max_tokens",
             max_tokens=budget,
             required=required,
