@@ -37,8 +37,8 @@ from typing import Any, cast
 from django.db import connections
 
 from .. import routing, services
-from ..exceptions import InvalidThroughSeq, MessageNotFound
-from ..models import Message, Session
+from ..exceptions import InvalidThroughSeq
+from ..models import Message
 from ..scope import Scope
 from ..services._common import (
     _check_live,
@@ -47,7 +47,6 @@ from ..services._common import (
     _locked_session,
     _write_transaction,
 )
-from ..services.context import has_compaction
 from ..services.undo import pop_in_one_statement
 from . import openai_agents_history as history
 from .blocks import text_blocks
@@ -177,28 +176,12 @@ def _pop_once(pk: uuid.UUID, scope: Scope) -> tuple[bool, dict[str, Any] | None]
     if connections[using].vendor == "postgresql":
         # One statement pops the newest message unless it is a summary (it tells in the same
         # statement, on the checkpoint index); when it cannot, the locked path below decides.
+        # Elsewhere the locked path always decides: a probe for a summary, then a pop, leaves a
+        # gap in which compactions commit (a popped summary could not be put back).
         fast = pop_in_one_statement(scope=scope, session_id=pk, using=using)
         if fast is not None:
             item = message_to_item(fast.message)
             return item is not None, item
-    elif not has_compaction(Session(pk=pk), using=using):  # one probe of the checkpoint index
-        try:
-            popped = services.pop_message(scope=scope, session_id=pk).message
-        except MessageNotFound:
-            return True, None
-        if popped.compacts_through_seq is None:
-            item = message_to_item(popped)
-            return item is not None, item
-        # A compaction committed between the probe and the pop, which took its summary: put
-        # it back as it was (same through_seq, content and usage) and pop as in its presence.
-        services.compact_session(
-            scope=scope,
-            session_id=pk,
-            through_seq=popped.compacts_through_seq,
-            summary=popped.content,
-            usage=popped.usage,
-        )
-        return False, None
     with _write_transaction(using):
         session = _check_not_held(_check_live(_locked_session(scope, pk)))
         messages = Message.objects.using(using).filter(session=session)
@@ -239,8 +222,8 @@ def pop_window_item(pk: uuid.UUID, scope: Scope) -> dict[str, Any] | None:
 
     When the newest message is no compaction summary that is that message: on PostgreSQL one
     statement (``services.undo.pop_in_one_statement``, which tells a summary itself, compacted
-    session or not), elsewhere ``services.pop_message`` after one probe of the checkpoint
-    index. In a compacted session the SDK sees the newest summary's items, then the items of
+    session or not), elsewhere one transaction under the session's row lock (a probe for a
+    summary before a pop would leave a gap for compactions to commit in). In a compacted session the SDK sees the newest summary's items, then the items of
     the messages after what it stands for; so when the newest message is that summary, the pop
     removes the newest message after its ``through_seq`` (older summaries aside), and when there
     is none, the summary is replaced — same ``through_seq``, same ``usage`` — by one holding its

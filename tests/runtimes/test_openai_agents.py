@@ -295,9 +295,10 @@ async def test_seq_is_never_reused_after_pop_or_clear():
 
 
 @async_test
-async def test_pop_is_the_lifecycle_services_pop_message(monkeypatch):
-    # services.pop_message; on PostgreSQL its one statement alone, which leaves a compaction
-    # summary to the adapter's locked path (docs/design.md §16.5)
+async def test_pop_is_a_lifecycle_service(monkeypatch):
+    # On PostgreSQL pop_message's one statement alone, which leaves a compaction summary to the
+    # adapter's locked path; elsewhere that locked path, deleting the newest message with
+    # services.delete_message under the session's lock (docs/design.md §16.5)
     from cortex_sessions.integrations import openai_compaction
 
     session = session_at()
@@ -305,7 +306,7 @@ async def test_pop_is_the_lifecycle_services_pop_message(monkeypatch):
     calls = []
     postgresql = connections["default"].vendor == "postgresql"
     module, name = (
-        (openai_compaction, "pop_in_one_statement") if postgresql else (services, "pop_message")
+        (openai_compaction, "pop_in_one_statement") if postgresql else (services, "delete_message")
     )
     real = getattr(module, name)
 
@@ -316,7 +317,7 @@ async def test_pop_is_the_lifecycle_services_pop_message(monkeypatch):
     monkeypatch.setattr(module, name, spy)
     assert (await session.pop_item())["content"] == "2"
     expected = {"scope": session.scope, "session_id": uuid.UUID(session.session_id)}
-    assert calls == [{**expected, "using": "default"} if postgresql else expected]
+    assert calls == [{**expected, "using": "default"} if postgresql else {**expected, "seq": 2}]
 
 
 @async_test
@@ -347,7 +348,7 @@ async def test_a_cancelled_write_settles_before_the_cancellation_propagates(oper
     await session.add_items([USER_TEXT])
     from cortex_sessions.integrations import openai_compaction
 
-    name = {"add": "append_messages", "pop": "pop_message", "clear": "clear_messages"}[operation]
+    name = {"add": "append_messages", "pop": "delete_message", "clear": "clear_messages"}[operation]
     module = services
     if operation == "pop" and connections["default"].vendor == "postgresql":
         module, name = openai_compaction, "pop_in_one_statement"  # the pop's one statement

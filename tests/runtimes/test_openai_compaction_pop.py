@@ -140,35 +140,36 @@ async def test_pop_on_an_empty_session_is_none():
 
 
 @async_test
-async def test_a_compaction_racing_the_probe_is_put_back(monkeypatch):
-    """A compaction that commits between the pop's probe (no summary) and its
-    ``pop_message`` would lose its summary: it is written back as it was, and the item the
-    SDK sees last is popped. (PostgreSQL has no probe: its one statement tells a summary and a
-    concurrent writer itself, ``tests/runtimes/test_openai_pop_statement.py``.)"""
-    from django.db import connections
-
+async def test_compactions_racing_a_pop_cannot_make_it_lose_a_summary(monkeypatch):
+    """A pop decides under the session's lock on every database: no probe of the summary first
+    and ``pop_message`` after, which two compactions committing in between (one before the pop
+    read, one before it put a popped summary back) turned into a lost summary and an
+    ``InvalidThroughSeq`` on SQLite and MariaDB. Here a stale probe and a second compaction are
+    injected where that gap was; the pop still takes the item ``get_items`` shows last."""
     from cortex_sessions.integrations import openai_compaction
-
-    if connections["default"].vendor == "postgresql":
-        pytest.skip("no probe on PostgreSQL: the pop's one statement tells a summary itself")
 
     store, _ = await _compacted([user("one"), user("two")])
     seen = await store.get_items()
     summary = await Message.objects.filter(
         session_id=store.session_id, compacts_through_seq__isnull=False
     ).aget()
-    real = openai_compaction.has_compaction
-    probes = []
+    real_pop = services.pop_message
 
-    def stale_first_probe(session, *, using):
-        probes.append(session.pk)
-        return False if len(probes) == 1 else real(session, using=using)
+    def pop_then_compact(**kwargs):
+        popped = real_pop(**kwargs)
+        services.compact_session(
+            scope=SCOPE,
+            session_id=store.session_id,
+            through_seq=summary.compacts_through_seq,
+            summary=summary.content,
+        )
+        return popped
 
-    monkeypatch.setattr(openai_compaction, "has_compaction", stale_first_probe)
+    stale_probe = lambda session, *, using: False  # noqa: E731 (where a probe was)
+    monkeypatch.setattr(openai_compaction, "has_compaction", stale_probe, raising=False)
+    monkeypatch.setattr(services, "pop_message", pop_then_compact)
+
     assert await store.pop_item() == seen[-1]
     assert await store.get_items() == seen[:-1]
-    again = await Message.objects.filter(
-        session_id=store.session_id, compacts_through_seq__isnull=False
-    ).aget()
-    assert again.compacts_through_seq == summary.compacts_through_seq
-    assert again.seq != summary.seq and len(probes) == 2  # popped, put back, then popped as seen
+    kept = Message.objects.filter(session_id=store.session_id, compacts_through_seq__isnull=False)
+    assert await kept.acount() == 1
