@@ -12,6 +12,7 @@ what is tested is what a user would install; without it, in this test run's envi
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -158,7 +159,8 @@ def test_swagger_ui_comes_from_the_installed_sidecar_not_a_cdn(server):
 
     assert status == 200
     assert "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in page
-    assert "cdn" not in page.lower()
+    # a CDN's host, not the three letters (the page's random tokens may hold them)
+    assert not re.search(r"cdn\.|jsdelivr|unpkg", page, re.IGNORECASE)
     for asset in ("swagger-ui-bundle.js", "swagger-ui.css", "swagger-ui-standalone-preset.js"):
         asset_status, _url, _body = client.request(
             f"/static/drf_spectacular_sidecar/swagger-ui-dist/{asset}"

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
 
@@ -18,6 +20,17 @@ class CortexLangGraphConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_migrate
 
-        from . import _pg_writes
+        post_migrate.connect(
+            _create_functions, sender=self, dispatch_uid="cortex_langgraph_functions"
+        )
 
-        post_migrate.connect(_pg_writes.create_functions, sender=self, dispatch_uid=_pg_writes.PUT)
+
+def _create_functions(**kwargs: Any) -> None:
+    """``post_migrate`` receiver: :func:`._pg_writes.create_functions`, imported only here, so
+    that the app (its models and migrations) loads without ``langgraph`` installed; without it
+    there is no saver to call the functions, and nothing is created."""
+    try:
+        from . import _pg_writes
+    except ImportError:
+        return
+    _pg_writes.create_functions(**kwargs)
