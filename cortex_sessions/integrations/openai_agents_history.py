@@ -53,19 +53,8 @@ def history_page(
         (else ``None``); and whether the session holds a compaction summary (§16.3), whose
         history is then the context's instead.
     """
-    canonical = scope.canonical
     connection = connections[routing.db_for_read(Message, scope=scope)]
-    params: list[Any] = [
-        pk,
-        f'$[*] ? (@.type == "{block_type}")',
-        pk,
-        canonical,
-        canonical + "0",
-        canonical,
-        canonical + "/",
-        after,
-        size,
-    ]
+    params = _page_params(pk, scope, after=after, size=size, block_type=block_type)
     with connection.cursor() as cursor:
         cursor.execute(_page_sql(connection.ops.quote_name), params)
         count, last_seq, text, compacted = cursor.fetchone()
@@ -92,19 +81,8 @@ def items_page(
         in its block: the caller reads the same page with :func:`history_page`, which brings
         each message's block and content for its own conversion.
     """
-    canonical = scope.canonical
     connection = connections[routing.db_for_read(Message, scope=scope)]
-    params: list[Any] = [
-        pk,
-        f'$[*] ? (@.type == "{block_type}")',
-        pk,
-        canonical,
-        canonical + "0",
-        canonical,
-        canonical + "/",
-        after,
-        size,
-    ]
+    params = _page_params(pk, scope, after=after, size=size, block_type=block_type)
     with connection.cursor() as cursor:
         cursor.execute(_items_sql(connection.ops.quote_name), params)
         count, last_seq, text, compacted, mixed = cursor.fetchone()
@@ -200,3 +178,22 @@ def _sql(quote_name: Any, *, newest: bool, before: bool, items: bool = False) ->
         " s.id = session_id AND s.expires_at <= statement_timestamp()) "
         f"{bound}ORDER BY {order} LIMIT %s) AS page"
     )
+
+
+def _page_params(
+    pk: uuid.UUID, scope: Scope, *, after: int, size: int, block_type: str
+) -> list[Any]:
+    """The parameters of :func:`history_page`'s and :func:`items_page`'s statements: the
+    session, the block path, the session again, the four scope bounds, ``after`` and ``size``."""
+    canonical = scope.canonical
+    return [
+        pk,
+        f'$[*] ? (@.type == "{block_type}")',
+        pk,
+        canonical,
+        canonical + "0",
+        canonical,
+        canonical + "/",
+        after,
+        size,
+    ]
