@@ -110,17 +110,8 @@ def newest_page(
         is the ``seq`` of the page's oldest message (``0`` when empty) and ``entries`` run
         newest first.
     """
-    canonical = scope.canonical
     connection = connections[routing.db_for_read(Message, scope=scope)]
-    params: list[Any] = [
-        pk,
-        f'$[*] ? (@.type == "{block_type}")',
-        pk,
-        canonical,
-        canonical + "0",
-        canonical,
-        canonical + "/",
-    ]
+    params = _scoped_params(pk, scope, block_type)
     if before is not None:
         params.append(before)
     params.append(size)
@@ -185,6 +176,12 @@ def _page_params(
 ) -> list[Any]:
     """The parameters of :func:`history_page`'s and :func:`items_page`'s statements: the
     session, the block path, the session again, the four scope bounds, ``after`` and ``size``."""
+    return [*_scoped_params(pk, scope, block_type), after, size]
+
+
+def _scoped_params(pk: uuid.UUID, scope: Scope, block_type: str) -> list[Any]:
+    """The parameters every page statement here starts with: the session, the block path, the
+    session again and the four scope bounds."""
     canonical = scope.canonical
     return [
         pk,
@@ -194,6 +191,4 @@ def _page_params(
         canonical + "0",
         canonical,
         canonical + "/",
-        after,
-        size,
     ]
