@@ -7,7 +7,8 @@ session's ``_atomic_replace_items(items)`` hook where the session's type defines
 ``clear_session()`` then ``add_items(items)``, which on a cortex session would delete the
 transcript. :class:`~cortex_sessions.integrations.openai_agents.CortexSession` defines the hook (:func:`replace_with_compaction`) as a
 cortex compaction (§16.3) instead: the compacted items become one summary message (role
-``user``, source ``checkpoint``, one item block per item) standing for every message so far,
+``user``, source ``checkpoint``, a marker block and one item block per item) standing for
+every message so far,
 and, once a session holds one, ``CortexSession.get_items`` reads the context (§16.4) — the summary's items,
 then the items added after it — so the SDK sees the compacted history while the admin, the
 API, search and export still see every original item::
@@ -27,6 +28,10 @@ newest message after the summary, as ever; when the newest message is the summar
 newest message it is shown with, and when there is none, the summary's own last item — the
 summary is replaced, in one transaction, by one standing for the same messages with the items
 before it. The transcript's original items are never deleted by a pop of the summary's items.
+
+A summary the host wrote (through the API or ``services.compact_session``, a text) holds no
+item: the SDK sees it as one, a message of its role with its text, as any message written
+through the API reads; a pop of it leaves an adapter summary with no items in its place.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ from .openai_agents import (
 )
 
 __all__ = [
+    "COMPACTION_BLOCK_TYPE",
     "pop_window_item",
     "read_history",
     "replace_with_compaction",
@@ -71,16 +77,30 @@ __all__ = [
 #: encrypted ``compaction`` item among them, have little text of their own).
 SUMMARY_TEXT = "Conversation compacted by the OpenAI Agents SDK ({count} items)."
 
+#: The ``type`` of the content block that marks a summary written by this adapter: its items are
+#: its item blocks, none at all once a pop took the last. A summary without it (and without item
+#: blocks) is the host's — written through the API or ``services.compact_session`` — and reads
+#: as one item, a message of its role holding its text (docs/design.md §16.5).
+COMPACTION_BLOCK_TYPE = "openai_agents_compaction"
+
 
 def summary_content(items: list[Any]) -> list[dict[str, Any]]:
     """The content of the summary message that stands for the compacted ``items``: a text
-    block, then each item's verbatim block in order (as
+    block, the adapter's marker block (:data:`COMPACTION_BLOCK_TYPE`), then each item's
+    verbatim block in order (as
     :func:`~cortex_sessions.integrations.openai_agents.item_to_message` stores one item).
+
+    Args:
+        items: the SDK items the summary stands for, oldest first; may be empty.
+
+    Returns:
+        A list of content blocks (dicts) for ``services.compact_session``'s ``summary``.
 
     Raises:
         InvalidInput, InvalidContent: an item is not a JSON object.
     """
     content = text_blocks(SUMMARY_TEXT.format(count=len(items)))
+    content.append({"type": COMPACTION_BLOCK_TYPE})
     for item in items:
         content.extend(
             block for block in item_to_message(item)["content"] if block["type"] != "text"
@@ -89,16 +109,23 @@ def summary_content(items: list[Any]) -> list[dict[str, Any]]:
 
 
 def _items_of(message: Message) -> list[dict[str, Any]]:
-    """Every item a message holds: one for an ordinary message (or none), all of a summary's."""
-    if message.compacts_through_seq is None:
-        item = message_to_item(message)
-        return [] if item is None else [item]
+    """Every item a message holds: one for an ordinary message (or none); for a summary this
+    adapter wrote (item blocks or :data:`COMPACTION_BLOCK_TYPE`), its item blocks' items, and
+    for any other summary (the host's text), one item as an ordinary message reads."""
+    content = message.content if isinstance(message.content, list) else []
     blocks = [
         block
-        for block in message.content
-        if isinstance(block, dict) and block.get("type") == ITEM_BLOCK_TYPE
+        for block in content
+        if isinstance(block, dict) and block.get("type") in (ITEM_BLOCK_TYPE, COMPACTION_BLOCK_TYPE)
     ]
-    items = [message_to_item(Message(role=message.role, content=[block])) for block in blocks]
+    if message.compacts_through_seq is None or not blocks:
+        item = message_to_item(message)
+        return [] if item is None else [item]
+    items = [
+        message_to_item(Message(role=message.role, content=[block]))
+        for block in blocks
+        if block["type"] == ITEM_BLOCK_TYPE
+    ]
     return [item for item in items if item is not None]
 
 

@@ -103,15 +103,18 @@ async def test_items_added_after_the_compaction_pop_first():
 @async_test
 async def test_a_message_between_through_seq_and_the_summary_is_what_the_sdk_sees_last():
     """A summary written through the API may stand for fewer than all messages before it: the
-    SDK sees the summary's items, then those messages; a pop takes the newest of them."""
+    SDK sees the summary (its text, as one user item), then those messages; a pop takes the
+    newest of them, and the summary's text last."""
     store = CortexSession(scope=SCOPE, agent_id="bot")
     await store.add_items([user("one"), user("two"), user("three")])
     await services.acompact_session(
         scope=SCOPE, session_id=store.session_id, through_seq=1, summary="one, in short"
-    )  # a text summary: it holds no SDK item
-    assert await store.get_items() == [user("two"), user("three")]
-    await _check_pops_follow_get_items(store, 3)
-    assert await Message.objects.filter(session_id=store.session_id).acount() == 2  # 1 and 4
+    )  # a text summary: it reads as one item
+    assert await store.get_items() == [user("one, in short"), user("two"), user("three")]
+    await _check_pops_follow_get_items(store, 4)
+    # Message 1 and the summary, now standing for it with no item: the SDK sees nothing.
+    assert await Message.objects.filter(session_id=store.session_id).acount() == 2
+    assert await store.get_items() == []
 
 
 @async_test
