@@ -297,3 +297,31 @@ def test_a_later_summary_covering_less_than_an_earlier_one_imports_nothing(first
     if not imported:
         assert report.errors[0].code == "invalid_through_seq"
         assert not Session.objects.exists()
+
+
+# -- the cost's digits per database (docs/context-window.md, "On SQLite") ---------------------------
+
+
+@pytest.mark.django_db
+def test_a_cost_total_keeps_every_digit_except_on_sqlite_which_keeps_fifteen():
+    session, _ = services.resolve_session(scope=SCOPE, agent_id="bot")
+    costs = ["9999999999.999999", "0.000001", "1234567890.123456"]
+    for cost in costs:
+        services.append_messages(
+            scope=SCOPE,
+            session_id=session.id,
+            messages=[{"role": "assistant", "content": "hi", "usage": {"cost": cost}}],
+        )
+    exact = sum(map(Decimal, costs))  # 11234567890.123456: 17 significant digits
+    if connection.vendor == "sqlite":
+        expected = Decimal(f"{exact:.15g}").quantize(Decimal("0.000001"))
+        assert expected != exact  # the documented loss, as SQLite stores a decimal column
+    else:
+        expected = exact
+    session.refresh_from_db()
+    assert session.cost == expected
+    assert services.usage_totals(scope=SCOPE).cost == expected
+    assert services.recount_sessions(scope=SCOPE) == []  # no false drift either way
+    assert [
+        m.usage["cost"] for m in Message.objects.filter(session=session).order_by("seq")
+    ] == costs
