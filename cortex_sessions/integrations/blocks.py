@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from ..content import MAX_JSON_DEPTH, check_json_value, content_text
@@ -144,19 +145,36 @@ def record_message(
             (``as_json`` raises it); whatever ``as_json`` and ``TOKEN_COUNTER`` raise, as the
             append would.
     """
-    from ..services.messages import _build_message  # models: once the app registry is ready
-
-    head = text_blocks(text)
-    value, extra = _without_text(head, value, text_at)
+    build = _builder()
+    # The usual case first: the text is storable (the build's walk of the content checks it,
+    # so it is walked once, not also by text_blocks) and the record is kept as JSON.
+    head = [{"type": "text", "text": text}] if text and not text.isspace() else []
+    kept, path = _without_text(head, value, text_at)
+    block = {"type": block_type, key: kept}
+    if path is not None:
+        block[TEXT_AT] = path
     try:
-        return _build_message(
-            {"role": role, "content": [*head, {"type": block_type, key: value, **extra}]}, 0, now
-        )
+        return build({"role": role, "content": [*head, block]}, 0, now)
     except _UNSTORABLE:
-        # Not storable as it is (or not JSON: as_json says so): as JSON text.
         pass
-    block = {"type": block_type, f"{key}_json": as_json(value), **extra}
-    return _build_message({"role": role, "content": [*head, block]}, 0, now)
+    # The text, the record or both are not storable (or not JSON: as_json says so): the text
+    # block's copy made storable, the record as JSON text.
+    head = text_blocks(text)
+    kept, path = _without_text(head, value, text_at)
+    block = {"type": block_type, f"{key}_json": as_json(kept)}
+    if path is not None:
+        block[TEXT_AT] = path
+    return build({"role": role, "content": [*head, block]}, 0, now)
+
+
+@cache
+def _builder() -> Callable[..., _BuiltMessage]:
+    """The services' message validation, imported on first use (it imports the models, which
+    need the app registry ready) and kept: an import statement in :func:`record_message` cost
+    about a tenth of a short message's build."""
+    from ..services.messages import _build_message
+
+    return _build_message
 
 
 def record_blocks(
@@ -187,41 +205,39 @@ def record_blocks(
         Whatever ``as_json`` raises (e.g. ``InvalidContent`` for data that is not JSON).
     """
     head = text_blocks(text)
-    value, extra = _without_text(head, value, text_at)
-    return [*head, {**verbatim_block(block_type, key, value, as_json=as_json), **extra}]
+    kept, path = _without_text(head, value, text_at)
+    block = verbatim_block(block_type, key, kept, as_json=as_json)
+    if path is not None:
+        block[TEXT_AT] = path
+    return [*head, block]
 
 
 def _without_text(
     head: list[dict[str, Any]], value: Any, text_at: Path | None
-) -> tuple[Any, dict[str, Any]]:
-    """``(value without its text, the block's extra keys)``: ``(value, {})`` unless the
-    string at ``text_at`` is the text block's text; else the objects along the path copied,
-    the last key left out, and ``{"text_at": [...]}``."""
+) -> tuple[Any, list[str | int] | None]:
+    """``(value without its text, the block's "text_at")``: ``(value, None)`` unless the
+    string at ``text_at`` is the text block's text; else the containers along the path copied
+    (``value`` is not changed), the last key left out, and the path as a list."""
     if not text_at or not head:
-        return value, {}
-    text = head[0]["text"]
+        return value, None
     *steps, last = text_at
     copy = outer = _shallow(value)
     try:
         for step in steps:
-            inner = _shallow(outer[step])
-            outer[step] = inner
+            outer[step] = inner = _shallow(outer[step])  # type: ignore[index]
             outer = inner
-        if not isinstance(outer, dict) or outer.get(last) != text or type(last) is not str:
-            return value, {}
+        if type(outer) is not dict or type(last) is not str or outer.get(last) != head[0]["text"]:
+            return value, None
     except (LookupError, TypeError):
-        return value, {}
+        return value, None
     del outer[last]
-    return copy, {TEXT_AT: list(text_at)}
+    return copy, list(text_at)
 
 
 def _shallow(value: Any) -> Any:
     """A shallow copy of a dict or list (to change without changing ``value``); else ``value``."""
-    if isinstance(value, dict):
-        return dict(value)
-    if isinstance(value, list):
-        return list(value)
-    return value
+    kind = type(value)
+    return dict(value) if kind is dict else list(value) if kind is list else value
 
 
 def stored_record(block: Mapping[str, Any], key: str, content: Any) -> Any:
