@@ -224,7 +224,7 @@ def _without_text(
     copy = outer = _shallow(value)
     try:
         for step in steps:
-            outer[step] = inner = _shallow(outer[step])  # type: ignore[index]
+            outer[step] = inner = _shallow(outer[step])
             outer = inner
         if type(outer) is not dict or type(last) is not str or outer.get(last) != head[0]["text"]:
             return value, None

@@ -246,7 +246,10 @@ def test_the_first_record_block_is_read_wherever_it_lies(monkeypatch, adapter, p
     source = services.create_session(scope=SCOPE, agent_id=AGENT).pk
     write(source, records[:2])
     first, second = (
-        {"type": m.content[-1]["type"], "message": stored_record(m.content[-1], "message", m.content)}
+        {
+            "type": m.content[-1]["type"],
+            "message": stored_record(m.content[-1], "message", m.content),
+        }
         for m in Message.objects.filter(session_id=source).order_by("seq")
     )
     filler = [{"type": "text", "text": f"note {n}"} for n in range(position)]

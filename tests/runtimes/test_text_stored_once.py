@@ -142,9 +142,7 @@ def test_a_langchain_message_whose_text_fits_once_is_stored_and_reads_back(setti
         _langchain_write(pk, [HumanMessage("x" * LIMIT)])
 
 
-def test_a_pydantic_ai_message_whose_text_fits_once_is_stored_and_reads_back(
-    settings, monkeypatch
-):
+def test_a_pydantic_ai_message_whose_text_fits_once_is_stored_and_reads_back(settings, monkeypatch):
     settings.CORTEX_SESSIONS = {**settings.CORTEX_SESSIONS, "MAX_MESSAGE_BYTES": LIMIT}
     pk = services.create_session(scope=SCOPE, agent_id=AGENT).pk
     sent = [

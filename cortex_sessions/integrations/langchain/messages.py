@@ -91,7 +91,12 @@ def to_cortex(message: BaseMessage) -> dict[str, Any]:
     """
     role, text, record = _parts(message)
     content = record_blocks(
-        text, MESSAGE_BLOCK_TYPE, "message", record, as_json=_as_json, text_at=_text_at(record, text)
+        text,
+        MESSAGE_BLOCK_TYPE,
+        "message",
+        record,
+        as_json=_as_json,
+        text_at=_text_at(record, text),
     )
     return {"role": role, "content": content}
 
