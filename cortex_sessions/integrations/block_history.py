@@ -6,7 +6,9 @@ session. Through :func:`~cortex_sessions.services.list_messages` most of that ti
 client's: a model instance per row, its whole content decoded (the text block only to be
 dropped), then each record rebuilt from its block. Here PostgreSQL picks each message's first
 block of the runtime's type (:data:`_FIRST_BLOCK`: two lookups, or ``jsonb_path_query_first``
-as the OpenAI Agents adapter's :mod:`.openai_agents_history`) and aggregates the records it keeps verbatim into one JSON array,
+as the OpenAI Agents adapter's :mod:`.openai_agents_history`), puts the message's text back
+into a record kept without it (:data:`_RECORD`, :mod:`.blocks`) and aggregates the records it
+keeps verbatim into one JSON array,
 which the runtime decodes in one call (``json.loads``, or pydantic's ``validate_json``). A
 page holding a message whose record is kept as JSON text, or that has no such block (another
 writer's), is read again message by message for the adapter's own conversion. The scope check
@@ -64,9 +66,11 @@ def read_history(
         decode: turns a JSON array (text) of records kept under ``key`` into the records, in
             order (e.g. ``ModelMessagesTypeAdapter.validate_json``).
         convert: ``(role, block, content) -> record or None`` for each message of a mixed
-            page: ``block`` is its first block of ``block_type`` (then ``content`` is
-            ``None``), or ``None`` (then ``content`` is the message's content); ``None`` skips
-            the message. It must return what ``decode`` does for a record under ``key``.
+            page: ``block`` is its first block of ``block_type``, or ``None``; ``content`` is
+            the message's content when it has no such block or the block's record is kept
+            without its text (``"text_at"``, :func:`.blocks.stored_record`), else ``None``;
+            ``None`` skips the message. It must return what ``decode`` does for a record
+            under ``key``.
         agent_id: when given, the session must also be this agent's.
 
     Returns:
@@ -90,7 +94,7 @@ def read_history(
         with connection.cursor() as cursor:
             cursor.execute(
                 _page_sql(quote_name, agent_id is not None),
-                [key, key, key, *first, pk, after, PAGE, *visible],
+                [key, key, key, key, *first, pk, after, PAGE, *visible],
             )
             row = cursor.fetchone()
         if row is None:
@@ -139,6 +143,19 @@ _FIRST_BLOCK = (
 )
 
 
+#: A page row's record (``block``'s value under the key, a parameter) with the message's text
+#: put back where the block's ``"text_at"`` says (:func:`.blocks.stored_record`): the path, a
+#: JSON array of keys and indexes the adapters choose (no brackets, quotes or commas inside a
+#: key), becomes a ``text[]`` literal by swapping its brackets for braces; the text is the first
+#: block's, the text block every adapter writes first (a message not starting with one: the
+#: record as it is, as :func:`.blocks.stored_record` reads it).
+_RECORD = (
+    "CASE WHEN block ? 'text_at' AND content -> 0 ->> 'type' = 'text' THEN jsonb_set(block -> %s,"
+    " translate((block -> 'text_at')::text, '[]', '{}')::text[], content -> 0 -> 'text')"
+    " ELSE block -> %s END"
+)
+
+
 @cache
 def _page_sql(quote_name: Any, agent: bool) -> str:
     """The page statement of :func:`read_history`, built once.
@@ -148,16 +165,16 @@ def _page_sql(quote_name: Any, agent: bool) -> str:
     ``(session_id, seq)``, the unique index. ``mixed``: some message of the page has no
     record under the key (a flag, not the messages themselves: an aggregate's arguments are
     computed for every row, whatever its ``FILTER``, and building each row's JSON would cost
-    more than the page). Parameters: key three times, :data:`_FIRST_BLOCK`'s, id, after, limit, then
-    :func:`_visible`'s.
+    more than the page). Parameters: key four times (:data:`_RECORD`'s two first),
+    :data:`_FIRST_BLOCK`'s, id, after, limit, then :func:`_visible`'s.
     """
     messages, sessions = quote_name(Message._meta.db_table), quote_name(Session._meta.db_table)
     return (
         "SELECT p.n, p.last_seq, p.verbatim, p.mixed FROM "
         f"{sessions} s CROSS JOIN LATERAL (SELECT count(*) AS n, max(seq) AS last_seq, "
-        "coalesce((json_agg(block -> %s ORDER BY seq) FILTER (WHERE block ? %s))::text, '[]')"
-        " AS verbatim, bool_or(block IS NULL OR NOT block ? %s) AS mixed FROM (SELECT seq, "
-        f"{_FIRST_BLOCK} AS block "
+        f"coalesce((json_agg({_RECORD} ORDER BY seq) FILTER (WHERE block ? %s))::text, '[]')"
+        " AS verbatim, bool_or(block IS NULL OR NOT block ? %s) AS mixed FROM (SELECT seq,"
+        f" content, {_FIRST_BLOCK} AS block "
         f"FROM {messages} m WHERE m.session_id = %s AND m.seq > %s ORDER BY m.seq LIMIT %s)"
         f" AS page) AS p WHERE {_visible(agent)}"
     )
@@ -166,12 +183,13 @@ def _page_sql(quote_name: Any, agent: bool) -> str:
 @cache
 def _entries_sql(quote_name: Any, agent: bool) -> str:
     """The statement reading a mixed page message by message, built once: one JSON array of
-    ``[role, block, content when there is no block]`` in ``seq`` order. Parameters: the
-    :data:`_FIRST_BLOCK`'s, id, after, the page's last seq, then :func:`_visible`'s."""
+    ``[role, block, content when there is no block or the block's record lacks its text]``
+    in ``seq`` order. Parameters: the :data:`_FIRST_BLOCK`'s, id, after, the page's last
+    seq, then :func:`_visible`'s."""
     messages, sessions = quote_name(Message._meta.db_table), quote_name(Session._meta.db_table)
     return (
-        "SELECT coalesce(json_agg(json_build_array(role, block, CASE WHEN block IS NULL THEN"
-        " content END) ORDER BY seq)::text, '[]') FROM "
+        "SELECT coalesce(json_agg(json_build_array(role, block, CASE WHEN block IS NULL OR"
+        " block ? 'text_at' THEN content END) ORDER BY seq)::text, '[]') FROM "
         f"{sessions} s CROSS JOIN LATERAL (SELECT seq, role, content, "
         f"{_FIRST_BLOCK} AS block "
         f"FROM {messages} m WHERE m.session_id = %s AND m.seq > %s AND m.seq <= %s) AS page"

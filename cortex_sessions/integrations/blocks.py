@@ -1,25 +1,53 @@
 """The content blocks the runtime integrations write and read (docs/design.md §13.2, §13.3).
 
-Both adapters store one runtime record (an OpenAI Agents SDK item, an ADK event) as one message:
-a text block with the record's readable text, when it has any (so ``last_message`` reads
-naturally), then one block that keeps the record verbatim — as JSON where it passes the content
-rule (docs/design.md §12.4), else as its JSON text, which escapes what PostgreSQL cannot store.
+Each adapter stores one runtime record (an OpenAI Agents SDK item, an ADK event, a LangChain or
+Pydantic AI message) as one message: a text block with the record's readable text, when it has
+any (so ``last_message`` reads naturally), then one block that keeps the record verbatim — as
+JSON where it passes the content rule (docs/design.md §12.4), else as its JSON text, which
+escapes what PostgreSQL cannot store.
+
+The text is stored once (docs/design.md §19.2, §19.3): when the record holds the readable text
+as one string (a LangChain message's ``content``, a Pydantic AI part's), :func:`record_message`
+and :func:`record_blocks`, given where (``text_at``), keep the record without it and name the
+place in the block's ``"text_at"`` (a JSON array of keys and indexes); :func:`stored_record`
+puts the text block's text back there. So a message reaches ``MAX_MESSAGE_BYTES`` at the size
+of its text, not twice it. Blocks without ``"text_at"`` (every block written before, and the
+OpenAI Agents and ADK adapters') keep the whole record and read as they are.
+
 Pure functions: nothing here reads or writes the database or imports an SDK.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import json
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from ..content import MAX_JSON_DEPTH, check_json_value
+from ..content import MAX_JSON_DEPTH, check_json_value, content_text
 from ..exceptions import InvalidContent, InvalidInput, InvalidText, NulCharacter, TooManyKeys
 
 if TYPE_CHECKING:
     from ..services.messages import _BuiltMessage
 
-__all__ = ["find_block", "is_storable", "record_message", "text_blocks", "verbatim_block"]
+__all__ = [
+    "TEXT_AT",
+    "find_block",
+    "is_storable",
+    "record_blocks",
+    "record_message",
+    "stored_record",
+    "text_blocks",
+    "verbatim_block",
+]
+
+#: The key of a verbatim block naming where in its record the message's text belongs: a JSON
+#: array of object keys and list indexes, its last item a key (docs/design.md §19.2, §19.3).
+TEXT_AT = "text_at"
+
+#: A place in a record: object keys and list indexes, the last a key.
+Path = Sequence[str | int]
 
 
 def is_storable(value: Any, *, depth: int = 0) -> bool:
@@ -97,17 +125,16 @@ def record_message(
     *,
     as_json: Callable[[Any], str],
     now: datetime,
+    text_at: Path | None = None,
 ) -> _BuiltMessage:
     """The message keeping a record, validated and encoded for
     :func:`cortex_sessions.services.messages.append_built`: its content is
-    ``text_blocks(text)`` then ``verbatim_block(block_type, key, value, as_json=as_json)``,
-    walked by the content rule once, where :func:`verbatim_block` and then the append would
-    walk the record twice (docs/design.md §12.4, §19.2, §19.3).
+    :func:`record_blocks`'s, walked by the content rule once, where :func:`verbatim_block` and
+    then the append would walk the record twice (docs/design.md §12.4, §19.2, §19.3).
 
     Args:
         role: the message's role.
-        text: the record's readable text (:func:`text_blocks`).
-        block_type, key, value, as_json: as for :func:`verbatim_block`.
+        text, block_type, key, value, as_json, text_at: as for :func:`record_blocks`.
         now: the message's ``created_at``.
 
     Returns:
@@ -118,18 +145,142 @@ def record_message(
             (``as_json`` raises it); whatever ``as_json`` and ``TOKEN_COUNTER`` raise, as the
             append would.
     """
-    from ..services.messages import _build_message  # models: once the app registry is ready
-
-    head = text_blocks(text)
+    build = _builder()
+    # The usual case first: the text is storable (the build's walk of the content checks it,
+    # so it is walked once, not also by text_blocks) and the record is kept as JSON.
+    head = [{"type": "text", "text": text}] if text and not text.isspace() else []
+    kept, path = _without_text(head, value, text_at)
+    block = {"type": block_type, key: kept}
+    if path is not None:
+        block[TEXT_AT] = path
     try:
-        return _build_message(
-            {"role": role, "content": [*head, {"type": block_type, key: value}]}, 0, now
-        )
+        return build({"role": role, "content": [*head, block]}, 0, now)
     except _UNSTORABLE:
-        # Not storable as it is (or not JSON: as_json says so): as JSON text.
         pass
-    block = {"type": block_type, f"{key}_json": as_json(value)}
-    return _build_message({"role": role, "content": [*head, block]}, 0, now)
+    # The text, the record or both are not storable (or not JSON: as_json says so): the text
+    # block's copy made storable, the record as JSON text.
+    head = text_blocks(text)
+    kept, path = _without_text(head, value, text_at)
+    block = {"type": block_type, f"{key}_json": as_json(kept)}
+    if path is not None:
+        block[TEXT_AT] = path
+    return build({"role": role, "content": [*head, block]}, 0, now)
+
+
+@cache
+def _builder() -> Callable[..., _BuiltMessage]:
+    """The services' message validation, imported on first use (it imports the models, which
+    need the app registry ready) and kept: an import statement in :func:`record_message` cost
+    about a tenth of a short message's build."""
+    from ..services.messages import _build_message
+
+    return _build_message
+
+
+def record_blocks(
+    text: str,
+    block_type: str,
+    key: str,
+    value: Any,
+    *,
+    as_json: Callable[[Any], str],
+    text_at: Path | None = None,
+) -> list[dict[str, Any]]:
+    """The content a record is stored as: :func:`text_blocks` of ``text``, then
+    :func:`verbatim_block` of ``value`` — without the text when ``text_at`` names where
+    ``value`` holds it (the block then has ``"text_at"``; see the module docs).
+
+    Args:
+        text: the record's readable text.
+        block_type, key, as_json: as for :func:`verbatim_block`.
+        value: the record as JSON-compatible data (not changed: what is stored is a copy).
+        text_at: where ``value`` holds ``text`` as one string (keys and indexes, the last a
+            key), or ``None``. Ignored unless that string is ``text`` and the text block
+            holds it unchanged (``text`` is not blank and passes the content rule).
+
+    Returns:
+        The content blocks.
+
+    Raises:
+        Whatever ``as_json`` raises (e.g. ``InvalidContent`` for data that is not JSON).
+    """
+    head = text_blocks(text)
+    kept, path = _without_text(head, value, text_at)
+    block = verbatim_block(block_type, key, kept, as_json=as_json)
+    if path is not None:
+        block[TEXT_AT] = path
+    return [*head, block]
+
+
+def _without_text(
+    head: list[dict[str, Any]], value: Any, text_at: Path | None
+) -> tuple[Any, list[str | int] | None]:
+    """``(value without its text, the block's "text_at")``: ``(value, None)`` unless the
+    string at ``text_at`` is the text block's text; else the containers along the path copied
+    (``value`` is not changed), the last key left out, and the path as a list."""
+    if not text_at or not head:
+        return value, None
+    *steps, last = text_at
+    copy = outer = _shallow(value)
+    try:
+        for step in steps:
+            outer[step] = inner = _shallow(outer[step])
+            outer = inner
+        if type(outer) is not dict or type(last) is not str or outer.get(last) != head[0]["text"]:
+            return value, None
+    except (LookupError, TypeError):
+        return value, None
+    del outer[last]
+    return copy, list(text_at)
+
+
+def _shallow(value: Any) -> Any:
+    """A shallow copy of a dict or list (to change without changing ``value``); else ``value``."""
+    kind = type(value)
+    return dict(value) if kind is dict else list(value) if kind is list else value
+
+
+def stored_record(block: Mapping[str, Any], key: str, content: Any) -> Any:
+    """The record a verbatim block keeps: its ``key``, or its ``key + "_json"`` decoded, with the
+    message's text put back where the block's ``"text_at"`` says (see the module docs).
+
+    Args:
+        block: the verbatim block (:func:`find_block`).
+        key: the name the record is kept under (e.g. ``"message"``).
+        content: the message's content, whose first block, a text block, holds the text
+            (only read when the block has ``"text_at"``; a block without, written before, is
+            read as it is, and so is a record whose content does not start with a text block).
+
+    Returns:
+        The record, equal to what :func:`record_blocks` was given (a new object when the text
+        is put back: the stored content is not changed).
+
+    Raises:
+        KeyError: the block keeps no record under ``key``; ValueError: its JSON text is not
+            JSON (not written by this module).
+    """
+    record = block[key] if key in block else json.loads(block[f"{key}_json"])
+    path = block.get(TEXT_AT)
+    if not path:
+        return record
+    text = _first_text(content)
+    if text is None:  # no text block to take it from: the record as it is
+        return record
+    *steps, last = path
+    copy = outer = _shallow(record)
+    for step in steps:
+        inner = _shallow(outer[step])
+        outer[step] = inner
+        outer = inner
+    outer[last] = text
+    return copy
+
+
+def _first_text(content: Any) -> str | None:
+    """The ``text`` of ``content``'s first block when that is a text block (where
+    :func:`record_blocks` puts it), else ``None``."""
+    # A text block's text is never blank here: record_blocks writes none for blank text.
+    return (content_text(content[:1]) or None) if isinstance(content, list) else None
 
 
 def find_block(content: Any, block_type: str) -> Mapping[str, Any] | None:

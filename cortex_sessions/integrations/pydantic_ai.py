@@ -16,7 +16,10 @@ Every Pydantic AI ``ModelMessage`` (a ``ModelRequest`` or a ``ModelResponse``) i
 - ``content``: a ``text`` block with its readable text (the user prompt, the response's text, a
   tool's return) when it has any, then one ``{"type": "pydantic_ai_message", "message": {...}}``
   block holding the message as ``ModelMessagesTypeAdapter`` dumps it (JSON mode), so
-  :func:`load_history` validates it back equal to what was saved. A message holding text
+  :func:`load_history` validates it back equal to what was saved. The text is stored once:
+  where one part holds it all as its string ``content`` (a user prompt, a response's one text
+  part, a tool's string return), the block keeps the message without that string and says
+  where it goes (``"text_at": ["parts", 0, "content"]``, :mod:`.blocks`). A message holding text
   PostgreSQL cannot store (NUL, lone surrogates) or nested too deep is kept as JSON text
   (``"message_json"``) instead.
 - Messages other writers added read back by role: ``user`` as a request with a user prompt,
@@ -59,7 +62,7 @@ from ..models import Session
 from ..scope import Scope, as_scope
 from ..services.messages import _BuiltMessage, append_built
 from . import block_history
-from .blocks import find_block, record_message, text_blocks, verbatim_block
+from .blocks import Path, find_block, record_blocks, record_message, stored_record
 
 __all__ = [
     "MESSAGE_BLOCK_TYPE",
@@ -130,9 +133,19 @@ def to_cortex(message: ModelMessage) -> dict[str, Any]:
         InvalidContent: it does not dump to JSON.
     """
     role, text, data = _parts(message)
-    content = text_blocks(text)
-    content.append(verbatim_block(MESSAGE_BLOCK_TYPE, "message", data, as_json=_as_json))
+    content = record_blocks(
+        text, MESSAGE_BLOCK_TYPE, "message", data, as_json=_as_json, text_at=_text_at(data, text)
+    )
     return {"role": role, "content": content}
+
+
+def _text_at(data: Any, text: str) -> Path | None:
+    """Where the dumped message ``data`` holds its readable ``text`` as one part's string
+    ``content``: ``("parts", index, "content")``; else ``None``."""
+    for index, part in enumerate(data.get("parts") or ()):
+        if isinstance(part, dict) and part.get("content") == text:
+            return ("parts", index, "content")
+    return None
 
 
 def _parts(message: ModelMessage) -> tuple[str, str, Any]:
@@ -154,7 +167,14 @@ def _built(message: ModelMessage, now: datetime) -> _BuiltMessage:
     created at ``now``: what :func:`save_messages` appends."""
     role, text, data = _parts(message)
     return record_message(
-        role, text, MESSAGE_BLOCK_TYPE, "message", data, as_json=_as_json, now=now
+        role,
+        text,
+        MESSAGE_BLOCK_TYPE,
+        "message",
+        data,
+        as_json=_as_json,
+        now=now,
+        text_at=_text_at(data, text),
     )
 
 
@@ -162,7 +182,7 @@ def from_cortex(role: str, content: Any) -> ModelMessage | None:
     """The Pydantic AI message a cortex message reads back as, or ``None`` (see the module docs)."""
     block = find_block(content, MESSAGE_BLOCK_TYPE)
     if block is not None:
-        data = block["message"] if "message" in block else json.loads(block["message_json"])
+        data = stored_record(block, "message", content)
         return ModelMessagesTypeAdapter.validate_python([data])[0]
     text = content_text(content)
     if not text:
@@ -308,8 +328,9 @@ def _read(pk: uuid.UUID, scope: Scope, agent_id: str | None) -> list[ModelMessag
 
 
 def _convert(role: str, block: Any, content: Any) -> ModelMessage | None:
-    """:func:`from_cortex` of a message whose block (or content) came apart."""
-    return from_cortex(role, [block] if block is not None else content)
+    """:func:`from_cortex` of a message of a mixed page (:func:`.block_history.read_history`):
+    its content when given, else its block alone."""
+    return from_cortex(role, content if content is not None else [block])
 
 
 async def asave_messages(

@@ -208,5 +208,6 @@ def _decode(text: str) -> list[BaseMessage]:
 
 
 def _convert(role: str, block: Any, content: Any) -> BaseMessage | None:
-    """:func:`.messages.from_cortex` of a message whose block (or content) came apart."""
-    return from_cortex(role, [block] if block is not None else content)
+    """:func:`.messages.from_cortex` of a message of a mixed page
+    (:func:`.block_history.read_history`): its content when given, else its block alone."""
+    return from_cortex(role, content if content is not None else [block])

@@ -11,7 +11,10 @@ Every :class:`~langchain_core.messages.BaseMessage` is one cortex
   "langchain_message", "message": {"type": ..., "data": {...}}}`` block keeping the message
   verbatim (its ``model_dump(mode="json")``: content, ``tool_calls``, ``id``, ``name``,
   ``additional_kwargs``, ``response_metadata``, ``usage_metadata``, …), so it reads back equal
-  to what was stored. A message holding text PostgreSQL cannot store (NUL, lone surrogates) or
+  to what was stored. The text is stored once: where the message holds it as one string (its
+  ``content``, or the one text part of a content list that is all its text), the block keeps
+  the message without that string and says where it goes (``"text_at": ["data", "content"]``,
+  :mod:`..blocks`). A message holding text PostgreSQL cannot store (NUL, lone surrogates) or
   nested too deep is kept as JSON text (``"message_json"``) instead.
 - Messages other writers added (the REST API, the admin) read back by role: ``user`` as a
   ``HumanMessage``, ``assistant`` as an ``AIMessage``, ``system`` as a ``SystemMessage``, with
@@ -39,7 +42,7 @@ from langchain_core.messages import (
 from ...content import content_text
 from ...exceptions import InvalidContent, InvalidInput
 from ...services.messages import _BuiltMessage
-from ..blocks import find_block, record_message, text_blocks, verbatim_block
+from ..blocks import Path, find_block, record_blocks, record_message, stored_record
 
 __all__ = ["MESSAGE_BLOCK_TYPE", "built_message", "from_cortex", "message_id", "to_cortex"]
 
@@ -87,8 +90,14 @@ def to_cortex(message: BaseMessage) -> dict[str, Any]:
         InvalidContent: the message does not serialise to JSON (a value pydantic cannot dump).
     """
     role, text, record = _parts(message)
-    content = text_blocks(text)
-    content.append(verbatim_block(MESSAGE_BLOCK_TYPE, "message", record, as_json=_as_json))
+    content = record_blocks(
+        text,
+        MESSAGE_BLOCK_TYPE,
+        "message",
+        record,
+        as_json=_as_json,
+        text_at=_text_at(record, text),
+    )
     return {"role": role, "content": content}
 
 
@@ -108,8 +117,28 @@ def built_message(message: BaseMessage, now: datetime) -> _BuiltMessage:
     """
     role, text, record = _parts(message)
     return record_message(
-        role, text, MESSAGE_BLOCK_TYPE, "message", record, as_json=_as_json, now=now
+        role,
+        text,
+        MESSAGE_BLOCK_TYPE,
+        "message",
+        record,
+        as_json=_as_json,
+        now=now,
+        text_at=_text_at(record, text),
     )
+
+
+def _text_at(record: dict[str, Any], text: str) -> Path | None:
+    """Where ``record`` (``{"type", "data"}``) holds the message's ``text`` as one string: its
+    ``content``, or the first text part of a content list whose text it is; else ``None``."""
+    content = record["data"].get("content")
+    if isinstance(content, str):
+        return ("data", "content") if content == text else None
+    if isinstance(content, list):
+        for index, part in enumerate(content):
+            if isinstance(part, dict) and part.get("type") == "text" and part.get("text") == text:
+                return ("data", "content", index, "text")
+    return None
 
 
 def _parts(message: BaseMessage) -> tuple[str, str, dict[str, Any]]:
@@ -140,8 +169,7 @@ def from_cortex(role: str, content: Any) -> BaseMessage | None:
     """
     block = find_block(content, MESSAGE_BLOCK_TYPE)
     if block is not None:
-        stored = block["message"] if "message" in block else json.loads(block["message_json"])
-        return messages_from_dict([stored])[0]
+        return messages_from_dict([stored_record(block, "message", content)])[0]
     kind = _READ_BACK.get(role)
     if kind is None:
         return None
@@ -154,6 +182,6 @@ def message_id(content: Any) -> str | None:
     block = find_block(content, MESSAGE_BLOCK_TYPE)
     if block is None:
         return None
-    stored = block["message"] if "message" in block else json.loads(block["message_json"])
+    stored = stored_record(block, "message", content)
     value = stored.get("data", {}).get("id") if isinstance(stored, Mapping) else None
     return value if isinstance(value, str) else None
