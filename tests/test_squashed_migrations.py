@@ -55,7 +55,13 @@ ORIGINALS = (
     "0018_drop_pre_release_append_functions",
 )
 #: The migrations after the squashes, which every database runs after them, in order.
-LATER = ("0019_context_window", "0020_retention", "0021_erasures", "0022_append_many_function")
+LATER = (
+    "0019_context_window",
+    "0020_retention",
+    "0021_erasures",
+    "0022_append_many_function",
+    "0023_newest_page_function",
+)
 ADK = "cortex_adk"
 ADK_SQUASH = "0001_squashed_0003_adk_state"
 ADK_ORIGINALS = (
