@@ -30,7 +30,7 @@ from django.db.migrations.recorder import MigrationRecorder
 from cortex_sessions import services
 from cortex_sessions.migrations._operations import OnVendors
 from cortex_sessions.models import Message, Session
-from cortex_sessions.services import _pg
+from cortex_sessions.services import _pg, _pg_page
 from tests.test_migrations import APP, migrator, originals_only  # noqa: F401  (the fixture)
 
 SQUASHES = ("0001_squashed_0011_sessions", "0012_squashed_0018_search_and_functions")
@@ -220,7 +220,7 @@ def test_a_new_database_through_the_squashes_has_the_schema_of_the_originals(res
     squashed = _schema()
     assert set(squashed) >= {f"{APP}_session", f"{APP}_message", f"{ADK}_adksession"}
     if connection.vendor == "postgresql":
-        functions = {_pg.APPEND_ONE, _pg.APPEND_MANY, _pg.GET, _pg.RESOLVE}
+        functions = {_pg.APPEND_ONE, _pg.APPEND_MANY, _pg.GET, _pg.RESOLVE, _pg_page.NEWEST}
         assert {name for name, _ in squashed["functions"]} == functions
 
     _migrate_app_to_zero()

@@ -1,7 +1,7 @@
 """Hand-written SQL for the hot paths on PostgreSQL: one statement per call (docs/design.md §14).
 
-Append, the newest messages, get and resolve — the calls an agent runtime makes every turn —
-are one statement each here; everything else (and every other database) goes through the ORM.
+Append, the newest messages (:mod:`._pg_page`), get and resolve — the calls an agent runtime
+makes every turn — are one statement each here; everything else (and every other database) goes through the ORM.
 The services in ``messages.py`` and ``sessions.py`` validate their arguments, then call
 :func:`serves` and, on PostgreSQL, these functions instead of building querysets: the ORM has
 no way to say "update this row and insert rows numbered from its new ``last_seq``" in one
@@ -355,9 +355,10 @@ def function_sql(function: str) -> tuple[str, str]:
     ``NULL`` when nothing was written or found. :data:`._pg_page.NEWEST` returns the rows of
     its statement (``RETURN QUERY``). The migrations that create them hold a copy of this SQL
     (``0020_retention`` the three first, ``0022_append_many_function`` and
-    ``0023_newest_page_function`` one each), frozen as migrations are; ``tests/test_hot_paths.py`` checks that they agree, so a change to the
-    session's columns or to a statement comes with a migration that adds the function under a
-    new name. When the app's migrations are disabled, :func:`create_functions` runs this SQL
+    ``0023_newest_page_function`` one each), frozen as migrations are;
+    ``tests/test_hot_paths.py`` and ``tests/test_pg_newest_page.py`` check that they agree, so
+    a change to the session's or message's columns or to a statement comes with a migration
+    that adds the function under a new name. When the app's migrations are disabled, :func:`create_functions` runs this SQL
     instead.
 
     Raises:
