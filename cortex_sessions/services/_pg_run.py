@@ -129,7 +129,7 @@ def _cursor(connection: Any, *, prepare: bool, server_binding: bool = False) -> 
     whatever ``prepare_threshold`` the host set); either wrapped as ``connection.cursor()``
     wraps its own (:func:`_debug_wrapper` while queries are logged, else ``make_cursor``).
     Server-side binding skips the quoting of each parameter into the statement's text in
-    Python: about a tenth of a get (docs/performance.md).
+    Python (docs/performance.md).
 
     Prepared statements live in one server session, so they break under a pooler that hands a
     client's statements to several (PgBouncer in transaction mode before 1.21, or with
@@ -145,7 +145,7 @@ def _cursor(connection: Any, *, prepare: bool, server_binding: bool = False) -> 
     connection.validate_thread_sharing()
     with connection.wrap_database_errors:
         raw = connection.connection
-        if raw.prepare_threshold is None:
+        if prepare and raw.prepare_threshold is None:
             raw.prepare_threshold = 2**31 - 1
         cursor = _binding_cursor(prepare)(raw)
         # What Django's create_cursor does for its own: a time zone that is not the
