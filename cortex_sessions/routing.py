@@ -37,7 +37,11 @@ def db_for_write(model: type[Model]) -> str:
 def in_transaction(alias: str) -> bool:
     """Whether a transaction is open on database ``alias`` now: an ``atomic()`` block, or
     autocommit turned off by the host (manual transaction management). Never connects."""
-    connection = connections[alias]
+    return _open(connections[alias])
+
+
+def _open(connection: Any) -> bool:
+    """:func:`in_transaction` of a Django connection object."""
     if connection.in_atomic_block:
         return True
     return connection.connection is not None and not connection.get_autocommit()
@@ -84,7 +88,7 @@ def db_for_read(
     hints = read_hints(scope, instance)
     # The write database is asked for only while some transaction is open: a router may treat
     # db_for_write as a write about to happen (ReplicaRouter remembers one, docs/design.md §17.2).
-    if any(in_transaction(c.alias) for c in connections.all(initialized_only=True)):
+    if any(map(_open, connections.all(initialized_only=True))):
         write = router.db_for_write(model, **hints)
         if in_transaction(write):
             return write

@@ -18,6 +18,7 @@ MODULES = (
     "services/_pg.py",
     "services/_pg_run.py",
     "services/_pg_lists.py",
+    "services/_pg_page.py",
     "services/_pg_context.py",
     "services/_pop_pg.py",
     "services/keyed_append.py",

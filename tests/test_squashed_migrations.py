@@ -30,7 +30,7 @@ from django.db.migrations.recorder import MigrationRecorder
 from cortex_sessions import services
 from cortex_sessions.migrations._operations import OnVendors
 from cortex_sessions.models import Message, Session
-from cortex_sessions.services import _pg
+from cortex_sessions.services import _pg, _pg_page
 from tests.test_migrations import APP, migrator, originals_only  # noqa: F401  (the fixture)
 
 SQUASHES = ("0001_squashed_0011_sessions", "0012_squashed_0018_search_and_functions")
@@ -55,7 +55,13 @@ ORIGINALS = (
     "0018_drop_pre_release_append_functions",
 )
 #: The migrations after the squashes, which every database runs after them, in order.
-LATER = ("0019_context_window", "0020_retention", "0021_erasures", "0022_append_many_function")
+LATER = (
+    "0019_context_window",
+    "0020_retention",
+    "0021_erasures",
+    "0022_append_many_function",
+    "0023_newest_page_function",
+)
 ADK = "cortex_adk"
 ADK_SQUASH = "0001_squashed_0003_adk_state"
 ADK_ORIGINALS = (
@@ -214,7 +220,7 @@ def test_a_new_database_through_the_squashes_has_the_schema_of_the_originals(res
     squashed = _schema()
     assert set(squashed) >= {f"{APP}_session", f"{APP}_message", f"{ADK}_adksession"}
     if connection.vendor == "postgresql":
-        functions = {_pg.APPEND_ONE, _pg.APPEND_MANY, _pg.GET, _pg.RESOLVE}
+        functions = {_pg.APPEND_ONE, _pg.APPEND_MANY, _pg.GET, _pg.RESOLVE, _pg_page.NEWEST}
         assert {name for name, _ in squashed["functions"]} == functions
 
     _migrate_app_to_zero()

@@ -1,7 +1,7 @@
 """Hand-written SQL for the hot paths on PostgreSQL: one statement per call (docs/design.md §14).
 
-Append, the newest messages, get and resolve — the calls an agent runtime makes every turn —
-are one statement each here; everything else (and every other database) goes through the ORM.
+Append, the newest messages (:mod:`._pg_page`), get and resolve — the calls an agent runtime
+makes every turn — are one statement each here; everything else (and every other database) goes through the ORM.
 The services in ``messages.py`` and ``sessions.py`` validate their arguments, then call
 :func:`serves` and, on PostgreSQL, these functions instead of building querysets: the ORM has
 no way to say "update this row and insert rows numbered from its new ``last_seq``" in one
@@ -15,7 +15,9 @@ query; rows become instances through each field's ``from_db_value`` and ``Model.
 
 The append calls the PL/pgSQL function :data:`APPEND_ONE` (one message) or :data:`APPEND_MANY`
 (``0022_append_many_function``), get and resolve call :data:`GET` and :data:`RESOLVE`
-(``0020_retention``): the server plans a function's statement once per session
+(``0020_retention``), the newest page of messages :data:`._pg_page.NEWEST`
+(``0023_newest_page_function``; the page itself is :mod:`._pg_page`'s): the server plans a
+function's statement once per session
 and keeps it, whatever the pooler (:func:`_sql_call`). They return the session as one
 ``text[]`` (read back by :func:`._pg_run.text_values`). The scope predicate is
 :func:`cortex_sessions.scope.scope_q`'s: an index range on the canonical string
@@ -34,7 +36,7 @@ from django.db import connections
 from django.db.models import Model
 
 from ..models import IdempotencyKey, Message, Session
-from ._pg_run import TextPlan, built, execute, instances, messages_json, text_plan, text_values
+from ._pg_run import TextPlan, built, execute, messages_json, text_plan, text_values
 
 __all__ = [
     "APPEND_MANY",
@@ -47,7 +49,6 @@ __all__ = [
     "function_sql",
     "get_session",
     "keyed_append",
-    "newest_messages",
     "resolve_default",
     "serves",
 ]
@@ -210,15 +211,20 @@ class _Function(NamedTuple):
     arguments: tuple[str, ...]
     #: The one statement it runs, selecting its result into ``variable``.
     statement: Callable[[], str]
-    #: The ``text[]`` variable the statement fills and the function returns.
+    #: The ``text[]`` variable the statement fills and the function returns; ``""``: a table
+    #: function returning the statement's rows (``RETURN QUERY``).
     variable: str
     #: ``STABLE`` (reads only) or ``""`` (``VOLATILE``, the default: it writes).
     volatility: str
+    #: The result type: ``text[]``, or a table function's ``TABLE (…)``.
+    returns: str = "text[]"
 
 
 @cache
 def _functions() -> dict[str, _Function]:
     """The functions :func:`function_sql` creates, by name."""
+    from ._pg_page import NEWEST, newest_function  # it imports this module
+
     scope = ("text", "text", "text", "text")  # the four parameters of _scope_params
     # The session's update: the four totals to add (input tokens, output tokens, cost,
     # context tokens), updated_at, last_message (NULL: keep), session id, the scope.
@@ -246,13 +252,15 @@ def _functions() -> dict[str, _Function]:
         ),
         GET: _Function(("uuid", *scope, "text"), _get_statement, "loaded", "STABLE"),
         RESOLVE: _Function(("text", "text"), _resolve_statement, "loaded", "STABLE"),
+        NEWEST: newest_function(),
     }
 
 
 @cache
 def _sql_call(function: str) -> str:
     """The statement that calls ``function`` (:data:`APPEND_ONE`, :data:`APPEND_MANY`,
-    :data:`GET` or :data:`RESOLVE`) with one ``%s`` per argument.
+    :data:`GET` or :data:`RESOLVE`; a table function such as :data:`._pg_page.NEWEST` is
+    called in ``FROM``) with one ``%s`` per argument.
 
     Why a function: an unnamed statement is parsed and planned by the server on every call,
     which for the append is about a third of its time and for a read of one session (whose
@@ -270,7 +278,10 @@ def _sql_call(function: str) -> str:
     is evaluated in the select list. For the append that is ~35 µs less server CPU a call,
     ~85 µs under 8 writer processes (docs/performance.md).
     """
-    placeholders = ", ".join(["%s"] * len(_functions()[function].arguments))
+    spec = _functions()[function]
+    placeholders = ", ".join(["%s"] * len(spec.arguments))
+    if not spec.variable:  # a table function: its rows
+        return f"SELECT * FROM {function}({placeholders})"
     return f"SELECT {function}({placeholders})"
 
 
@@ -317,7 +328,7 @@ def _read_session(alias: str, function: str, params: list[Any]) -> Session | Non
     """Call :data:`GET` or :data:`RESOLVE` with ``params`` on ``alias``: the session as the ORM
     loads it, or ``None`` when there is none."""
     connection = connections[alias]
-    rows, session_zone = execute(connection, _sql_call(function), params)
+    rows, session_zone = execute(connection, _sql_call(function), params, server_binding=True)
     if rows[0][0] is None:
         return None
     plan = _session_plan(narrow=False)
@@ -334,21 +345,24 @@ def _session_plan(*, narrow: bool) -> TextPlan:
 
 
 def function_sql(function: str) -> tuple[str, str]:
-    """The SQL that creates ``function`` (:data:`APPEND_ONE`, :data:`APPEND_MANY`, :data:`GET`
-    or :data:`RESOLVE`) on PostgreSQL, and the SQL that drops it, as ``(create, drop)``.
+    """The SQL that creates ``function`` (:data:`APPEND_ONE`, :data:`APPEND_MANY`, :data:`GET`,
+    :data:`RESOLVE` or :data:`._pg_page.NEWEST`) on PostgreSQL, and the SQL that drops it, as
+    ``(create, drop)``.
 
-    Each function runs one statement and returns one ``text[]`` value: the appends the narrow
-    row of :func:`_narrow_fields` (the session's fields, then the new message's ``id`` and
-    ``seq``, or the new messages' ids), the reads every column of the session; ``NULL`` when
-    nothing was written or found. The migrations that create them hold a copy of this SQL
-    (``0020_retention`` the three first, ``0022_append_many_function`` the other), frozen as
-    migrations are; ``tests/test_hot_paths.py`` checks that they agree, so a change to the
-    session's columns or to a statement comes with a migration that adds the function under a
-    new name. When the app's migrations are disabled, :func:`create_functions` runs this SQL
+    Each function runs one statement. The first four return one ``text[]`` value: the appends
+    the narrow row of :func:`_narrow_fields` (the session's fields, then the new message's
+    ``id`` and ``seq``, or the new messages' ids), the reads every column of the session;
+    ``NULL`` when nothing was written or found. :data:`._pg_page.NEWEST` returns the rows of
+    its statement (``RETURN QUERY``). The migrations that create them hold a copy of this SQL
+    (``0020_retention`` the three first, ``0022_append_many_function`` and
+    ``0023_newest_page_function`` one each), frozen as migrations are;
+    ``tests/test_hot_paths.py`` and ``tests/test_pg_newest_page.py`` check that they agree, so
+    a change to the session's or message's columns or to a statement comes with a migration
+    that adds the function under a new name. When the app's migrations are disabled, :func:`create_functions` runs this SQL
     instead.
 
     Raises:
-        KeyError: ``function`` is not one of the four.
+        KeyError: ``function`` is not one of the five.
     """
     spec = _functions()[function]
     pieces = spec.statement().split("%s")
@@ -358,19 +372,21 @@ def function_sql(function: str) -> tuple[str, str]:
     body += pieces[-1]
     signature = f"{function}({', '.join(spec.arguments)})"
     volatility = f" {spec.volatility}" if spec.volatility else ""
+    if spec.variable:
+        run = f"DECLARE\n  {spec.variable} text[];\nBEGIN\n  {body};\n  RETURN {spec.variable};\n"
+    else:
+        run = f"BEGIN\n  RETURN QUERY {body};\n"
     create = (
         f"CREATE OR REPLACE FUNCTION {signature}"
-        f" RETURNS text[] LANGUAGE plpgsql{volatility} AS $function$\n"
-        "#variable_conflict use_column\n"
-        f"DECLARE\n  {spec.variable} text[];\n"
-        f"BEGIN\n  {body};\n  RETURN {spec.variable};\nEND\n$function$"
+        f" RETURNS {spec.returns} LANGUAGE plpgsql{volatility} AS $function$\n"
+        f"#variable_conflict use_column\n{run}END\n$function$"
     )
     return create, f"DROP FUNCTION IF EXISTS {signature}"
 
 
 def create_functions(*, app_config: Any, using: str, **kwargs: Any) -> None:
-    """``post_migrate`` receiver: create :data:`APPEND_ONE`, :data:`APPEND_MANY`, :data:`GET`
-    and :data:`RESOLVE` on a PostgreSQL database whose tables were made from the models
+    """``post_migrate`` receiver: create :data:`APPEND_ONE`, :data:`APPEND_MANY`, :data:`GET`,
+    :data:`RESOLVE` and :data:`._pg_page.NEWEST` on a PostgreSQL database whose tables were made from the models
     because this app's migrations are disabled (a test database under pytest-django's
     ``--nomigrations`` or ``TEST["MIGRATE"] = False``), where the migrations that create them
     (:func:`function_sql`) did not run. With migrations enabled it does nothing: the
@@ -415,52 +431,6 @@ def _append_statement(*, step: str, values: str, result: str, source: str) -> st
         f' SELECT s."id", s."agent_id", s."scope", {values}'
         f' RETURNING "id", "seq"'
         f") SELECT {result} FROM {source}"
-    )
-
-
-#: A page of messages reads every column but ``session_id``, which is the id asked for (no
-#: need to send it and parse it back 50 times).
-_PAGE_OMITS = "session"
-
-
-def _fields(model: type[Model], omit: str | None = None) -> tuple[Any, ...]:
-    """``model``'s concrete fields in order, without the one named ``omit``."""
-    return tuple(field for field in model._meta.concrete_fields if field.name != omit)
-
-
-@cache
-def _page_omitted_at() -> int:
-    """The position of the column a page of messages omits (:data:`_PAGE_OMITS`) in
-    ``Message._meta.concrete_fields``, where :func:`newest_messages` puts it back."""
-    return [field.name for field in Message._meta.concrete_fields].index(_PAGE_OMITS)
-
-
-@cache
-def _sql_messages(after: bool, before: bool, forward: bool) -> str:
-    """A page of one in-scope session's messages, with the scope check, in one statement.
-
-    The session is read first (``s``: at most one row, by primary key and scope) and the page
-    is a lateral subquery on ``(session_id, seq)`` — the unique index
-    ``cortex_message_session_seq``, walked in ``seq`` order and stopped at ``limit`` — so an
-    empty session still returns one row (of NULLs) and a session out of scope returns none.
-    The subquery names the session id as a parameter rather than ``s.id``, so the planner
-    knows which session it reads (a session of 100,000 messages is planned as one).
-
-    Parameters: id, [after_seq], [before_seq], limit, id, the four scope parameters.
-    """
-    bounds = ""
-    if after:
-        bounds += ' AND m."seq" > %s'
-    if before:
-        bounds += ' AND m."seq" < %s'
-    order = "ASC" if forward else "DESC"
-    page_columns = ", ".join(f'p."{field.column}"' for field in _fields(Message, _PAGE_OMITS))
-    return (
-        f"SELECT {page_columns} FROM {Session._meta.db_table} s"
-        f" LEFT JOIN LATERAL (SELECT {_columns(Message, 'm.')}"
-        f' FROM {Message._meta.db_table} m WHERE m."session_id" = %s{bounds}'
-        f' ORDER BY m."seq" {order} LIMIT %s) p ON TRUE'
-        f' WHERE s."id" = %s AND {_WITHIN_FILTER}'
     )
 
 
@@ -569,42 +539,3 @@ def append_rows(
         message.session = session  # cached: message.session needs no query
         messages.append(message)
     return session, messages
-
-
-def newest_messages(
-    alias: str,
-    *,
-    canonical: str,
-    session_id: uuid.UUID,
-    limit: int,
-    after_seq: int | None,
-    before_seq: int | None,
-) -> list[Message] | None:
-    """A page of the session's messages in ``seq`` order, with the scope check, in one
-    statement; the bounds mean what ``services.list_messages`` says.
-
-    Returns:
-        The messages (oldest first), or ``None`` when the session does not exist within
-        ``canonical``.
-
-    Raises:
-        django.db.Error: as the ORM would.
-    """
-    forward = after_seq is not None and before_seq is None
-    params: list[Any] = [session_id]
-    if after_seq is not None:
-        params.append(after_seq)
-    if before_seq is not None:
-        params.append(before_seq)
-    params += [limit, session_id, *_scope_params(canonical)]
-    sql = _sql_messages(after_seq is not None, before_seq is not None, forward)
-    connection = connections[alias]
-    result, _ = execute(connection, sql, params, c_times=True)
-    if not result:
-        return None
-    page = [row for row in result if row[0] is not None]  # none: the session's row of NULLs
-    at = _page_omitted_at()
-    messages: list[Message] = instances(connection, alias, Message, page, insert=(at, session_id))
-    if not forward:
-        messages.reverse()
-    return messages

@@ -51,12 +51,21 @@ __all__ = [
 
 
 def execute(
-    connection: Any, sql: str, params: Sequence[Any] | Mapping[str, Any], *, c_times: bool = False
+    connection: Any,
+    sql: str,
+    params: Sequence[Any] | Mapping[str, Any],
+    *,
+    c_times: bool = False,
+    server_binding: bool = False,
 ) -> tuple[list[tuple[Any, ...]], Any]:
     """Run one statement on Django ``connection`` through the cursor of :func:`_cursor`.
 
     Args:
         params: the statement's parameters, positional (``%s``) or named (``%(name)s``).
+        server_binding: send the parameters apart from the statement (psycopg's
+            server-side binding, never prepared unless ``PREPARED_STATEMENTS``), where
+            Django's cursors write them into its text (:func:`_cursor`): for a call of a
+            function, whose declared argument types leave the server nothing to infer.
         c_times: read ``timestamptz`` columns with psycopg's default loader (its C one with
             ``psycopg[binary]``: ``psycopg.adapters.get_loader``) registered on this cursor,
             instead of the Python loader Django registers on its connections, which costs
@@ -80,7 +89,8 @@ def execute(
         zones.append(connection.connection.info.timezone)
         return result
 
-    with _cursor(connection, prepare=app_settings.PREPARED_STATEMENTS) as cursor:
+    prepare = app_settings.PREPARED_STATEMENTS
+    with _cursor(connection, prepare=prepare, server_binding=server_binding) as cursor:
         if c_times:
             cursor.cursor.adapters.register_loader("timestamptz", _default_time_loader())
         if connection.execute_wrappers:
@@ -110,12 +120,16 @@ def as_django_time(value: Any, timezone: Any) -> Any:
     return value.replace(tzinfo=timezone)
 
 
-def _cursor(connection: Any, *, prepare: bool) -> Any:
+def _cursor(connection: Any, *, prepare: bool, server_binding: bool = False) -> Any:
     """A Django cursor for a hot-path statement: ``connection.cursor()`` (parameters bound as
     Django binds them: client-side unless ``OPTIONS`` set ``server_side_binding``); with
     ``prepare`` (``PREPARED_STATEMENTS``) a ``psycopg.Cursor`` (server-side binding) sending
-    each statement with ``prepare=True``, wrapped as ``connection.cursor()`` wraps its own
-    (:func:`_debug_wrapper` while queries are logged, else ``make_cursor``).
+    each statement with ``prepare=True``, and with ``server_binding`` alone one sending it
+    with ``prepare=False`` (an unnamed statement, as a pooler in transaction mode expects,
+    whatever ``prepare_threshold`` the host set); either wrapped as ``connection.cursor()``
+    wraps its own (:func:`_debug_wrapper` while queries are logged, else ``make_cursor``).
+    Server-side binding skips the quoting of each parameter into the statement's text in
+    Python (docs/performance.md).
 
     Prepared statements live in one server session, so they break under a pooler that hands a
     client's statements to several (PgBouncer in transaction mode before 1.21, or with
@@ -124,36 +138,61 @@ def _cursor(connection: Any, *, prepare: bool) -> Any:
     ``prepare=True``: a threshold no query reaches turns explicit requests back on (Django's
     own cursors bind client-side and never prepare).
     """
-    if not prepare:
+    if not (prepare or server_binding):
         return connection.cursor()
-    from django.db.backends.postgresql.psycopg_any import register_tzloader
-
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     connection.validate_thread_sharing()
     with connection.wrap_database_errors:
         raw = connection.connection
-        if raw.prepare_threshold is None:
+        if prepare and raw.prepare_threshold is None:
             raw.prepare_threshold = 2**31 - 1
-        cursor = _preparing_cursor()(raw)
+        cursor = _binding_cursor(prepare)(raw)
         # What Django's create_cursor does for its own: a time zone that is not the
-        # connection's (USE_TZ or TIME_ZONE changed since it connected) gets a loader.
-        register_tzloader(connection.timezone, cursor)
+        # connection's (USE_TZ or TIME_ZONE changed since it connected) gets a loader. Only
+        # then: registering one copies the cursor's adapters map and makes a loader class,
+        # which cost more than the rest of a get (docs/performance.md).
+        oid, text, register_tzloader = _time_loading()
+        loader = raw.adapters.get_loader(oid, text)  # the connection's, as Django registered it
+        if getattr(loader, "timezone", _NO_ZONE) != connection.timezone:
+            register_tzloader(connection.timezone, cursor)
     if connection.queries_logged:
         return _debug_wrapper()(cursor, connection)
     return connection.make_cursor(cursor)
 
 
+#: The time zone of a ``timestamptz`` loader that is not Django's (it has none): never equal.
+_NO_ZONE = object()
+
+
 @cache
+def _time_loading() -> tuple[int, Any, Any]:
+    """``(the oid of timestamptz, psycopg's text format, Django's register_tzloader)``: what
+    :func:`_cursor` needs to check a connection's ``timestamptz`` loader (the time zone Django
+    gave it, public ``timezone`` of Django's loaders) as Django's ``create_cursor`` does."""
+    import psycopg
+    from django.db.backends.postgresql.psycopg_any import register_tzloader
+    from psycopg.pq import Format
+
+    return psycopg.adapters.types["timestamptz"].oid, Format.TEXT, register_tzloader
+
+
 def _preparing_cursor() -> Any:
-    """A ``psycopg.Cursor`` subclass sending every statement with ``prepare=True``."""
+    """:func:`_binding_cursor` preparing every statement (the LangGraph saver's writes use it)."""
+    return _binding_cursor(True)
+
+
+@cache
+def _binding_cursor(prepare: bool) -> Any:
+    """A ``psycopg.Cursor`` subclass (server-side binding) sending every statement with
+    ``prepare=prepare``."""
     import psycopg
 
-    class PreparingCursor(psycopg.Cursor):
+    class BindingCursor(psycopg.Cursor):
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-            return super().execute(query, params, **{**kwargs, "prepare": True})
+            return super().execute(query, params, **{**kwargs, "prepare": prepare})
 
-    return PreparingCursor
+    return BindingCursor
 
 
 @cache

@@ -31,7 +31,7 @@ from ..search import check_query, filter_messages
 from ..search_limits import search_timeout
 from ..tokens import count_tokens
 from ..usage import Totals, check_usage, totals_of
-from . import _pg
+from . import _pg, _pg_page
 from ._common import (
     _autocommit_write,
     _check_int,
@@ -543,7 +543,7 @@ def list_messages(
     alias = _db_for_read(scope)
     if _pg.serves(alias) and q is None:
         canonical = canonical_of(scope)
-        page = _pg.newest_messages(
+        page = _pg_page.newest_messages(
             alias,
             canonical=canonical,
             session_id=_session_id(session_id),
