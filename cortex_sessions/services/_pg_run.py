@@ -6,14 +6,15 @@ A statement runs on a Django cursor (:func:`execute`), so ``CaptureQueriesContex
 Rows become model instances as the ORM builds them: each field's ``from_db_value``, then
 ``Model.from_db`` (:func:`built`); a session returned by a PL/pgSQL function as one ``text[]``
 is first read back from text into what psycopg would have handed Django for each column
-(:func:`text_values`).
+(:func:`text_values`). The PL/pgSQL functions of the hot paths (the core's and the LangGraph
+saver's) are created by one builder, :func:`function_ddl`.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from datetime import datetime
 from decimal import Decimal
@@ -37,11 +38,14 @@ from django.db.models import (
 from ..conf import app_settings
 
 __all__ = [
+    "PlpgsqlFunction",
     "TextPlan",
     "as_django_time",
     "built",
+    "create_unmigrated_functions",
     "datetime_text",
     "execute",
+    "function_ddl",
     "instances",
     "loaders",
     "messages_json",
@@ -51,7 +55,12 @@ __all__ = [
 
 
 def execute(
-    connection: Any, sql: str, params: Sequence[Any] | Mapping[str, Any], *, c_times: bool = False
+    connection: Any,
+    sql: str,
+    params: Sequence[Any] | Mapping[str, Any],
+    *,
+    c_times: bool = False,
+    server_binding: bool = False,
 ) -> tuple[list[tuple[Any, ...]], Any]:
     """Run one statement on Django ``connection`` through the cursor of :func:`_cursor`.
 
@@ -62,6 +71,9 @@ def execute(
             instead of the Python loader Django registers on its connections, which costs
             several microseconds a value; the caller relabels each value as Django's loader
             does (:func:`as_django_time`).
+        server_binding: run it on a ``psycopg.Cursor`` (server-side binding) whatever
+            ``OPTIONS`` say, so that ``%b`` parameters go in binary (the LangGraph saver's
+            checkpoint bytes and arrays), not as text escaped into the statement.
 
     Returns:
         ``(all its rows, the session's time zone)``: psycopg's ``info.timezone`` as the result
@@ -80,7 +92,8 @@ def execute(
         zones.append(connection.connection.info.timezone)
         return result
 
-    with _cursor(connection, prepare=app_settings.PREPARED_STATEMENTS) as cursor:
+    prepare = app_settings.PREPARED_STATEMENTS
+    with _cursor(connection, prepare=prepare, server_binding=server_binding) as cursor:
         if c_times:
             cursor.cursor.adapters.register_loader("timestamptz", _default_time_loader())
         if connection.execute_wrappers:
@@ -110,12 +123,13 @@ def as_django_time(value: Any, timezone: Any) -> Any:
     return value.replace(tzinfo=timezone)
 
 
-def _cursor(connection: Any, *, prepare: bool) -> Any:
+def _cursor(connection: Any, *, prepare: bool, server_binding: bool = False) -> Any:
     """A Django cursor for a hot-path statement: ``connection.cursor()`` (parameters bound as
     Django binds them: client-side unless ``OPTIONS`` set ``server_side_binding``); with
-    ``prepare`` (``PREPARED_STATEMENTS``) a ``psycopg.Cursor`` (server-side binding) sending
-    each statement with ``prepare=True``, wrapped as ``connection.cursor()`` wraps its own
-    (:func:`_debug_wrapper` while queries are logged, else ``make_cursor``).
+    ``server_binding`` a ``psycopg.Cursor``, with ``prepare`` (``PREPARED_STATEMENTS``) one
+    sending each statement with ``prepare=True`` (both server-side binding), wrapped as
+    ``connection.cursor()`` wraps its own (:func:`_debug_wrapper` while queries are logged,
+    else ``make_cursor``), with Django's time zone loader as ``create_cursor`` registers it.
 
     Prepared statements live in one server session, so they break under a pooler that hands a
     client's statements to several (PgBouncer in transaction mode before 1.21, or with
@@ -124,24 +138,36 @@ def _cursor(connection: Any, *, prepare: bool) -> Any:
     ``prepare=True``: a threshold no query reaches turns explicit requests back on (Django's
     own cursors bind client-side and never prepare).
     """
-    if not prepare:
+    if not prepare and not server_binding:
         return connection.cursor()
+    import psycopg
     from django.db.backends.postgresql.psycopg_any import register_tzloader
+    from psycopg.pq import Format
 
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     connection.validate_thread_sharing()
     with connection.wrap_database_errors:
         raw = connection.connection
-        if raw.prepare_threshold is None:
-            raw.prepare_threshold = 2**31 - 1
-        cursor = _preparing_cursor()(raw)
+        if prepare:
+            if raw.prepare_threshold is None:
+                raw.prepare_threshold = 2**31 - 1
+            cursor = _preparing_cursor()(raw)
+        else:
+            cursor = psycopg.Cursor(raw)
         # What Django's create_cursor does for its own: a time zone that is not the
-        # connection's (USE_TZ or TIME_ZONE changed since it connected) gets a loader.
-        register_tzloader(connection.timezone, cursor)
+        # connection's (USE_TZ or TIME_ZONE changed since it connected) gets a loader (only
+        # then: the loader class and the cursor's copy of the adapters cost ~75 µs).
+        loader = raw.adapters.get_loader(psycopg.adapters.types["timestamptz"].oid, Format.TEXT)
+        if getattr(loader, "timezone", _NO_ZONE) != connection.timezone:
+            register_tzloader(connection.timezone, cursor)
     if connection.queries_logged:
         return _debug_wrapper()(cursor, connection)
     return connection.make_cursor(cursor)
+
+
+#: What :func:`_cursor` reads as the zone of a ``timestamptz`` loader that is not Django's.
+_NO_ZONE = object()
 
 
 @cache
@@ -368,3 +394,84 @@ def messages_json(
             f"{usage},{row['token_count']:d}]"
         )
     return f"[{','.join(items)}]"
+
+
+class PlpgsqlFunction(NamedTuple):
+    """A PL/pgSQL function of a hot path, running one statement (:func:`function_ddl`): the
+    server plans a function's statement once per session and keeps the plan, behind any
+    pooler (docs/design.md §14.1; ``_pg._sql_call`` says why)."""
+
+    #: Argument types, in the order of the statement's ``%s`` placeholders.
+    arguments: tuple[str, ...]
+    #: The one statement it runs (built when asked: it names the models' tables and columns).
+    statement: Callable[[], str]
+    #: What it returns: a type, the value the statement selects into :attr:`variable`; or
+    #: ``TABLE(…)``, the statement's rows (``RETURN QUERY``).
+    returns: str
+    #: The variable the statement fills and the function returns (unused with ``TABLE(…)``).
+    variable: str = "result"
+    #: ``STABLE`` (reads only) or ``""`` (``VOLATILE``, the default: it writes).
+    volatility: str = ""
+    #: Created with ``SET plan_cache_mode = force_generic_plan`` (the LangGraph saver's: PL/pgSQL
+    #: keeps a plan only when the server picks the generic one).
+    generic_plan: bool = False
+
+
+def function_ddl(name: str, function: PlpgsqlFunction) -> tuple[str, str]:
+    """The SQL that creates the PL/pgSQL function ``name`` on PostgreSQL, and the SQL that drops
+    it, as ``(create, drop)``: the statement's ``%s`` placeholders become the arguments ``$1``,
+    ``$2``, … in order. Migrations hold frozen copies of this SQL and tests check that they
+    agree byte for byte, so a change to the text here changes every function's.
+
+    Raises:
+        AssertionError: the statement's placeholders and the arguments disagree in number (a
+            code change).
+    """
+    pieces = function.statement().split("%s")
+    if len(pieces) != len(function.arguments) + 1:  # pragma: no cover - a code change
+        raise AssertionError(f"the statement and the arguments of {name} disagree")
+    body = "".join(f"{piece}${number}" for number, piece in enumerate(pieces[:-1], 1))
+    body += pieces[-1]
+    signature = f"{name}({', '.join(function.arguments)})"
+    volatility = f" {function.volatility}" if function.volatility else ""
+    setting = " SET plan_cache_mode = force_generic_plan" if function.generic_plan else ""
+    if function.returns.startswith("TABLE("):
+        block = f"BEGIN\n  RETURN QUERY {body};\nEND"
+    else:
+        variable = function.variable
+        block = (
+            f"DECLARE\n  {variable} {function.returns};\n"
+            f"BEGIN\n  {body};\n  RETURN {variable};\nEND"
+        )
+    create = (
+        f"CREATE OR REPLACE FUNCTION {signature}"
+        f" RETURNS {function.returns} LANGUAGE plpgsql{volatility}{setting} AS $function$\n"
+        f"#variable_conflict use_column\n{block}\n$function$"
+    )
+    return create, f"DROP FUNCTION IF EXISTS {signature}"
+
+
+def create_unmigrated_functions(
+    app_config: Any, using: str, model: type[Model], functions: Mapping[str, PlpgsqlFunction]
+) -> None:
+    """What the ``post_migrate`` receivers that create an app's functions do: create
+    ``functions`` (by name, :func:`function_ddl`) on database ``using`` when it is PostgreSQL,
+    the router lets ``model`` (one of the app's) migrate there, and the app's migrations are
+    disabled (pytest-django's ``--nomigrations``, ``TEST["MIGRATE"] = False``), so that its
+    tables were made from the models and the migrations that create the functions did not
+    run. With migrations enabled it does nothing: the migrations own the functions.
+
+    Raises:
+        django.db.Error: as any ORM query raises it.
+    """
+    from django.db import connections, router
+    from django.db.migrations.loader import MigrationLoader
+
+    connection = connections[using]
+    if connection.vendor != "postgresql" or not router.allow_migrate_model(using, model):
+        return
+    if MigrationLoader.migrations_module(app_config.label)[0] is not None:
+        return
+    with connection.cursor() as cursor:
+        for name, function in functions.items():
+            cursor.execute(function_ddl(name, function)[0])
