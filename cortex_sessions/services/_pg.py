@@ -347,11 +347,11 @@ def function_sql(function: str) -> tuple[str, str]:
     """The SQL that creates ``function`` (:data:`APPEND_ONE`, :data:`APPEND_MANY`, :data:`GET`
     or :data:`RESOLVE`) on PostgreSQL, and the SQL that drops it, as ``(create, drop)``.
 
-    Each function runs one statement (:func:`._pg_run.function_ddl` builds it, as the LangGraph
-    saver's) and returns one ``text[]`` value: the appends the narrow
-    row of :func:`_narrow_fields` (the session's fields, then the new message's ``id`` and
-    ``seq``, or the new messages' ids), the reads every column of the session; ``NULL`` when
-    nothing was written or found. The migrations that create them hold a copy of this SQL
+    Each function (built by :func:`._pg_run.function_ddl`, as the LangGraph saver's) runs one
+    statement and returns one ``text[]`` value: the appends the narrow row of
+    :func:`_narrow_fields` (the session's fields, then the new message's ``id`` and ``seq``, or
+    the new messages' ids), the reads every column of the session; ``NULL`` when nothing was
+    written or found. The migrations that create them hold a copy of this SQL
     (``0020_retention`` the three first, ``0022_append_many_function`` the other), frozen as
     migrations are; ``tests/test_hot_paths.py`` checks that they agree, so a change to the
     session's columns or to a statement comes with a migration that adds the function under a

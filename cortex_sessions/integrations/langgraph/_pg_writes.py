@@ -240,9 +240,10 @@ def _sql_call(function: str) -> str:
 def function_sql(function: str) -> tuple[str, str]:
     """The SQL that creates ``function`` (:data:`PUT`, :data:`WRITES` or
     :data:`._pg_reads.LATEST`) on PostgreSQL and the SQL that drops it, as ``(create, drop)``,
-    built as the core's (:func:`cortex_sessions.services._pg_run.function_ddl`). Migration ``0002_functions`` holds a frozen copy
-    (``tests/runtimes/test_langgraph_writes.py`` checks they agree): a change to a statement
-    or to the session's columns comes with a migration adding the function under a new name.
+    built as the core's (:func:`cortex_sessions.services._pg_run.function_ddl`). Migration
+    ``0002_functions`` holds a frozen copy (``tests/runtimes/test_langgraph_writes.py`` checks
+    they agree): a change to a statement or to the session's columns comes with a migration
+    adding the function under a new name.
 
     Each is created with ``plan_cache_mode = force_generic_plan``: PL/pgSQL keeps a plan per
     connection only when the server picks the generic plan, and for the latest read, whose
