@@ -27,22 +27,33 @@ and keeps it, whatever the pooler (:func:`_sql_call`). They return the session a
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
-from typing import Any, NamedTuple
+from typing import Any
 
 from django.db import connections
 from django.db.models import Model
 
 from ..models import IdempotencyKey, Message, Session
-from ._pg_run import TextPlan, built, execute, messages_json, text_plan, text_values
+from ._pg_run import (
+    PlpgsqlFunction,
+    TextPlan,
+    built,
+    create_unmigrated_functions,
+    execute,
+    function_ddl,
+    messages_json,
+    text_plan,
+    text_values,
+)
 
 __all__ = [
     "APPEND_MANY",
     "APPEND_ONE",
     "GET",
     "RESOLVE",
+    "WITHIN_FILTER",
     "append_rows",
     "create_functions",
     "enabled",
@@ -50,6 +61,7 @@ __all__ = [
     "get_session",
     "keyed_append",
     "resolve_default",
+    "scope_params",
     "serves",
 ]
 
@@ -95,7 +107,7 @@ def _columns(model: type[Model], prefix: str = "") -> str:
 
 
 #: The canonical-string range of ``scope_q(scope)``: ``scope`` itself and every scope beneath
-#: it. Parameters: (canonical, canonical + "0", canonical, canonical + "/"); see _scope_params.
+#: it. Parameters: (canonical, canonical + "0", canonical, canonical + "/"); see scope_params.
 _WITHIN = '(s."scope" >= %s AND s."scope" < %s AND (s."scope" = %s OR s."scope" >= %s))'
 
 
@@ -105,15 +117,18 @@ _WITHIN = '(s."scope" >= %s AND s."scope" < %s AND (s."scope" = %s OR s."scope" 
 _NOT_EXPIRED = '(s."expires_at" IS NULL OR s."expires_at" > statement_timestamp())'
 
 
+#: The session row ``s`` lies within a scope and has not expired (docs/design.md §2.3, §18.1):
 #: :data:`_WITHIN` and :data:`_NOT_EXPIRED` for a row found by its primary key, which they only
-#: filter: the same tests inside a ``CASE``, whose condition the planner does not estimate. Bare, the four
+#: filter, inside a ``CASE``, whose condition the planner does not estimate. Bare, the four
 #: comparisons are estimated from the scope column's statistics (target 1,000) on every
 #: unprepared call: ~0.25 ms of planning at ``large`` for a statement that runs in ~0.02 ms
-#: (docs/performance.md). Same parameters as ``_WITHIN``.
-_WITHIN_FILTER = f"CASE WHEN {_WITHIN} AND {_NOT_EXPIRED} THEN TRUE END"
+#: (docs/performance.md). Parameters: :func:`scope_params` (the LangGraph saver's too).
+WITHIN_FILTER = f"CASE WHEN {_WITHIN} AND {_NOT_EXPIRED} THEN TRUE END"
 
 
-def _scope_params(canonical: str) -> list[str]:
+def scope_params(canonical: str) -> list[str]:
+    """The four parameters of :data:`WITHIN_FILTER` for the canonical scope string ``canonical``
+    (``Scope.canonical``): ``[canonical, canonical + "0", canonical, canonical + "/"]``."""
     return [canonical, canonical + "0", canonical, canonical + "/"]
 
 
@@ -123,7 +138,7 @@ def _get_statement() -> str:
     ``COALESCE(NULL, agent_id)`` is the row's own) as one text array, into the function's
     variable ``loaded``. Parameters: id, the four scope parameters, agent id or ``NULL``."""
     return _select_session(
-        f's."id" = %s AND {_WITHIN_FILTER} AND s."agent_id" = COALESCE(%s, s."agent_id")'
+        f's."id" = %s AND {WITHIN_FILTER} AND s."agent_id" = COALESCE(%s, s."agent_id")'
     )
 
 
@@ -204,33 +219,17 @@ GET = "cortex_sessions_get_v3"
 RESOLVE = "cortex_sessions_resolve_v3"
 
 
-class _Function(NamedTuple):
-    """A PL/pgSQL function of the hot paths (:func:`function_sql`)."""
-
-    #: Argument types, in the order of the statement's ``%s`` placeholders.
-    arguments: tuple[str, ...]
-    #: The one statement it runs, selecting its result into ``variable``.
-    statement: Callable[[], str]
-    #: The ``text[]`` variable the statement fills and the function returns; ``""``: a table
-    #: function returning the statement's rows (``RETURN QUERY``).
-    variable: str
-    #: ``STABLE`` (reads only) or ``""`` (``VOLATILE``, the default: it writes).
-    volatility: str
-    #: The result type: ``text[]``, or a table function's ``TABLE (…)``.
-    returns: str = "text[]"
-
-
 @cache
-def _functions() -> dict[str, _Function]:
+def _functions() -> dict[str, PlpgsqlFunction]:
     """The functions :func:`function_sql` creates, by name."""
     from ._pg_page import NEWEST, newest_function  # it imports this module
 
-    scope = ("text", "text", "text", "text")  # the four parameters of _scope_params
+    scope = ("text", "text", "text", "text")  # the four parameters of scope_params
     # The session's update: the four totals to add (input tokens, output tokens, cost,
     # context tokens), updated_at, last_message (NULL: keep), session id, the scope.
     update = ("bigint", "bigint", "numeric", "bigint", "timestamptz", "text", "uuid", *scope)
     return {
-        APPEND_ONE: _Function(
+        APPEND_ONE: PlpgsqlFunction(
             (
                 *update,
                 "text",  # role
@@ -242,16 +241,23 @@ def _functions() -> dict[str, _Function]:
                 "integer",  # token count
             ),
             _append_one_statement,
+            "text[]",
             "appended",
-            "",
         ),
         # n twice (last_seq, message_count), the update, n (the first seq), the messages
         # (JSON text, ._pg_run.messages_json)
-        APPEND_MANY: _Function(
-            ("bigint", "bigint", *update, "bigint", "text"), _append_many_statement, "appended", ""
+        APPEND_MANY: PlpgsqlFunction(
+            ("bigint", "bigint", *update, "bigint", "text"),
+            _append_many_statement,
+            "text[]",
+            "appended",
         ),
-        GET: _Function(("uuid", *scope, "text"), _get_statement, "loaded", "STABLE"),
-        RESOLVE: _Function(("text", "text"), _resolve_statement, "loaded", "STABLE"),
+        GET: PlpgsqlFunction(
+            ("uuid", *scope, "text"), _get_statement, "text[]", "loaded", "STABLE"
+        ),
+        RESOLVE: PlpgsqlFunction(
+            ("text", "text"), _resolve_statement, "text[]", "loaded", "STABLE"
+        ),
         NEWEST: newest_function(),
     }
 
@@ -349,7 +355,8 @@ def function_sql(function: str) -> tuple[str, str]:
     :data:`RESOLVE` or :data:`._pg_page.NEWEST`) on PostgreSQL, and the SQL that drops it, as
     ``(create, drop)``.
 
-    Each function runs one statement. The first four return one ``text[]`` value: the appends
+    Each function (built by :func:`._pg_run.function_ddl`, as the LangGraph saver's) runs one
+    statement. The first four return one ``text[]`` value: the appends
     the narrow row of :func:`_narrow_fields` (the session's fields, then the new message's
     ``id`` and ``seq``, or the new messages' ids), the reads every column of the session;
     ``NULL`` when nothing was written or found. :data:`._pg_page.NEWEST` returns the rows of
@@ -358,51 +365,24 @@ def function_sql(function: str) -> tuple[str, str]:
     ``0023_newest_page_function`` one each), frozen as migrations are;
     ``tests/test_hot_paths.py`` and ``tests/test_pg_newest_page.py`` check that they agree, so
     a change to the session's or message's columns or to a statement comes with a migration
-    that adds the function under a new name. When the app's migrations are disabled, :func:`create_functions` runs this SQL
-    instead.
+    that adds the function under a new name. When the app's migrations are disabled,
+    :func:`create_functions` runs this SQL instead.
 
     Raises:
         KeyError: ``function`` is not one of the five.
     """
-    spec = _functions()[function]
-    pieces = spec.statement().split("%s")
-    if len(pieces) != len(spec.arguments) + 1:  # pragma: no cover - a code change
-        raise AssertionError(f"the statement and the arguments of {function} disagree")
-    body = "".join(f"{piece}${number}" for number, piece in enumerate(pieces[:-1], 1))
-    body += pieces[-1]
-    signature = f"{function}({', '.join(spec.arguments)})"
-    volatility = f" {spec.volatility}" if spec.volatility else ""
-    if spec.variable:
-        run = f"DECLARE\n  {spec.variable} text[];\nBEGIN\n  {body};\n  RETURN {spec.variable};\n"
-    else:
-        run = f"BEGIN\n  RETURN QUERY {body};\n"
-    create = (
-        f"CREATE OR REPLACE FUNCTION {signature}"
-        f" RETURNS {spec.returns} LANGUAGE plpgsql{volatility} AS $function$\n"
-        f"#variable_conflict use_column\n{run}END\n$function$"
-    )
-    return create, f"DROP FUNCTION IF EXISTS {signature}"
+    return function_ddl(function, _functions()[function])
 
 
 def create_functions(*, app_config: Any, using: str, **kwargs: Any) -> None:
     """``post_migrate`` receiver: create :data:`APPEND_ONE`, :data:`APPEND_MANY`, :data:`GET`,
-    :data:`RESOLVE` and :data:`._pg_page.NEWEST` on a PostgreSQL database whose tables were made from the models
-    because this app's migrations are disabled (a test database under pytest-django's
+    :data:`RESOLVE` and :data:`._pg_page.NEWEST` on a PostgreSQL database whose tables were
+    made from the models because this app's migrations are disabled (a test database under pytest-django's
     ``--nomigrations`` or ``TEST["MIGRATE"] = False``), where the migrations that create them
     (:func:`function_sql`) did not run. With migrations enabled it does nothing: the
     migrations own the functions.
     """
-    from django.db import router
-    from django.db.migrations.loader import MigrationLoader
-
-    connection = connections[using]
-    if connection.vendor != "postgresql" or not router.allow_migrate_model(using, Session):
-        return
-    if MigrationLoader.migrations_module(app_config.label)[0] is not None:
-        return
-    with connection.cursor() as cursor:
-        for function in _functions():
-            cursor.execute(function_sql(function)[0])
+    create_unmigrated_functions(app_config, using, Session, _functions())
 
 
 def _append_statement(*, step: str, values: str, result: str, source: str) -> str:
@@ -422,7 +402,7 @@ def _append_statement(*, step: str, values: str, result: str, source: str) -> st
         f' "cost" = s."cost" + %s, "context_tokens" = s."context_tokens" + %s,'
         f' "updated_at" = GREATEST(s."updated_at", %s),'
         f' "last_message" = COALESCE(%s, s."last_message")'
-        f' WHERE s."id" = %s AND s."archived_at" IS NULL AND {_WITHIN_FILTER}'
+        f' WHERE s."id" = %s AND s."archived_at" IS NULL AND {WITHIN_FILTER}'
         f" RETURNING {_columns(Session, 's.')}"
         f"), m AS ("
         f" INSERT INTO {Message._meta.db_table}"
@@ -442,7 +422,7 @@ def get_session(
 ) -> Session | None:
     """The session ``session_id`` within ``canonical`` (and of ``agent_id``), or ``None``: one
     call of :data:`GET`. Raises ``django.db.Error`` as the ORM would."""
-    return _read_session(alias, GET, [session_id, *_scope_params(canonical), agent_id])
+    return _read_session(alias, GET, [session_id, *scope_params(canonical), agent_id])
 
 
 def resolve_default(alias: str, *, canonical: str, agent_id: str) -> Session | None:
@@ -506,7 +486,7 @@ def append_rows(
         django.db.IntegrityError: the ``key`` was recorded first (nothing was written).
         django.db.Error: as the ORM would.
     """
-    scope, count = _scope_params(canonical), len(rows)
+    scope, count = scope_params(canonical), len(rows)
     params = [*totals, updated_at, last_message, session_id, *scope]
     if count == 1:
         (row,) = rows

@@ -31,8 +31,8 @@ from django.db.models import (
 )
 
 from ..models import Message, Session
-from ._pg import _WITHIN_FILTER, _columns, _Function, _scope_params, _sql_call
-from ._pg_run import execute, instances
+from ._pg import WITHIN_FILTER, _columns, _sql_call, scope_params
+from ._pg_run import PlpgsqlFunction, execute, instances
 
 __all__ = ["NEWEST", "newest_function", "newest_messages"]
 
@@ -115,23 +115,22 @@ def _sql_messages(after: bool, before: bool, forward: bool, typed: bool = False)
         f" LEFT JOIN LATERAL (SELECT {_columns(Message, 'm.')}"
         f' FROM {Message._meta.db_table} m WHERE m."session_id" = %s{bounds}'
         f' ORDER BY m."seq" {order} LIMIT %s) p ON TRUE'
-        f' WHERE s."id" = %s AND {_WITHIN_FILTER}'
+        f' WHERE s."id" = %s AND {WITHIN_FILTER}'
     )
 
 
-def newest_function() -> _Function:
+def newest_function() -> PlpgsqlFunction:
     """:data:`NEWEST` as ``_pg.function_sql`` creates it: a ``STABLE`` table function of the
     arguments id, limit, id, the four scope parameters (:func:`_sql_messages`' for a page
     without bounds), returning the page's columns (every message column but ``session_id``)."""
     columns = ", ".join(
         f'"{field.column}" {_sql_type(field)}' for field in _fields(Message, _PAGE_OMITS)
     )
-    return _Function(
+    return PlpgsqlFunction(
         ("uuid", "bigint", "uuid", "text", "text", "text", "text"),
         lambda: _sql_messages(False, False, False, typed=True),
-        "",
-        "STABLE",
         f"TABLE ({columns})",
+        volatility="STABLE",
     )
 
 
@@ -161,7 +160,7 @@ def newest_messages(
         params.append(after_seq)
     if before_seq is not None:
         params.append(before_seq)
-    params += [limit, session_id, *_scope_params(canonical)]
+    params += [limit, session_id, *scope_params(canonical)]
     call = after_seq is None and before_seq is None
     if call:
         sql = _sql_call(NEWEST)

@@ -6,14 +6,15 @@ A statement runs on a Django cursor (:func:`execute`), so ``CaptureQueriesContex
 Rows become model instances as the ORM builds them: each field's ``from_db_value``, then
 ``Model.from_db`` (:func:`built`); a session returned by a PL/pgSQL function as one ``text[]``
 is first read back from text into what psycopg would have handed Django for each column
-(:func:`text_values`).
+(:func:`text_values`). The PL/pgSQL functions of the hot paths (the core's and the LangGraph
+saver's) are created by one builder, :func:`function_ddl`.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from datetime import datetime
 from decimal import Decimal
@@ -37,11 +38,14 @@ from django.db.models import (
 from ..conf import app_settings
 
 __all__ = [
+    "PlpgsqlFunction",
     "TextPlan",
     "as_django_time",
     "built",
+    "create_unmigrated_functions",
     "datetime_text",
     "execute",
+    "function_ddl",
     "instances",
     "loaders",
     "messages_json",
@@ -65,7 +69,9 @@ def execute(
         server_binding: send the parameters apart from the statement (psycopg's
             server-side binding, never prepared unless ``PREPARED_STATEMENTS``), where
             Django's cursors write them into its text (:func:`_cursor`): for a call of a
-            function, whose declared argument types leave the server nothing to infer.
+            function, whose declared argument types leave the server nothing to infer, and
+            for ``%b`` parameters, which go in binary (the LangGraph saver's checkpoint bytes
+            and arrays) rather than as text escaped into the statement.
         c_times: read ``timestamptz`` columns with psycopg's default loader (its C one with
             ``psycopg[binary]``: ``psycopg.adapters.get_loader``) registered on this cursor,
             instead of the Python loader Django registers on its connections, which costs
@@ -175,11 +181,6 @@ def _time_loading() -> tuple[int, Any, Any]:
     from psycopg.pq import Format
 
     return psycopg.adapters.types["timestamptz"].oid, Format.TEXT, register_tzloader
-
-
-def _preparing_cursor() -> Any:
-    """:func:`_binding_cursor` preparing every statement (the LangGraph saver's writes use it)."""
-    return _binding_cursor(True)
 
 
 @cache
@@ -407,3 +408,84 @@ def messages_json(
             f"{usage},{row['token_count']:d}]"
         )
     return f"[{','.join(items)}]"
+
+
+class PlpgsqlFunction(NamedTuple):
+    """A PL/pgSQL function of a hot path, running one statement (:func:`function_ddl`): the
+    server plans a function's statement once per session and keeps the plan, behind any
+    pooler (docs/design.md §14.1; ``_pg._sql_call`` says why)."""
+
+    #: Argument types, in the order of the statement's ``%s`` placeholders.
+    arguments: tuple[str, ...]
+    #: The one statement it runs (built when asked: it names the models' tables and columns).
+    statement: Callable[[], str]
+    #: What it returns: a type, the value the statement selects into :attr:`variable`; or
+    #: ``TABLE (…)``, the statement's rows (``RETURN QUERY``).
+    returns: str
+    #: The variable the statement fills and the function returns (unused with ``TABLE(…)``).
+    variable: str = "result"
+    #: ``STABLE`` (reads only) or ``""`` (``VOLATILE``, the default: it writes).
+    volatility: str = ""
+    #: Created with ``SET plan_cache_mode = force_generic_plan`` (the LangGraph saver's: PL/pgSQL
+    #: keeps a plan only when the server picks the generic one).
+    generic_plan: bool = False
+
+
+def function_ddl(name: str, function: PlpgsqlFunction) -> tuple[str, str]:
+    """The SQL that creates the PL/pgSQL function ``name`` on PostgreSQL, and the SQL that drops
+    it, as ``(create, drop)``: the statement's ``%s`` placeholders become the arguments ``$1``,
+    ``$2``, … in order. Migrations hold frozen copies of this SQL and tests check that they
+    agree byte for byte, so a change to the text here changes every function's.
+
+    Raises:
+        AssertionError: the statement's placeholders and the arguments disagree in number (a
+            code change).
+    """
+    pieces = function.statement().split("%s")
+    if len(pieces) != len(function.arguments) + 1:  # pragma: no cover - a code change
+        raise AssertionError(f"the statement and the arguments of {name} disagree")
+    body = "".join(f"{piece}${number}" for number, piece in enumerate(pieces[:-1], 1))
+    body += pieces[-1]
+    signature = f"{name}({', '.join(function.arguments)})"
+    volatility = f" {function.volatility}" if function.volatility else ""
+    setting = " SET plan_cache_mode = force_generic_plan" if function.generic_plan else ""
+    if function.returns.startswith("TABLE"):
+        block = f"BEGIN\n  RETURN QUERY {body};\nEND"
+    else:
+        variable = function.variable
+        block = (
+            f"DECLARE\n  {variable} {function.returns};\n"
+            f"BEGIN\n  {body};\n  RETURN {variable};\nEND"
+        )
+    create = (
+        f"CREATE OR REPLACE FUNCTION {signature}"
+        f" RETURNS {function.returns} LANGUAGE plpgsql{volatility}{setting} AS $function$\n"
+        f"#variable_conflict use_column\n{block}\n$function$"
+    )
+    return create, f"DROP FUNCTION IF EXISTS {signature}"
+
+
+def create_unmigrated_functions(
+    app_config: Any, using: str, model: type[Model], functions: Mapping[str, PlpgsqlFunction]
+) -> None:
+    """What the ``post_migrate`` receivers that create an app's functions do: create
+    ``functions`` (by name, :func:`function_ddl`) on database ``using`` when it is PostgreSQL,
+    the router lets ``model`` (one of the app's) migrate there, and the app's migrations are
+    disabled (pytest-django's ``--nomigrations``, ``TEST["MIGRATE"] = False``), so that its
+    tables were made from the models and the migrations that create the functions did not
+    run. With migrations enabled it does nothing: the migrations own the functions.
+
+    Raises:
+        django.db.Error: as any ORM query raises it.
+    """
+    from django.db import connections, router
+    from django.db.migrations.loader import MigrationLoader
+
+    connection = connections[using]
+    if connection.vendor != "postgresql" or not router.allow_migrate_model(using, model):
+        return
+    if MigrationLoader.migrations_module(app_config.label)[0] is not None:
+        return
+    with connection.cursor() as cursor:
+        for name, function in functions.items():
+            cursor.execute(function_ddl(name, function)[0])

@@ -337,13 +337,13 @@ def test_the_put_call_sends_the_mirrored_messages_as_one_json_text(monkeypatch):
     """:data:`_pg_writes.PUT` takes the messages as one JSON text (``_pg_run.messages_json``,
     as the core's multi-message append), not as seven arrays psycopg dumps element by element."""
     sent = []
-    execute = _pg_writes._execute
+    execute = _pg_writes.execute
 
-    def spy(connection, sql, params):
+    def spy(connection, sql, params, **kwargs):
         sent.append((sql, list(params)))
-        return execute(connection, sql, params)
+        return execute(connection, sql, params, **kwargs)
 
-    monkeypatch.setattr(_pg_writes, "_execute", spy)
+    monkeypatch.setattr(_pg_writes, "execute", spy)
     thread = _Thread(CortexCheckpointSaver(scope=ACME, agent_id=AGENT))
     a, b = HumanMessage("a", id="a"), AIMessage('b "quoted"', id="b")
     thread.put([a])

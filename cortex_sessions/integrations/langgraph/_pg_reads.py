@@ -38,7 +38,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ...models import Session
 from ...scope import Scope
-from ...services._pg import enabled
+from ...services._pg import enabled, scope_params
 from ...services._pg_run import execute
 from .models import Checkpoint, CheckpointBlob, CheckpointWrite
 
@@ -116,7 +116,7 @@ def read_tuples(
     connection = connections[alias]
     quote = connection.ops.quote_name
     canonical = scope.canonical
-    checks = [session_id, canonical, canonical + "0", canonical, canonical + "/", agent_id]
+    checks = [session_id, *scope_params(canonical), agent_id]
     where, where_params = _checkpoint_filter(checkpoint_ns, checkpoint_id, before)
     if limit == 1 and checkpoint_ns is not None and checkpoint_id is None and before is None:
         blobs_mode = "latest"

@@ -25,7 +25,9 @@ agree); with the app's migrations disabled, :func:`create_functions` does on ``p
 Each call reports when no live session within the scope matched (then it wrote nothing): the
 caller goes the ORM way, which creates a new thread's session or raises the error that fits.
 Other databases always go the ORM way. Hand-written SQL on public Django and psycopg APIs only,
-as ``services/_pg.py``.
+as ``services/_pg.py``, run as the core's statements are
+(:func:`cortex_sessions.services._pg_run.execute`), on a server-binding cursor: the checkpoint's
+and the channels' bytes go as binary parameters, not as escaped text inside the statement.
 """
 
 from __future__ import annotations
@@ -35,20 +37,21 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
-from typing import Any, NamedTuple, cast
+from typing import Any
 
 from django.db import connections
 
-from ...conf import app_settings
 from ...counters import last_message_of
 from ...exceptions import SessionArchived
 from ...models import Message, Session
 from ...services import _pg
 from ...services._common import autocommit_write, send_on_commit
 from ...services._pg_run import (
-    _debug_wrapper,
-    _preparing_cursor,
+    PlpgsqlFunction,
     built,
+    create_unmigrated_functions,
+    execute,
+    function_ddl,
     messages_json,
     text_plan,
     text_values,
@@ -82,51 +85,6 @@ WRITES = "cortex_langgraph_writes_v1"
 _SCOPE = ("text", "text", "text", "text")
 
 
-def _execute(connection: Any, sql: str, params: Sequence[Any]) -> tuple[list[tuple[Any, ...]], Any]:
-    """Run one statement on Django ``connection`` and return its rows and the server session's
-    time zone as they arrived, on a ``psycopg.Cursor`` (server-side binding: the checkpoint's
-    and the channels' bytes go as binary parameters, not as escaped text inside the statement;
-    prepared with ``PREPARED_STATEMENTS``, §14.2) wrapped as ``connection.cursor()`` wraps its
-    own, so ``execute_wrapper`` hooks, ``CaptureQueriesContext`` and query logging see it.
-
-    Raises:
-        django.db.Error: as any ORM query raises it.
-    """
-    import psycopg
-
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    connection.validate_thread_sharing()
-    with connection.wrap_database_errors:
-        if app_settings.PREPARED_STATEMENTS:  # as the core's hot paths (§14.2)
-            if connection.connection.prepare_threshold is None:
-                connection.connection.prepare_threshold = 2**31 - 1
-            raw = _preparing_cursor()(connection.connection)
-        else:
-            raw = psycopg.Cursor(connection.connection)
-        # no time zone loader (Django's create_cursor may register one): the functions return
-        # a text array or a boolean, no timestamp
-    if connection.queries_logged:
-        cursor = _debug_wrapper()(raw, connection)
-    else:
-        cursor = connection.make_cursor(raw)
-    zones: list[Any] = []
-
-    def note_zone(run: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        result = run(sql, params, many, context)
-        zones.append(connection.connection.info.timezone)
-        return result
-
-    with cursor:  # the zone read inside a host's hooks, as ``services._pg_run.execute`` reads it
-        if connection.execute_wrappers:
-            with connection.execute_wrapper(note_zone):
-                cursor.execute(sql, params)
-        else:
-            cursor.execute(sql, params)
-            zones.append(connection.connection.info.timezone)
-        return cast(list[tuple[Any, ...]], cursor.fetchall()), zones[-1]
-
-
 def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
     """``rows`` (each ``width`` values) as ``width`` parallel lists, for ``unnest``."""
     return [[row[i] for row in rows] for i in range(width)]
@@ -139,7 +97,7 @@ def _session_check(lock: bool) -> str:
     suffix = " FOR NO KEY UPDATE" if lock else ""
     return (
         f'v AS (SELECT s."id", s."archived_at" FROM {table} s WHERE s."id" = %s'
-        f' AND {_pg._WITHIN_FILTER} AND s."agent_id" = COALESCE(%s, s."agent_id"){suffix})'
+        f' AND {_pg.WITHIN_FILTER} AND s."agent_id" = COALESCE(%s, s."agent_id"){suffix})'
     )
 
 
@@ -237,21 +195,8 @@ def _writes_statement() -> str:
     )
 
 
-class _Function(NamedTuple):
-    """A PL/pgSQL function of the saver (:func:`function_sql`)."""
-
-    #: Argument types, in the order of the statement's ``%s`` placeholders.
-    arguments: tuple[str, ...]
-    #: The one statement it runs, selecting into ``result``.
-    statement: Any
-    #: The type of ``result``, which it returns; ``TABLE(…)``: the statement's rows.
-    returns: str
-    #: ``STABLE`` (reads only) or ``""`` (it writes).
-    volatility: str = ""
-
-
 @cache
-def _functions() -> dict[str, _Function]:
+def _functions() -> dict[str, PlpgsqlFunction]:
     """The functions :func:`function_sql` creates, by name."""
     check = ("uuid", *_SCOPE, "text")  # session id, scope, agent id or NULL
     put = (
@@ -264,13 +209,16 @@ def _functions() -> dict[str, _Function]:
     )
     writes = (*check, "text", "text", "text", "text", "integer[]", "text[]", "text[]", "bytea[]")
     return {
-        PUT: _Function(put, _put_statement, "text[]"),
-        WRITES: _Function((*writes, "boolean"), _writes_statement, "boolean"),
-        _pg_reads.LATEST: _Function(
+        PUT: PlpgsqlFunction(put, _put_statement, "text[]", generic_plan=True),
+        WRITES: PlpgsqlFunction(
+            (*writes, "boolean"), _writes_statement, "boolean", generic_plan=True
+        ),
+        _pg_reads.LATEST: PlpgsqlFunction(
             _pg_reads.LATEST_ARGUMENTS,
             _pg_reads.latest_statement,
             _pg_reads.LATEST_RESULT,
-            "STABLE",
+            volatility="STABLE",
+            generic_plan=True,
         ),
     }
 
@@ -291,10 +239,11 @@ def _sql_call(function: str) -> str:
 
 def function_sql(function: str) -> tuple[str, str]:
     """The SQL that creates ``function`` (:data:`PUT`, :data:`WRITES` or
-    :data:`._pg_reads.LATEST`) on PostgreSQL and the
-    SQL that drops it, as ``(create, drop)``. Migration ``0002_functions`` holds a frozen copy
-    (``tests/runtimes/test_langgraph_writes.py`` checks they agree): a change to a statement
-    or to the session's columns comes with a migration adding the function under a new name.
+    :data:`._pg_reads.LATEST`) on PostgreSQL and the SQL that drops it, as ``(create, drop)``,
+    built as the core's (:func:`cortex_sessions.services._pg_run.function_ddl`). Migration
+    ``0002_functions`` holds a frozen copy (``tests/runtimes/test_langgraph_writes.py`` checks
+    they agree): a change to a statement or to the session's columns comes with a migration
+    adding the function under a new name.
 
     Each is created with ``plan_cache_mode = force_generic_plan``: PL/pgSQL keeps a plan per
     connection only when the server picks the generic plan, and for the latest read, whose
@@ -305,43 +254,16 @@ def function_sql(function: str) -> tuple[str, str]:
     Raises:
         KeyError: ``function`` is not one of the three.
     """
-    spec = _functions()[function]
-    pieces = spec.statement().split("%s")
-    if len(pieces) != len(spec.arguments) + 1:  # pragma: no cover - a code change
-        raise AssertionError(f"the statement and the arguments of {function} disagree")
-    body = "".join(f"{piece}${number}" for number, piece in enumerate(pieces[:-1], 1))
-    body += pieces[-1]
-    signature = f"{function}({', '.join(spec.arguments)})"
-    volatility = f" {spec.volatility}" if spec.volatility else ""
-    if spec.returns.startswith("TABLE("):
-        block = f"BEGIN\n  RETURN QUERY {body};\nEND"
-    else:
-        block = f"DECLARE\n  result {spec.returns};\nBEGIN\n  {body};\n  RETURN result;\nEND"
-    create = (
-        f"CREATE OR REPLACE FUNCTION {signature}"
-        f" RETURNS {spec.returns} LANGUAGE plpgsql{volatility}"
-        " SET plan_cache_mode = force_generic_plan AS $function$\n"
-        f"#variable_conflict use_column\n{block}\n$function$"
-    )
-    return create, f"DROP FUNCTION IF EXISTS {signature}"
+    return function_ddl(function, _functions()[function])
 
 
 def create_functions(*, app_config: Any, using: str, **kwargs: Any) -> None:
     """``post_migrate`` receiver: create :data:`PUT`, :data:`WRITES` and
     :data:`._pg_reads.LATEST` on a PostgreSQL database whose tables were made from the models
-    because this app's migrations are disabled (pytest-django's ``--nomigrations``, ``TEST["MIGRATE"] = False``). With
-    migrations enabled it does nothing: migration ``0002_functions`` owns them."""
-    from django.db import router
-    from django.db.migrations.loader import MigrationLoader
-
-    connection = connections[using]
-    if connection.vendor != "postgresql" or not router.allow_migrate_model(using, Checkpoint):
-        return
-    if MigrationLoader.migrations_module(app_config.label)[0] is not None:
-        return
-    with connection.cursor() as cursor:
-        for function in _functions():
-            cursor.execute(function_sql(function)[0])
+    because this app's migrations are disabled (pytest-django's ``--nomigrations``,
+    ``TEST["MIGRATE"] = False``). With migrations enabled it does nothing: migration
+    ``0002_functions`` owns them."""
+    create_unmigrated_functions(app_config, using, Checkpoint, _functions())
 
 
 @cache
@@ -394,7 +316,7 @@ def put_checkpoint(
         if text := last_message_of(row["role"], row["source"], row["content"]):
             last = text
             break
-    params: list[Any] = [session_id, *_pg._scope_params(canonical), agent_id]
+    params: list[Any] = [session_id, *_pg.scope_params(canonical), agent_id]
     params += [ns, checkpoint_id, parent_id, kind, data, json.dumps(metadata), now, ns]
     params += _columns(blobs, 4)
     params += [count, count, *totals, now, last, session_id, count, count]
@@ -403,7 +325,7 @@ def put_checkpoint(
     )
     connection = connections[alias]
     with autocommit_write(alias):
-        result, zone = _execute(connection, _sql_call(PUT), params)
+        result, zone = execute(connection, _sql_call(PUT), params, server_binding=True)
     array = result[0][0]
     if array is None:
         return None
@@ -452,10 +374,10 @@ def put_writes(
         SessionArchived: the session is archived; nothing was written.
         WriteOutcomeUnknown, django.db.Error: as :func:`put_checkpoint`.
     """
-    params: list[Any] = [session_id, *_pg._scope_params(canonical), agent_id, *key]
+    params: list[Any] = [session_id, *_pg.scope_params(canonical), agent_id, *key]
     params += [*_columns(rows, 4), replace]
     with autocommit_write(alias):
-        result, _ = _execute(connections[alias], _sql_call(WRITES), params)
+        result, _ = execute(connections[alias], _sql_call(WRITES), params, server_binding=True)
     live = result[0][0]
     if live is None:
         return False
