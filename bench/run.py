@@ -444,9 +444,21 @@ def _process_writer(
 
 
 def _backend_cpu(pid: int) -> float | None:
-    """CPU seconds (user + system) the server process ``pid`` has used, from ``/proc`` (the
-    bench's server on this machine); ``None`` where that cannot be read (another machine, not
-    Linux)."""
+    """CPU seconds the server process ``pid`` has used (:func:`_process_cpu`), when it runs on
+    this machine; ``None`` otherwise (no process ``pid`` here, or one that is not a PostgreSQL
+    server process: the server runs elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/comm") as comm:
+            if comm.read().strip() != "postgres":
+                return None
+    except OSError:
+        return None
+    return _process_cpu(pid)
+
+
+def _process_cpu(pid: int) -> float | None:
+    """CPU seconds (user + system) process ``pid`` has used, from ``/proc``; ``None`` where
+    that cannot be read (no such process, not Linux)."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
             fields = stat.read().rsplit(")", 1)[1].split()

@@ -303,12 +303,16 @@ def test_the_server_cpu_is_unknown_when_one_writer_could_not_read_it():
 def test_a_process_cpu_is_read_from_proc_or_is_none():
     import os
 
-    before = run._backend_cpu(os.getpid())
+    before = run._process_cpu(os.getpid())
     if before is None:
         pytest.skip("no /proc here")
     sum(range(3_000_000))  # some CPU
-    assert run._backend_cpu(os.getpid()) >= before >= 0
-    assert run._backend_cpu(2**22 + 1) is None  # above Linux's highest pid: no such process
+    assert run._process_cpu(os.getpid()) >= before >= 0
+    assert run._process_cpu(2**22 + 1) is None  # above Linux's highest pid: no such process
+    # Only a PostgreSQL server process counts as the server's: a pid of the server's on
+    # another machine may be some other process here.
+    assert run._backend_cpu(os.getpid()) is None
+    assert run._backend_cpu(2**22 + 1) is None
 
 
 def test_the_cpu_note_gives_each_kind_and_records_it():
@@ -327,3 +331,20 @@ def test_the_cpu_note_gives_each_kind_and_records_it():
         "app_cpu_ms": {"client": 1.1, "server": 1.1},
         "floor_cpu_ms": {"client": 0.5, "server": None},
     }
+
+
+def test_a_local_server_process_cpu_is_read():
+    import os
+
+    import psycopg
+
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith("postgres") or not os.path.exists("/proc/self/stat"):
+        pytest.skip("needs a PostgreSQL server on this machine (DATABASE_URL)")
+    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
+        pid = conn.info.backend_pid
+        before = run._backend_cpu(pid)
+        conn.execute("SELECT count(*) FROM generate_series(1, 300000)")
+        after = run._backend_cpu(pid)
+    assert before is not None and after is not None
+    assert after >= before >= 0
