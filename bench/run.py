@@ -394,8 +394,19 @@ def _process_writer(
     a psycopg connection (``floor``), then :data:`WRITER_WARMUP` untimed one-message appends
     to ``target``; puts ``("ready", number)`` on ``messages`` and waits for a unit of the
     ``start`` semaphore, then makes ``appends`` timed ones and puts ``("done", number,
-    latencies)``, or at any point ``("error", number, text of its error)``."""
+    (latencies, client CPU seconds, server CPU seconds))``, or at any point ``("error",
+    number, text of its error)``. The CPU is what the timed appends used: this process's
+    (``time.process_time``) and its server process's (:func:`_backend_cpu`; ``None`` when the
+    server runs on another machine)."""
     latencies: list[float] = []
+    cpu: list[Any] = []
+
+    def timed_appends(backend_pid: int, run: Callable[[], None]) -> None:
+        server, client = _backend_cpu(backend_pid), time.process_time()
+        run()
+        client = time.process_time() - client
+        after = _backend_cpu(backend_pid)
+        cpu.extend([client, None if server is None or after is None else after - server])
 
     def started() -> None:
         messages.put(("ready", number))
@@ -407,7 +418,10 @@ def _process_writer(
             with psycopg.connect(url, autocommit=True) as conn:
                 _floor_appends(conn, target, WRITER_WARMUP, text, [])
                 started()
-                _floor_appends(conn, target, appends, text, latencies)
+                timed_appends(
+                    conn.info.backend_pid,
+                    lambda: _floor_appends(conn, target, appends, text, latencies),
+                )
         else:
             from .setup import setup_django
 
@@ -418,12 +432,39 @@ def _process_writer(
             settings.CORTEX_SESSIONS["PREPARED_STATEMENTS"] = kind == "prepared"
             _app_appends(target, WRITER_WARMUP, text, [])
             started()
-            _app_appends(target, appends, text, latencies)
+            timed_appends(
+                connection.connection.info.backend_pid,
+                lambda: _app_appends(target, appends, text, latencies),
+            )
             connection.close()
     except BaseException as error:
         messages.put(("error", number, f"{type(error).__name__}: {error}"))
         raise
-    messages.put(("done", number, latencies))
+    messages.put(("done", number, (latencies, *cpu)))
+
+
+def _backend_cpu(pid: int) -> float | None:
+    """CPU seconds the server process ``pid`` has used (:func:`_process_cpu`), when it runs on
+    this machine; ``None`` otherwise (no process ``pid`` here, or one that is not a PostgreSQL
+    server process: the server runs elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/comm") as comm:
+            if comm.read().strip() != "postgres":
+                return None
+    except OSError:
+        return None
+    return _process_cpu(pid)
+
+
+def _process_cpu(pid: int) -> float | None:
+    """CPU seconds (user + system) process ``pid`` has used, from ``/proc``; ``None`` where
+    that cannot be read (no such process, not Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _gather(messages: Any, processes: Sequence[Any], phase: str, timeout: float) -> dict[int, Any]:
@@ -498,6 +539,7 @@ def _concurrent_processes(
     appends: int,
     text: str,
     on_start: Callable[[], None] | None = None,
+    cpu: dict[str, float | None] | None = None,
 ) -> tuple[float, float]:
     """Run ``WRITERS`` writer processes (``kind``: ``app``, ``prepared`` or ``floor``), as a
     web server's workers are; returns (wall seconds from the start to the last writer's end,
@@ -507,7 +549,9 @@ def _concurrent_processes(
     ``multiprocessing.Barrier``: a process killed while it waits at one leaves the others
     waiting for it forever (the barrier's condition waits for every sleeper to wake).
     ``on_start``, if given, is called once the writers are released (``python -m
-    bench.replicas`` starts its readers then).
+    bench.replicas`` starts its readers then). ``cpu``, if given, receives the CPU
+    milliseconds an append took on average: ``client`` (the writer processes') and ``server``
+    (their server processes'; ``None`` when the server runs elsewhere).
 
     Raises:
         RuntimeError: a writer failed, died, or was not ready or done in time (see
@@ -540,8 +584,26 @@ def _concurrent_processes(
         _reap(processes, stop=True)  # a writer still running after a failure is stopped
         raise
     _reap(processes, stop=False)
-    latencies = [value for outcome in outcomes.values() for value in outcome]
-    return wall, statistics.median(latencies) * 1000
+    return wall, _writers_outcome(list(outcomes.values()), cpu)
+
+
+def _writers_outcome(
+    outcomes: Sequence[tuple[list[float], float, float | None]],
+    cpu: dict[str, float | None] | None = None,
+) -> float:
+    """The median latency in milliseconds of the writer processes' ``outcomes`` (each
+    ``(latencies in seconds, client CPU seconds, server CPU seconds or None)``, as
+    :func:`_process_writer` reports them); ``cpu``, if given, receives the CPU milliseconds
+    per append of the writers (``client``) and of their server processes (``server``: ``None``
+    when a writer could not read its server process's)."""
+    latencies = [value for outcome in outcomes for value in outcome[0]]
+    if cpu is not None:
+        servers = [outcome[2] for outcome in outcomes if outcome[2] is not None]
+        cpu["client"] = sum(outcome[1] for outcome in outcomes) / len(latencies) * 1000
+        cpu["server"] = (
+            sum(servers) / len(latencies) * 1000 if len(servers) == len(outcomes) else None
+        )
+    return statistics.median(latencies) * 1000
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -612,10 +674,18 @@ def run_all(
     fx = _fixtures(base, scale)
     connection.ensure_connection()
 
-    def read_op(name: str, target: float | None, app, flo, inputs, note: str = "") -> None:
-        app_ms, floor_ms = timed_pair(app, flo, inputs, reps)
+    def read_op(
+        name: str, target: float | None, app, flo, inputs, note: str = "", with_prepared=False
+    ) -> None:
+        # A list's row also times the app with PREPARED_STATEMENTS (``with_prepared``): its
+        # statement is then planned once per connection, as the floor's is after psycopg's
+        # fifth run, so the prepared column shows what per-call planning costs the app.
+        fns = [app, prepared(app), flo] if with_prepared else [app, flo]
+        medians = timed(fns, inputs, reps)
         queries, plan = queries_and_plans(lambda: app(inputs[0]), plans / f"{name}.txt")
-        row = Row(name, app_ms, floor_ms, queries, plan, target, note)
+        row = Row(name, medians[0], medians[-1], queries, plan, target, note)
+        if with_prepared:
+            row.prepared_ms = medians[1]
         rows.append(row)
         say(_format_row(row))
 
@@ -655,6 +725,7 @@ def run_all(
             lambda s, kw=kwargs: floor.list_sessions(base, scope=s, limit=50, **kw),
             scopes,
             "page of 50, -updated_at",
+            with_prepared=True,
         )
     # Page 21 of an org's sessions: by offset (the database skips 1,000 rows) and by cursor
     # (keyset: starts after the 1,000th row), against page 1.
@@ -955,25 +1026,46 @@ def _concurrent_appends(
         rows.append(_writers_row(name, runs, total, queries, WRITER_ROUNDS))
         say(_format_row(rows[-1]))
     # The same distinct-session load from 8 processes: no interpreter lock between writers.
+    # Each run also measures the CPU an append took, in the writers and in their server
+    # processes: with more runnable processes than CPUs, latency follows CPU per append.
+    cpu: dict[str, list[dict[str, float | None]]] = {"app": [], "prepared": [], "floor": []}
+
+    def process_run(kind: str) -> tuple[float, float]:
+        cpu[kind].append({})
+        return _concurrent_processes(kind, url, distinct, per_thread, text, cpu=cpu[kind][-1])
+
     runs = _paired(
         url,
-        {
-            kind: lambda kind=kind: _concurrent_processes(kind, url, distinct, per_thread, text)
-            for kind in ("app", "prepared", "floor")
-        },
+        {kind: lambda kind=kind: process_run(kind) for kind in ("app", "prepared", "floor")},
         WRITER_ROUNDS,
     )
-    rows.append(
-        _writers_row(
-            f"append, {WRITERS} writer processes, distinct sessions",
-            runs,
-            total,
-            queries,
-            WRITER_ROUNDS,
-        )
+    row = _writers_row(
+        f"append, {WRITERS} writer processes, distinct sessions",
+        runs,
+        total,
+        queries,
+        WRITER_ROUNDS,
     )
-    say(_format_row(rows[-1]))
+    row.note += "; " + _cpu_note(row, cpu)
+    rows.append(row)
+    say(_format_row(row))
     return rows
+
+
+def _cpu_note(row: Row, cpu: dict[str, list[dict[str, float | None]]]) -> str:
+    """The CPU milliseconds per append of each kind (median of the rounds), writer processes'
+    and server processes', added to ``row.extra``; returns them as a note."""
+    parts = []
+    for kind, measured in cpu.items():
+        client = statistics.median(run["client"] for run in measured)
+        servers = [run["server"] for run in measured]
+        server = None if None in servers else statistics.median(servers)
+        row.extra[f"{kind}_cpu_ms"] = {
+            "client": round(client, 3),
+            "server": None if server is None else round(server, 3),
+        }
+        parts.append(f"{kind} {client:.2f}" + ("" if server is None else f" + {server:.2f}"))
+    return "CPU ms per append (writer + server): " + ", ".join(parts)
 
 
 # -- plans after a heavy append run ---------------------------------------------------------------

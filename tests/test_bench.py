@@ -283,3 +283,68 @@ def test_a_stopped_writer_process_is_killed_rather_than_waited_for(monkeypatch):
         if waiter.exitcode is None:
             os.kill(waiter.pid, signal.SIGKILL)
     assert waiter.exitcode == -signal.SIGKILL
+
+
+def test_the_writer_processes_outcome_is_the_median_latency_and_the_cpu_per_append():
+    outcomes = [([0.001, 0.003], 0.004, 0.002), ([0.002, 0.010], 0.002, 0.006)]
+    cpu: dict = {}
+    assert run._writers_outcome(outcomes, cpu) == pytest.approx(2.5)
+    # 6 ms of writer CPU and 8 ms of server CPU over four appends
+    assert cpu == {"client": pytest.approx(1.5), "server": pytest.approx(2.0)}
+    assert run._writers_outcome(outcomes) == pytest.approx(2.5)  # no cpu asked for
+
+
+def test_the_server_cpu_is_unknown_when_one_writer_could_not_read_it():
+    cpu: dict = {}
+    run._writers_outcome([([0.001], 0.001, 0.001), ([0.001], 0.001, None)], cpu)
+    assert cpu == {"client": pytest.approx(1.0), "server": None}
+
+
+def test_a_process_cpu_is_read_from_proc_or_is_none():
+    import os
+
+    before = run._process_cpu(os.getpid())
+    if before is None:
+        pytest.skip("no /proc here")
+    sum(range(3_000_000))  # some CPU
+    assert run._process_cpu(os.getpid()) >= before >= 0
+    assert run._process_cpu(2**22 + 1) is None  # above Linux's highest pid: no such process
+    # Only a PostgreSQL server process counts as the server's: a pid of the server's on
+    # another machine may be some other process here.
+    assert run._backend_cpu(os.getpid()) is None
+    assert run._backend_cpu(2**22 + 1) is None
+
+
+def test_the_cpu_note_gives_each_kind_and_records_it():
+    row = run.Row("append, 8 writer processes, distinct sessions")
+    cpu = {
+        "app": [
+            {"client": 1.0, "server": 1.2},
+            {"client": 1.2, "server": 1.0},
+            {"client": 1.1, "server": 1.1},
+        ],
+        "floor": [{"client": 0.5, "server": None}],
+    }
+    note = run._cpu_note(row, cpu)
+    assert note == "CPU ms per append (writer + server): app 1.10 + 1.10, floor 0.50"
+    assert row.extra == {
+        "app_cpu_ms": {"client": 1.1, "server": 1.1},
+        "floor_cpu_ms": {"client": 0.5, "server": None},
+    }
+
+
+def test_a_local_server_process_cpu_is_read():
+    import os
+
+    import psycopg
+
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith("postgres") or not os.path.exists("/proc/self/stat"):
+        pytest.skip("needs a PostgreSQL server on this machine (DATABASE_URL)")
+    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
+        pid = conn.info.backend_pid
+        before = run._backend_cpu(pid)
+        conn.execute("SELECT count(*) FROM generate_series(1, 300000)")
+        after = run._backend_cpu(pid)
+    assert before is not None and after is not None
+    assert after >= before >= 0
