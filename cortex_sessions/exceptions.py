@@ -57,10 +57,13 @@ class CortexSessionsError(Exception):
         code: stable, machine-readable identifier (``snake_case``) of the failure.
         message: human-readable explanation; may change between releases.
         params: extra structured details (for example ``{"field": "title"}``).
+        api_params: the names of the ``params`` the API puts in the error body's ``params``
+            object, for a client to act on (none unless a class names them).
     """
 
     code: str = "error"
     default_message: str = "The request could not be completed."
+    api_params: tuple[str, ...] = ()
 
     def __init__(self, message: str | None = None, **params: Any) -> None:
         self.message = message or self.default_message
@@ -416,6 +419,7 @@ class ContextBudgetExceeded(CortexSessionsError):
     ``max_tokens`` and ``required`` (the tokens the smallest context takes)."""
 
     code = "context_budget_exceeded"
+    api_params = ("max_tokens", "required")
     default_message = (
         "max_tokens cannot hold the compaction summary and the newest message; ask for more."
     )

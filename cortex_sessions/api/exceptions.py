@@ -225,12 +225,19 @@ def _flatten(errors: Any, prefix: str = "") -> dict[str, list[dict[str, str]]]:
 
 
 def error_body(
-    code: str, detail: str, errors: Mapping[str, list[dict[str, str]]] | None = None
+    code: str,
+    detail: str,
+    errors: Mapping[str, list[dict[str, str]]] | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Build an error body: ``{"code", "detail"}`` plus ``"errors"`` when given."""
+    """Build an error body: ``{"code", "detail"}`` plus ``"errors"`` and ``"params"`` (the
+    machine-readable values an error carries for the client, e.g. ``required`` of
+    ``context_budget_exceeded``) when given."""
     body: dict[str, Any] = {"code": code, "detail": detail}
     if errors:
         body["errors"] = dict(errors)
+    if params:
+        body["params"] = dict(params)
     return body
 
 
@@ -249,8 +256,13 @@ def _domain_response(exc: BaseException, http_status: int) -> Response:
     retry_after = getattr(exc, "retry_after", None)
     if isinstance(retry_after, int) and not isinstance(retry_after, bool):
         headers["Retry-After"] = str(retry_after)
+    public = {
+        name: params[name]
+        for name in getattr(exc, "api_params", ())
+        if isinstance(params, dict) and name in params
+    }
     set_rollback()
-    return Response(error_body(code, detail, errors), status=http_status, headers=headers)
+    return Response(error_body(code, detail, errors, public), status=http_status, headers=headers)
 
 
 def _api_response(exc: drf_exceptions.APIException) -> Response:

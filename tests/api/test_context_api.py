@@ -70,7 +70,18 @@ def test_budget_too_small_is_422(api, chat):
     )
     response = api.get(session_url(chat.pk, "context/?max_tokens=4"))
     assert response.status_code == 422
-    assert response.json()["code"] == "context_budget_exceeded"
+    body = response.json()
+    assert body["code"] == "context_budget_exceeded"
+    # The budget that answers, machine-readable: a client retrying with it gets the context.
+    assert body["params"] == {"max_tokens": 4, "required": 5}
+    retry = api.get(session_url(chat.pk, f"context/?max_tokens={body['params']['required']}"))
+    assert retry.status_code == 200
+    assert [m["seq"] for m in retry.json()["messages"]] == [5]
+
+
+def test_other_errors_carry_no_params(api, chat):
+    body = api.get(session_url(chat.pk, "context/?max_tokens=0")).json()
+    assert "params" not in body  # field and the like stay internal
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "10000001", "1.5", "ten", ""])

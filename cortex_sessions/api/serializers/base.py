@@ -72,6 +72,13 @@ class ErrorSerializer(serializers.Serializer[Any]):
         required=False,
         help_text="Validation errors by field (nested fields as dotted paths).",
     )
+    params = serializers.DictField(
+        required=False,
+        help_text=(
+            "Values the error carries for the client to act on: `context_budget_exceeded` "
+            "gives `max_tokens` (as asked) and `required` (the smallest budget that answers)."
+        ),
+    )
 
 
 class EmptyBodySerializer(StrictSerializerMixin, serializers.Serializer[Any]):
