@@ -286,7 +286,7 @@ def _sql_call(function: str) -> str:
     """
     spec = _functions()[function]
     placeholders = ", ".join(["%s"] * len(spec.arguments))
-    if not spec.variable:  # a table function: its rows
+    if spec.returns.startswith("TABLE"):  # a table function: its rows
         return f"SELECT * FROM {function}({placeholders})"
     return f"SELECT {function}({placeholders})"
 
