@@ -8,6 +8,7 @@ from django.test.utils import CaptureQueriesContext
 
 from cortex_sessions import services
 from cortex_sessions.models import Message, Session
+from cortex_sessions.services import _pg, _pg_page
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_only]
 
@@ -82,10 +83,17 @@ def test_newest_page_of_a_long_session_walks_the_seq_index():
         cursor.execute("ANALYZE cortex_sessions_message")
     with CaptureQueriesContext(connection) as captured:
         services.list_messages(scope="org=o1", session_id=session.pk, limit=50)
-    # (one statement on the hot path; the ORM path, under psycopg 2, checks the session first)
-    (sql,) = [q["sql"] for q in captured.captured_queries if "cortex_sessions_message" in q["sql"]]
+    statements = [q["sql"] for q in captured.captured_queries]
+    if _pg.serves("default"):
+        # One call of the newest-page function (migration 0023): explain the statement it runs.
+        assert [sql for sql in statements if _pg_page.NEWEST in sql] == statements
+        sql = _pg_page._sql_messages(False, False, False)
+        params = [session.pk, 50, session.pk, *_pg.scope_params("org=o1")]
+    else:  # the ORM path (psycopg 2) checks the session, then reads the page
+        (sql,) = [sql for sql in statements if "cortex_sessions_message" in sql]
+        params = None
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN " + sql)
+        cursor.execute("EXPLAIN " + sql, params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "cortex_message_session_seq" in plan
     assert "Sort" not in plan
