@@ -94,7 +94,7 @@ def read_history(
         with connection.cursor() as cursor:
             cursor.execute(
                 _page_sql(quote_name, agent_id is not None),
-                [key, key, key, key, *first, pk, after, PAGE, *visible],
+                [key, key, key, key, key, key, key, *first, pk, after, PAGE, *visible],
             )
             row = cursor.fetchone()
         if row is None:
@@ -149,10 +149,20 @@ _FIRST_BLOCK = (
 #: key), becomes a ``text[]`` literal by swapping its brackets for braces; the text is the first
 #: block's, the text block every adapter writes first (a message not starting with one: the
 #: record as it is, as :func:`.blocks.stored_record` reads it).
-_RECORD = (
-    "CASE WHEN block ? 'text_at' AND content -> 0 ->> 'type' = 'text' THEN jsonb_set(block -> %s,"
-    " translate((block -> 'text_at')::text, '[]', '{}')::text[], content -> 0 -> 'text')"
-    " ELSE block -> %s END"
+#: The text goes back only where :func:`.blocks.stored_record` puts it (its ``_well_formed``
+#: rule: a path of keys and indexes, the last a key, checked on the path's JSON text as
+#: PostgreSQL prints it; the parent an object without that key); any other ``"text_at"`` (a
+#: block a host wrote through the API) leaves the record as it is, as the Python read does.
+_PATH = "translate((block -> 'text_at')::text, '[]', '{}')::text[]"
+_PARENT = f"((block -> %s) #> ({_PATH})[1:cardinality({_PATH}) - 1])"
+_RECORD = (  # nested CASEs: the path is cast only once its text is known to be one
+    "CASE WHEN content -> 0 ->> 'type' = 'text'"
+    " AND jsonb_typeof(content -> 0 -> 'text') = 'string'"
+    " AND (block -> 'text_at')::text ~ '^\\[((\"[A-Za-z_]+\"|[0-9]{1,9}), )*\"[A-Za-z_]+\"\\]$'"
+    f" THEN CASE WHEN jsonb_typeof({_PARENT}) = 'object'"
+    f" AND NOT {_PARENT} ? ({_PATH})[cardinality({_PATH})]"
+    f" THEN jsonb_set(block -> %s, {_PATH}, content -> 0 -> 'text')"
+    " ELSE block -> %s END ELSE block -> %s END"
 )
 
 
@@ -165,7 +175,7 @@ def _page_sql(quote_name: Any, agent: bool) -> str:
     ``(session_id, seq)``, the unique index. ``mixed``: some message of the page has no
     record under the key (a flag, not the messages themselves: an aggregate's arguments are
     computed for every row, whatever its ``FILTER``, and building each row's JSON would cost
-    more than the page). Parameters: key four times (:data:`_RECORD`'s two first),
+    more than the page). Parameters: key seven times (:data:`_RECORD`'s five first),
     :data:`_FIRST_BLOCK`'s, id, after, limit, then :func:`_visible`'s.
     """
     messages, sessions = quote_name(Message._meta.db_table), quote_name(Session._meta.db_table)

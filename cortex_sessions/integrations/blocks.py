@@ -20,12 +20,13 @@ Pure functions: nothing here reads or writes the database or imports an SDK.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from ..content import MAX_JSON_DEPTH, check_json_value, content_text
+from ..content import MAX_JSON_DEPTH, check_json_value
 from ..exceptions import InvalidContent, InvalidInput, InvalidText, NulCharacter, TooManyKeys
 
 if TYPE_CHECKING:
@@ -261,26 +262,63 @@ def stored_record(block: Mapping[str, Any], key: str, content: Any) -> Any:
     """
     record = block[key] if key in block else json.loads(block[f"{key}_json"])
     path = block.get(TEXT_AT)
-    if not path:
+    if path is None:
         return record
     text = _first_text(content)
-    if text is None:  # no text block to take it from: the record as it is
+    if text is None or not _well_formed(path):  # the record as it is (see _well_formed)
         return record
     *steps, last = path
+    parent = record
+    for step in steps:  # as PostgreSQL's #> walks a path: a key by its text, an index
+        if type(parent) is dict:
+            parent = parent.get(str(step))
+        elif type(parent) is list and type(step) is int and step < len(parent):
+            parent = parent[step]
+        else:
+            return record
+    if type(parent) is not dict or last in parent:
+        return record
     copy = outer = _shallow(record)
     for step in steps:
-        inner = _shallow(outer[step])
-        outer[step] = inner
+        index = str(step) if type(outer) is dict else step
+        outer[index] = inner = _shallow(outer[index])
         outer = inner
     outer[last] = text
     return copy
 
 
+def _well_formed(path: Any) -> bool:
+    """Whether a block's ``"text_at"`` has the form this module writes, the one
+    ``block_history``'s statement puts the text back by on PostgreSQL: a non-empty list of
+    keys (letters and ``_``) and indexes (integers from 0, under 10^9), the last a key. Any
+    other ``"text_at"`` (a block a host wrote through the API) is ignored on every database:
+    the record reads as it is, never an error."""
+    return (
+        type(path) is list
+        and bool(path)
+        and type(path[-1]) is str
+        and all(
+            (type(step) is str and _KEY.fullmatch(step) is not None)
+            or (type(step) is int and 0 <= step < 10**9)
+            for step in path
+        )
+    )
+
+
+#: A key of a ``"text_at"`` path (:func:`_well_formed`).
+_KEY = re.compile(r"[A-Za-z_]+")
+
+
 def _first_text(content: Any) -> str | None:
-    """The ``text`` of ``content``'s first block when that is a text block (where
-    :func:`record_blocks` puts it), else ``None``."""
-    # A text block's text is never blank here: record_blocks writes none for blank text.
-    return (content_text(content[:1]) or None) if isinstance(content, list) else None
+    """The ``text`` of ``content``'s first block when that is a text block with a string
+    ``text`` (where :func:`record_blocks` puts it), else ``None``."""
+    if not isinstance(content, list) or not content:
+        return None
+    first = content[0]
+    if not isinstance(first, Mapping) or first.get("type") != "text":
+        return None
+    text = first.get("text")
+    return text if type(text) is str else None
 
 
 def find_block(content: Any, block_type: str) -> Mapping[str, Any] | None:
