@@ -19,6 +19,7 @@ __all__ = [
     "is_answer_lost",
     "is_deadlock",
     "is_lock_wait_timeout",
+    "is_out_of_range",
     "is_transient_database_error",
 ]
 
@@ -111,6 +112,35 @@ def is_lock_wait_timeout(exc: BaseException) -> bool:
         return sqlstate in _WAIT_SQLSTATES
     args: tuple[Any, ...] = getattr(cause, "args", ())
     return bool(args) and args[0] in _WAIT_ERRNOS
+
+
+#: A value past its column's range: PostgreSQL ``numeric_value_out_of_range`` (a ``numeric``
+#: field or ``bigint`` overflow); MySQL/MariaDB out of range value (1264) and BIGINT value out
+#: of range (1690).
+_RANGE_SQLSTATES = frozenset({"22003"})
+_RANGE_ERRNOS = frozenset({1264, 1690})
+
+
+def is_out_of_range(exc: BaseException) -> bool:
+    """Whether ``exc`` is the database refusing a number its column (or arithmetic type)
+    cannot hold, e.g. a session's usage total pushed past ``numeric(20, 6)`` or ``bigint``
+    (docs/design.md §16.1). Not transient: the same write fails again.
+
+    Args:
+        exc: any exception; a Django ``DatabaseError`` is inspected with its ``__cause__``.
+
+    Returns:
+        ``True`` for PostgreSQL SQLSTATE 22003 and MySQL/MariaDB errors 1264 and 1690; else
+        ``False``.
+    """
+    if not isinstance(exc, DatabaseError):
+        return False
+    cause = exc.__cause__ or exc
+    sqlstate = _sqlstate(cause)
+    if sqlstate:
+        return sqlstate in _RANGE_SQLSTATES
+    args: tuple[Any, ...] = getattr(cause, "args", ())
+    return bool(args) and args[0] in _RANGE_ERRNOS
 
 
 def is_transient_database_error(exc: BaseException) -> bool:
