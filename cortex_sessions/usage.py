@@ -19,8 +19,8 @@ __all__ = [
     "MAX_TOTAL_COST",
     "MAX_TOTAL_TOKENS",
     "MAX_USAGE_TOKENS",
-    "SQLITE_MAX_TOTAL_COST",
     "MODEL_MAX_CHARS",
+    "SQLITE_MAX_TOTAL_COST",
     "TOKEN_KEYS",
     "TOTAL_COST_PATTERN",
     "USAGE_KEYS",
@@ -165,10 +165,11 @@ def check_totals(
         UsageTotalOverflow: ``cost`` would reach ``max_cost``, or a token total would pass
             :data:`MAX_TOTAL_TOKENS` (``params``: ``field``, ``total``, ``limit``).
     """
-    for name, mine, theirs in zip(Totals._fields, current, added, strict=True):
+    for name in Totals._fields:
+        theirs = getattr(added, name)
         if not theirs:
             continue
-        total = mine + theirs
+        total = getattr(current, name) + theirs
         if name == "cost" and total >= max_cost:
             raise UsageTotalOverflow(
                 f"The append would take the session's cost to {total}; it must stay below "

@@ -16,14 +16,8 @@ from decimal import Context, Decimal
 import pytest
 from django.db import connection, transaction
 
-from langchain_core.messages import HumanMessage
-from langgraph.checkpoint.base import empty_checkpoint
-
 from cortex_sessions import services
 from cortex_sessions.exceptions import InvalidUsage, UsageTotalOverflow
-from cortex_sessions.integrations.langchain import CortexChatMessageHistory
-from cortex_sessions.integrations.langgraph import CortexCheckpointSaver
-from cortex_sessions.integrations.langgraph.models import Checkpoint
 from cortex_sessions.models import IdempotencyKey, Message, Session
 from cortex_sessions.services import _pg
 from cortex_sessions.usage import MAX_TOTAL_COST, MAX_TOTAL_TOKENS, SQLITE_MAX_TOTAL_COST
@@ -124,9 +118,7 @@ def test_the_tenant_still_reads_after_a_refused_append(path):
     messages = [_message(cost=TOP_COST)] * 2
     for _attempt in range(2):
         _refused(
-            lambda: services.append_messages(
-                scope=SCOPE, session_id=session.pk, messages=messages
-            ),
+            lambda: services.append_messages(scope=SCOPE, session_id=session.pk, messages=messages),
             session,
         )
     listed = services.list_sessions(scope=SCOPE)
@@ -186,9 +178,7 @@ def test_a_refused_append_inside_a_callers_transaction(path):
             services.append_messages(
                 scope=SCOPE, session_id=session.pk, messages=[_message(cost=TOP_COST)]
             )
-        services.append_messages(
-            scope=SCOPE, session_id=session.pk, messages=[_message(cost="1")]
-        )
+        services.append_messages(scope=SCOPE, session_id=session.pk, messages=[_message(cost="1")])
     row = Session.objects.get(pk=session.pk)
     assert (row.title, row.message_count) == ("kept", 2)
 
@@ -225,6 +215,11 @@ def test_a_compaction_whose_usage_overflows_is_refused():
 
 def test_an_adapters_append_is_refused():
     """The adapters append through the services (LangChain's ``append_built``)."""
+    pytest.importorskip("langchain_core")
+    from langchain_core.messages import HumanMessage
+
+    from cortex_sessions.integrations.langchain import CortexChatMessageHistory
+
     session = _session(context_tokens=MAX_TOTAL_TOKENS)
     history = CortexChatMessageHistory(scope=SCOPE, agent_id="agent", session_id=session.pk)
     _refused(lambda: history.add_messages([HumanMessage("x")]), session)
@@ -232,6 +227,13 @@ def test_an_adapters_append_is_refused():
 
 def test_a_langgraph_put_mirroring_past_the_bound_is_refused():
     """LangGraph's saver mirrors messages in its own statement on PostgreSQL (§19.1)."""
+    pytest.importorskip("langgraph")
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from cortex_sessions.integrations.langgraph import CortexCheckpointSaver
+    from cortex_sessions.integrations.langgraph.models import Checkpoint
+
     saver = CortexCheckpointSaver(scope=SCOPE, agent_id="agent")
     session = _session(context_tokens=MAX_TOTAL_TOKENS)
     config = {"configurable": {"thread_id": str(session.pk), "checkpoint_ns": ""}}
