@@ -10,6 +10,7 @@ from decimal import Decimal
 
 import pytest
 from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 from django.test import override_settings
 from django.urls import reverse
 
@@ -150,6 +151,10 @@ def migrator():
         yield migrator
     finally:
         migrator.migrate(migrator.latest)
+        # Apps whose migrations depend on this one (the LangGraph and ADK integrations, whose
+        # PostgreSQL functions later tests call) were unapplied with it.
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
 
 
 @pytest.mark.django_db(transaction=True)
