@@ -243,3 +243,14 @@ def test_a_langgraph_put_mirroring_past_the_bound_is_refused():
     checkpoint["channel_versions"] = {"messages": version}
     _refused(lambda: saver.put(config, checkpoint, {"step": 1}, {"messages": version}), session)
     assert not Checkpoint.objects.exists()
+
+
+def test_the_tenants_totals_may_pass_one_sessions_bound():
+    """``GET /sessions/usage/`` sums sessions: its total is not a session's column."""
+    near = _limit() - Decimal(TOP_COST)
+    sessions = [_session(cost=near) for _ in range(2)]
+    totals = services.usage_totals(scope=SCOPE)
+    assert totals.sessions == 2
+    assert totals.cost == _kept(2 * _kept(near))
+    ordered = services.list_sessions(scope=SCOPE, ordering="-cost")
+    assert {s.pk for s in ordered} == {s.pk for s in sessions}
