@@ -62,6 +62,20 @@ def _sqlstate(cause: BaseException) -> str | None:
     return None
 
 
+def _is_one_of(exc: BaseException, sqlstates: frozenset[str], errnos: frozenset[int]) -> bool:
+    """Whether ``exc`` (a Django ``DatabaseError``, inspected with its ``__cause__``) carries
+    one of PostgreSQL's ``sqlstates`` or, without a SQLSTATE, one of MySQL/MariaDB's
+    ``errnos``."""
+    if not isinstance(exc, DatabaseError):
+        return False
+    cause = exc.__cause__ or exc
+    sqlstate = _sqlstate(cause)
+    if sqlstate:
+        return sqlstate in sqlstates
+    args: tuple[Any, ...] = getattr(cause, "args", ())
+    return bool(args) and args[0] in errnos
+
+
 def is_deadlock(exc: BaseException) -> bool:
     """Whether the database rolled ``exc``'s transaction back to break a deadlock (or a
     serialization failure), so that running the same transaction again is safe and expected.
@@ -76,14 +90,7 @@ def is_deadlock(exc: BaseException) -> bool:
     Returns:
         ``True`` for a deadlock or serialization failure, else ``False``.
     """
-    if not isinstance(exc, DatabaseError):
-        return False
-    cause = exc.__cause__ or exc
-    sqlstate = _sqlstate(cause)
-    if sqlstate:
-        return sqlstate in _DEADLOCK_SQLSTATES
-    args: tuple[Any, ...] = getattr(cause, "args", ())
-    return bool(args) and args[0] in _DEADLOCK_ERRNOS
+    return _is_one_of(exc, _DEADLOCK_SQLSTATES, _DEADLOCK_ERRNOS)
 
 
 #: Waits that gave up: PostgreSQL ``lock_not_available`` (``lock_timeout``) and
@@ -104,14 +111,7 @@ def is_lock_wait_timeout(exc: BaseException) -> bool:
         ``True`` for PostgreSQL ``lock_timeout``/``statement_timeout`` cancellations and the
         MySQL/MariaDB lock wait and statement time limits; else ``False``.
     """
-    if not isinstance(exc, DatabaseError):
-        return False
-    cause = exc.__cause__ or exc
-    sqlstate = _sqlstate(cause)
-    if sqlstate:
-        return sqlstate in _WAIT_SQLSTATES
-    args: tuple[Any, ...] = getattr(cause, "args", ())
-    return bool(args) and args[0] in _WAIT_ERRNOS
+    return _is_one_of(exc, _WAIT_SQLSTATES, _WAIT_ERRNOS)
 
 
 #: A value past its column's range: PostgreSQL ``numeric_value_out_of_range`` (a ``numeric``
@@ -133,14 +133,7 @@ def is_out_of_range(exc: BaseException) -> bool:
         ``True`` for PostgreSQL SQLSTATE 22003 and MySQL/MariaDB errors 1264 and 1690; else
         ``False``.
     """
-    if not isinstance(exc, DatabaseError):
-        return False
-    cause = exc.__cause__ or exc
-    sqlstate = _sqlstate(cause)
-    if sqlstate:
-        return sqlstate in _RANGE_SQLSTATES
-    args: tuple[Any, ...] = getattr(cause, "args", ())
-    return bool(args) and args[0] in _RANGE_ERRNOS
+    return _is_one_of(exc, _RANGE_SQLSTATES, _RANGE_ERRNOS)
 
 
 def is_transient_database_error(exc: BaseException) -> bool:
