@@ -21,21 +21,12 @@ from cortex_sessions.exceptions import InvalidUsage, UsageTotalOverflow
 from cortex_sessions.models import IdempotencyKey, Message, Session
 from cortex_sessions.services import _pg
 from cortex_sessions.usage import MAX_TOTAL_COST, MAX_TOTAL_TOKENS, SQLITE_MAX_TOTAL_COST
+from tests.test_usage import path  # noqa: F401  (the fixture: the vendor's path and the ORM's)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SCOPE = "org=acme/user=1"
 TOP_COST = "9999999999.999999"  # the largest cost one message may carry
-
-
-@pytest.fixture(params=["default", "orm"])
-def path(request, monkeypatch):
-    """The vendor's path (PostgreSQL's one statement there), and the ORM path everywhere."""
-    if request.param == "orm":
-        monkeypatch.setattr(_pg, "enabled", lambda alias: False)
-    elif not _pg.enabled("default"):
-        pytest.skip("the ORM path is the vendor's path here (the 'orm' run covers it)")
-    return request.param
 
 
 def _limit() -> Decimal:
@@ -81,7 +72,8 @@ def _refused(write, session: Session, *, field: str = "messages") -> UsageTotalO
 
 
 @pytest.mark.parametrize("count", [1, 3])
-def test_an_append_taking_cost_to_its_bound_is_refused_and_writes_nothing(path, count):
+@pytest.mark.usefixtures("path")
+def test_an_append_taking_cost_to_its_bound_is_refused_and_writes_nothing(count):
     session = _session(cost=_limit() - _unit() * count)
     _refused(
         lambda: services.append_messages(
@@ -98,7 +90,8 @@ def _kept(value: Decimal) -> Decimal:
     return value.quantize(Decimal("0.000001"))
 
 
-def test_an_append_stopping_just_below_the_bound_is_written_and_reads_back(path):
+@pytest.mark.usefixtures("path")
+def test_an_append_stopping_just_below_the_bound_is_written_and_reads_back():
     below = _limit() - _unit()
     session = _session(cost=below - Decimal(TOP_COST))
     result = services.append_messages(
@@ -111,7 +104,8 @@ def test_an_append_stopping_just_below_the_bound_is_written_and_reads_back(path)
     assert services.usage_totals(scope=SCOPE).cost == below
 
 
-def test_the_tenant_still_reads_after_a_refused_append(path):
+@pytest.mark.usefixtures("path")
+def test_the_tenant_still_reads_after_a_refused_append():
     """The defect: on SQLite the float column stored 10^14 and every read of the tenant's
     sessions then failed converting it."""
     session = _session(cost=MAX_TOTAL_COST - Decimal(TOP_COST))
@@ -127,7 +121,8 @@ def test_the_tenant_still_reads_after_a_refused_append(path):
 
 
 @pytest.mark.parametrize("total", ["input_tokens", "output_tokens"])
-def test_an_append_taking_a_token_total_past_64_bits_is_refused(path, total):
+@pytest.mark.usefixtures("path")
+def test_an_append_taking_a_token_total_past_64_bits_is_refused(total):
     session = _session(**{total: MAX_TOTAL_TOKENS - 5})
     _refused(
         lambda: services.append_messages(
@@ -139,7 +134,8 @@ def test_an_append_taking_a_token_total_past_64_bits_is_refused(path, total):
     assert getattr(Session.objects.get(pk=session.pk), total) == MAX_TOTAL_TOKENS
 
 
-def test_an_append_taking_context_tokens_past_64_bits_is_refused(path):
+@pytest.mark.usefixtures("path")
+def test_an_append_taking_context_tokens_past_64_bits_is_refused():
     session = _session(context_tokens=MAX_TOTAL_TOKENS - 1)
     _refused(
         lambda: services.append_messages(
@@ -150,7 +146,8 @@ def test_an_append_taking_context_tokens_past_64_bits_is_refused(path):
 
 
 @pytest.mark.parametrize("count", [1, 2])
-def test_a_keyed_append_is_refused_without_recording_its_key(path, count):
+@pytest.mark.usefixtures("path")
+def test_a_keyed_append_is_refused_without_recording_its_key(count):
     session = _session(cost=MAX_TOTAL_COST - Decimal(TOP_COST))
 
     def append():
@@ -168,7 +165,8 @@ def test_a_keyed_append_is_refused_without_recording_its_key(path, count):
     assert len(append().messages) == count
 
 
-def test_a_refused_append_inside_a_callers_transaction(path):
+@pytest.mark.usefixtures("path")
+def test_a_refused_append_inside_a_callers_transaction():
     """The host's own ``atomic()`` around the append: the refusal rolls back the savepoint it
     gave the append, and the host's transaction goes on."""
     session = _session(cost=MAX_TOTAL_COST - Decimal(TOP_COST))
