@@ -45,6 +45,7 @@ __all__ = [
     "TokenCountError",
     "TooManyKeys",
     "TooManyMessages",
+    "UsageTotalOverflow",
     "ValueTooLong",
     "WriteOutcomeUnknown",
 ]
@@ -267,6 +268,21 @@ class InvalidUsage(InvalidInput):
         "usage must be null or an object of input_tokens, output_tokens, cached_input_tokens, "
         "reasoning_tokens (non-negative integers), model (a string of at most 255 characters) "
         "and cost (a non-negative decimal as a JSON string, at most 6 fractional digits)."
+    )
+
+
+class UsageTotalOverflow(InvalidUsage):
+    """A write whose messages' ``usage`` is valid one by one but would take a session's usage
+    totals past what they hold: ``cost`` (``numeric(20, 6)``) to 10^14 or more (on SQLite,
+    whose column keeps 15 significant digits, to 99999999999999.9 or more), or
+    ``input_tokens``, ``output_tokens`` or ``context_tokens`` past 2^63 - 1 (docs/design.md
+    §16.1). Nothing is written; the API answers 400. ``params`` carry ``field`` and, when the
+    database did not hide it, ``total`` (the total's name) and ``limit``."""
+
+    code = "usage_total_overflow"
+    default_message = (
+        "The append would take the session's usage totals past what they hold (cost below "
+        "10^14, token totals at most 2^63 - 1); nothing was written. Append to another session."
     )
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "is_answer_lost",
     "is_deadlock",
     "is_lock_wait_timeout",
+    "is_out_of_range",
     "is_transient_database_error",
 ]
 
@@ -61,6 +62,20 @@ def _sqlstate(cause: BaseException) -> str | None:
     return None
 
 
+def _is_one_of(exc: BaseException, sqlstates: frozenset[str], errnos: frozenset[int]) -> bool:
+    """Whether ``exc`` (a Django ``DatabaseError``, inspected with its ``__cause__``) carries
+    one of PostgreSQL's ``sqlstates`` or, without a SQLSTATE, one of MySQL/MariaDB's
+    ``errnos``."""
+    if not isinstance(exc, DatabaseError):
+        return False
+    cause = exc.__cause__ or exc
+    sqlstate = _sqlstate(cause)
+    if sqlstate:
+        return sqlstate in sqlstates
+    args: tuple[Any, ...] = getattr(cause, "args", ())
+    return bool(args) and args[0] in errnos
+
+
 def is_deadlock(exc: BaseException) -> bool:
     """Whether the database rolled ``exc``'s transaction back to break a deadlock (or a
     serialization failure), so that running the same transaction again is safe and expected.
@@ -75,14 +90,7 @@ def is_deadlock(exc: BaseException) -> bool:
     Returns:
         ``True`` for a deadlock or serialization failure, else ``False``.
     """
-    if not isinstance(exc, DatabaseError):
-        return False
-    cause = exc.__cause__ or exc
-    sqlstate = _sqlstate(cause)
-    if sqlstate:
-        return sqlstate in _DEADLOCK_SQLSTATES
-    args: tuple[Any, ...] = getattr(cause, "args", ())
-    return bool(args) and args[0] in _DEADLOCK_ERRNOS
+    return _is_one_of(exc, _DEADLOCK_SQLSTATES, _DEADLOCK_ERRNOS)
 
 
 #: Waits that gave up: PostgreSQL ``lock_not_available`` (``lock_timeout``) and
@@ -103,14 +111,29 @@ def is_lock_wait_timeout(exc: BaseException) -> bool:
         ``True`` for PostgreSQL ``lock_timeout``/``statement_timeout`` cancellations and the
         MySQL/MariaDB lock wait and statement time limits; else ``False``.
     """
-    if not isinstance(exc, DatabaseError):
-        return False
-    cause = exc.__cause__ or exc
-    sqlstate = _sqlstate(cause)
-    if sqlstate:
-        return sqlstate in _WAIT_SQLSTATES
-    args: tuple[Any, ...] = getattr(cause, "args", ())
-    return bool(args) and args[0] in _WAIT_ERRNOS
+    return _is_one_of(exc, _WAIT_SQLSTATES, _WAIT_ERRNOS)
+
+
+#: A value past its column's range: PostgreSQL ``numeric_value_out_of_range`` (a ``numeric``
+#: field or ``bigint`` overflow); MySQL/MariaDB out of range value (1264) and BIGINT value out
+#: of range (1690).
+_RANGE_SQLSTATES = frozenset({"22003"})
+_RANGE_ERRNOS = frozenset({1264, 1690})
+
+
+def is_out_of_range(exc: BaseException) -> bool:
+    """Whether ``exc`` is the database refusing a number its column (or arithmetic type)
+    cannot hold, e.g. a session's usage total pushed past ``numeric(20, 6)`` or ``bigint``
+    (docs/design.md §16.1). Not transient: the same write fails again.
+
+    Args:
+        exc: any exception; a Django ``DatabaseError`` is inspected with its ``__cause__``.
+
+    Returns:
+        ``True`` for PostgreSQL SQLSTATE 22003 and MySQL/MariaDB errors 1264 and 1690; else
+        ``False``.
+    """
+    return _is_one_of(exc, _RANGE_SQLSTATES, _RANGE_ERRNOS)
 
 
 def is_transient_database_error(exc: BaseException) -> bool:

@@ -12,16 +12,20 @@ from decimal import Decimal
 from typing import Any, NamedTuple
 
 from .content import check_json_value
-from .exceptions import InvalidUsage
+from .exceptions import InvalidUsage, UsageTotalOverflow
 
 __all__ = [
     "COST_PATTERN",
+    "MAX_TOTAL_COST",
+    "MAX_TOTAL_TOKENS",
     "MAX_USAGE_TOKENS",
     "MODEL_MAX_CHARS",
+    "SQLITE_MAX_TOTAL_COST",
     "TOKEN_KEYS",
     "TOTAL_COST_PATTERN",
     "USAGE_KEYS",
     "Totals",
+    "check_totals",
     "check_usage",
     "sums_of",
     "totals_of",
@@ -37,8 +41,18 @@ MODEL_MAX_CHARS = 255
 MAX_USAGE_TOKENS = 10**12
 #: A message's cost: a non-negative decimal below 10^10, at most 6 fractional digits, no sign,
 #: exponent or spaces. The session's ``cost`` (``numeric(20, 6)``) holds sums below 10^14:
-#: ten thousand messages of the largest cost.
+#: ten thousand messages of the largest cost; a write that would take it further is refused
+#: (:func:`check_totals`).
 COST_PATTERN = re.compile(r"(?:0|[1-9][0-9]{0,9})(?:\.[0-9]{1,6})?")
+#: A session's ``cost`` stays below this (``numeric(20, 6)``: 14 integer digits).
+MAX_TOTAL_COST = Decimal(10**14)
+#: A session's ``cost`` stays below this on SQLite, which stores the column as an 8-byte float
+#: read back with 15 significant digits: a total within 0.05 of 10^14 (and the float's error
+#: of up to 1/64 on top) would read back as 10^14, which ``numeric(20, 6)`` cannot hold.
+SQLITE_MAX_TOTAL_COST = MAX_TOTAL_COST - Decimal("0.1")
+#: The largest ``input_tokens``, ``output_tokens`` or ``context_tokens`` of a session: a
+#: signed 64-bit integer's (PostgreSQL's ``bigint``, SQLite's integer).
+MAX_TOTAL_TOKENS = 2**63 - 1
 #: A session's cost as a text key (a list cursor): up to 14 integer digits.
 TOTAL_COST_PATTERN = re.compile(r"(?:0|[1-9][0-9]{0,13})(?:\.[0-9]{1,6})?")
 
@@ -131,6 +145,47 @@ def totals_of(rows: Iterable[tuple[Mapping[str, Any] | None, int]]) -> Totals:
             if "cost" in usage:
                 cost += Decimal(usage["cost"])
     return Totals(input_tokens, output_tokens, cost, context_tokens)
+
+
+def check_totals(
+    current: Totals, added: Totals, *, max_cost: Decimal = MAX_TOTAL_COST, field: str = "messages"
+) -> None:
+    """Refuse a write that would take a session's totals past what their columns hold
+    (docs/design.md §16.1): the ORM path checks under the session's row lock, before it writes;
+    PostgreSQL's one statement lets the database refuse instead.
+
+    Args:
+        current: the session's totals, as read under its row lock.
+        added: what the write adds (:func:`totals_of`; never negative).
+        max_cost: the bound ``cost`` stays below: :data:`MAX_TOTAL_COST`, or
+            :data:`SQLITE_MAX_TOTAL_COST` on SQLite.
+        field: the input field named in the error.
+
+    Raises:
+        UsageTotalOverflow: ``cost`` would reach ``max_cost``, or a token total would pass
+            :data:`MAX_TOTAL_TOKENS` (``params``: ``field``, ``total``, ``limit``).
+    """
+    for name in Totals._fields:
+        theirs = getattr(added, name)
+        if not theirs:
+            continue
+        total = getattr(current, name) + theirs
+        if name == "cost" and total >= max_cost:
+            raise UsageTotalOverflow(
+                f"The append would take the session's cost to {total}; it must stay below "
+                f"{max_cost}. Nothing was written.",
+                field=field,
+                total=name,
+                limit=str(max_cost),
+            )
+        if name != "cost" and total > MAX_TOTAL_TOKENS:
+            raise UsageTotalOverflow(
+                f"The append would take the session's {name} to {total}; it may be at most "
+                f"{MAX_TOTAL_TOKENS}. Nothing was written.",
+                field=field,
+                total=name,
+                limit=str(MAX_TOTAL_TOKENS),
+            )
 
 
 def sums_of(messages: Any) -> Totals:

@@ -18,7 +18,7 @@ from cortex_sessions.checks import check_settings
 from cortex_sessions.exceptions import InvalidUsage
 from cortex_sessions.models import Message, Session
 from cortex_sessions.tokens import estimate_tokens
-from tests.test_migrations import APP, Migrator
+from tests.test_migrations import APP, migrator  # noqa: F401  (the fixture)
 
 SCOPE = "org=acme/user=1"
 USAGE = {"input_tokens": 12, "output_tokens": 3, "model": "m", "cost": "0.0012"}
@@ -143,18 +143,10 @@ def test_the_admin_shows_usage_and_totals_read_only(admin_client):
 # -- the migration --------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def migrator():
-    migrator = Migrator()
-    try:
-        yield migrator
-    finally:
-        migrator.migrate(migrator.latest)
-
-
 @pytest.mark.django_db(transaction=True)
 def test_0019_gives_existing_messages_their_token_counts_and_sessions_their_context(
-    migrator, monkeypatch
+    migrator,  # noqa: F811
+    monkeypatch,
 ):
     import importlib
 

@@ -14,7 +14,14 @@ from contextvars import ContextVar
 from datetime import datetime
 from typing import Any, Final, Literal, TypeVar
 
-from django.db import DatabaseError, IntegrityError, OperationalError, router, transaction
+from django.db import (
+    DatabaseError,
+    IntegrityError,
+    OperationalError,
+    connections,
+    router,
+    transaction,
+)
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -28,12 +35,14 @@ from ..exceptions import (
     LegalHold,
     SessionArchived,
     SessionNotFound,
+    UsageTotalOverflow,
     ValueTooLong,
     WriteOutcomeUnknown,
 )
-from ..faults import commit_was_refused, is_answer_lost, is_deadlock
+from ..faults import commit_was_refused, is_answer_lost, is_deadlock, is_out_of_range
 from ..models import Session
 from ..scope import Scope
+from ..usage import MAX_TOTAL_COST, SQLITE_MAX_TOTAL_COST, Totals, check_totals
 
 #: Orderings a session list accepts, each optionally prefixed with ``-`` (docs/design.md §7.2).
 ORDERING_FIELDS = (
@@ -388,6 +397,55 @@ class autocommit_write:  # lower case: used as the function it was, ``with autoc
 
 #: The name the services modules import (:func:`autocommit_write`).
 _autocommit_write = autocommit_write
+
+
+def check_totals_fit(
+    session: Session, added: Totals, using: str, *, field: str = "messages"
+) -> None:
+    """Refuse, before anything is written, a write that would take the totals of ``session``
+    (read under its row lock, on the ORM path) past what their columns hold
+    (:func:`~cortex_sessions.usage.check_totals`, docs/design.md §16.1); on SQLite ``cost``
+    stays below :data:`~cortex_sessions.usage.SQLITE_MAX_TOTAL_COST`.
+
+    Args:
+        session: the locked session.
+        added: what the write adds to its totals.
+        using: the database alias the write goes to.
+        field: the input field named in the error.
+
+    Raises:
+        UsageTotalOverflow: a total would not fit.
+    """
+    current = Totals(
+        session.input_tokens, session.output_tokens, session.cost, session.context_tokens
+    )
+    sqlite = connections[using].vendor == "sqlite"
+    check_totals(
+        current, added, max_cost=SQLITE_MAX_TOTAL_COST if sqlite else MAX_TOTAL_COST, field=field
+    )
+
+
+def total_overflow(exc: BaseException, using: str) -> UsageTotalOverflow | None:
+    """What a one-statement append on PostgreSQL (docs/design.md §14) raises when the database
+    refused it because a session's usage total would pass its column (SQLSTATE 22003: ``cost``
+    past ``numeric(20, 6)``, a token total past ``bigint``; docs/design.md §16.1): the statement
+    wrote nothing. Inside a caller's ``atomic()`` block the block is marked for rollback, as
+    the database aborted its transaction (a query before the block ends then raises Django's
+    ``TransactionManagementError`` rather than the database's error).
+
+    Args:
+        exc: the exception the append's statement raised.
+        using: the database alias of the statement.
+
+    Returns:
+        :class:`~cortex_sessions.exceptions.UsageTotalOverflow` to raise (``from exc``), or
+        ``None`` when ``exc`` is another error.
+    """
+    if not is_out_of_range(exc):
+        return None
+    if transaction.get_connection(using).in_atomic_block:
+        transaction.set_rollback(True, using=using)
+    return UsageTotalOverflow(field="messages")
 
 
 def _manages_transactions_by_hand(using: str) -> bool:

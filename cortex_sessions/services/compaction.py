@@ -34,6 +34,7 @@ from ._common import (
     _send_on_commit,
     _session_id,
     _write_transaction,
+    check_totals_fit,
 )
 from .context import live_summary, refresh_context_tokens
 from .idempotency import fingerprint, run_once
@@ -94,7 +95,9 @@ def compact_session(
             (as a message's ``content``).
         SummaryTooLarge: the summary is over ``MAX_MESSAGE_BYTES`` as a message's JSON (a
             ``MessageTooLarge``; the API answers 400 ``summary_too_large``, not 413).
-        InvalidUsage: a bad ``usage`` (docs/design.md §16.1).
+        InvalidUsage: a bad ``usage`` (docs/design.md §16.1); its subclass
+            UsageTotalOverflow (``usage_total_overflow``, field ``usage``): the summary's usage
+            would take a session total past its column.
         InvalidIdempotencyKey, IdempotencyKeyReused, IdempotencyKeyInProgress.
         WriteOutcomeUnknown: the commit failed and may have been carried out (§12.3).
     """
@@ -150,6 +153,8 @@ def _compact(
                 minimum=floor + 1,
                 maximum=session.last_seq,
             )
+        added = _totals_of([columns])
+        check_totals_fit(session, added, using, field="usage")
         message = Message(
             session=session,
             agent_id=session.agent_id,
@@ -158,7 +163,6 @@ def _compact(
             **{**columns, "compacts_through_seq": through},
         )
         message.save(using=using, force_insert=True)
-        added = _totals_of([columns])
         changes: dict[str, Any] = {
             "last_seq": session.last_seq + 1,
             "updated_at": max(session.updated_at, timezone.now()),

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, NoReturn
 
-from django.db import connections
+from django.db import DatabaseError, connections
 from django.db.models import F
 from django.utils import timezone
 
@@ -44,6 +44,8 @@ from ._common import (
     _send_on_commit,
     _session_id,
     _write_transaction,
+    check_totals_fit,
+    total_overflow,
 )
 from .context import has_compaction, refresh_context_tokens
 from .keyed_append import append_once
@@ -361,6 +363,9 @@ def append_messages(
         InvalidInput (and its subclasses InvalidRole, InvalidSource, InvalidContent,
         EmptyContent, MessageTooLarge, NulCharacter, InvalidMetadata, TooManyKeys): bad input.
         TooManyMessages: more than ``MAX_MESSAGES_PER_APPEND`` messages (``too_many_messages``).
+        UsageTotalOverflow: the messages would take the session's ``cost`` to 10^14 or more
+            (on SQLite 99999999999999.9) or a token total past 2^63 - 1
+            (``usage_total_overflow``, docs/design.md §16.1); nothing is written.
         InvalidIdempotencyKey: a malformed key.
         IdempotencyKeyReused: the key was used with other messages or another session.
         IdempotencyKeyInProgress: a call with the key still ran past the lock wait timeout.
@@ -425,8 +430,10 @@ def _append_rows(
             (message.content_json, message.metadata_json, message.usage_json) for message in built
         ]
         return _append_pg(alias, scope, session_id, rows, texts, now, key)
+    added = _totals_of(rows)
     with _write_transaction(alias):
         session = _check_live(_locked_session(scope, session_id))
+        check_totals_fit(session, added, alias)
         created = Message.objects.using(alias).bulk_create(
             Message(
                 session=session,
@@ -437,7 +444,6 @@ def _append_rows(
             )
             for offset, row in enumerate(rows, start=1)
         )
-        added = _totals_of(rows)
         changes: dict[str, Any] = {
             "last_seq": session.last_seq + len(created),
             # Read under the row lock, so never behind a prior append's; and never behind the
@@ -481,18 +487,23 @@ def _append_pg(
             break
     pk = _session_id(session_id)
     for attempt in range(2):
-        with _autocommit_write(alias):
-            appended = _pg.append_rows(
-                alias,
-                canonical=canonical,
-                session_id=pk,
-                rows=rows,
-                json_texts=texts,
-                last_message=last,
-                updated_at=now if attempt == 0 else timezone.now(),
-                totals=_totals_of(rows),
-                key=key,
-            )
+        try:
+            with _autocommit_write(alias):
+                appended = _pg.append_rows(
+                    alias,
+                    canonical=canonical,
+                    session_id=pk,
+                    rows=rows,
+                    json_texts=texts,
+                    last_message=last,
+                    updated_at=now if attempt == 0 else timezone.now(),
+                    totals=_totals_of(rows),
+                    key=key,
+                )
+        except DatabaseError as exc:  # a total past its column: nothing written (§16.1)
+            if (refused := total_overflow(exc, alias)) is not None:
+                raise refused from exc
+            raise
         if appended is not None:
             break
         # Nothing written: the statement only appends to a live session in scope. Tell a

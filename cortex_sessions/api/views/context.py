@@ -102,7 +102,9 @@ class SessionContextMixin(CortexAPIMixin):
                     400: "`invalid_through_seq` (not an integer from 1 to the last seq beyond "
                     "the newest compaction's), `invalid_content`, `empty_content` (an empty "
                     "summary), `summary_too_large` (a summary over MAX_MESSAGE_BYTES), "
-                    "`invalid_usage`, `unknown_field`, `parse_error`.",
+                    "`invalid_usage`, `usage_total_overflow` (the summary's usage would take "
+                    "the session's cost to 10^14 or a token total past 2^63 - 1), "
+                    "`unknown_field`, `parse_error`.",
                     409: ARCHIVED_409,
                     503: TOKEN_COUNTER_503,
                     413: "`request_too_large`: the body is over DATA_UPLOAD_MAX_MEMORY_SIZE "

@@ -138,7 +138,8 @@ class SessionMessagesMixin(SessionReferencesMixin):
                     " on a role other than user, or references without resolve_references."
                     " `too_many_messages`: a list of more than MAX_MESSAGES_PER_APPEND"
                     " messages. `too_many_keys`: an object in `metadata` or `content` with more"
-                    " than MAX_JSON_KEYS keys.",
+                    " than MAX_JSON_KEYS keys. `usage_total_overflow`: the messages would take"
+                    " the session's cost to 10^14 or a token total past 2^63 - 1.",
                 },
             ),
         },

@@ -39,13 +39,13 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from ...counters import last_message_of
 from ...exceptions import SessionArchived
 from ...models import Message, Session
 from ...services import _pg
-from ...services._common import autocommit_write, send_on_commit
+from ...services._common import autocommit_write, send_on_commit, total_overflow
 from ...services._pg_run import (
     PlpgsqlFunction,
     built,
@@ -304,6 +304,8 @@ def put_checkpoint(
 
     Raises:
         SessionArchived: the session is archived; nothing was written.
+        UsageTotalOverflow: the mirrored messages would take a session total past its column
+            (docs/design.md §16.1); nothing was written.
         WriteOutcomeUnknown: the connection failed without the server's answer (§12.3).
         django.db.Error: as the ORM would (``ProgrammingError`` before migration ``0002``).
     """
@@ -324,8 +326,13 @@ def put_checkpoint(
         messages_json(rows, [(r.content_json, r.metadata_json, r.usage_json) for r in mirrored])
     )
     connection = connections[alias]
-    with autocommit_write(alias):
-        result, zone = execute(connection, _sql_call(PUT), params, server_binding=True)
+    try:
+        with autocommit_write(alias):
+            result, zone = execute(connection, _sql_call(PUT), params, server_binding=True)
+    except DatabaseError as exc:  # a session total past its column: nothing written (§16.1)
+        if (refused := total_overflow(exc, alias)) is not None:
+            raise refused from exc
+        raise
     array = result[0][0]
     if array is None:
         return None
