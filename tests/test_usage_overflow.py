@@ -165,6 +165,29 @@ def test_a_keyed_append_is_refused_without_recording_its_key(count):
     assert len(append().messages) == count
 
 
+@pytest.mark.parametrize("count", [1, 2])
+@pytest.mark.parametrize("total", ["cost", "input_tokens", "context_tokens"])
+@pytest.mark.usefixtures("path")
+def test_a_replay_of_a_keyed_append_that_fit_answers_the_first_call_near_the_bound(count, total):
+    """The first call fit; the totals then came near their bound. Its replay is the first
+    call's answer, not a refusal saying nothing was written (on PostgreSQL the one statement
+    meets the total's bound before the key's index, and hands the call to ``run_once``)."""
+    session = _session()
+    messages = [_message(cost="5", input_tokens=5)] * count
+
+    def append():
+        return services.append_messages(
+            scope=SCOPE, session_id=session.pk, messages=messages, idempotency_key="k-2"
+        )
+
+    first = append()
+    near = {"cost": _limit() - 1, "input_tokens": MAX_TOTAL_TOKENS - 1}
+    Session.objects.filter(pk=session.pk).update(**{total: near.get(total, MAX_TOTAL_TOKENS - 1)})
+    again = append()
+    assert [m.pk for m in again.messages] == [m.pk for m in first.messages]
+    assert Message.objects.filter(session=session).count() == 1 + count  # _session's and these
+
+
 @pytest.mark.usefixtures("path")
 def test_a_refused_append_inside_a_callers_transaction():
     """The host's own ``atomic()`` around the append: the refusal rolls back the savepoint it

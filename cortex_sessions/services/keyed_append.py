@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple, cast
 from django.db import IntegrityError, OperationalError, connections, router
 from django.utils import timezone
 
-from ..exceptions import SessionArchived, SessionNotFound
+from ..exceptions import SessionArchived, SessionNotFound, UsageTotalOverflow
 from ..faults import is_deadlock, is_lock_wait_timeout
 from ..models import IdempotencyKey, Message, Session
 from ..scope import Scope, canonical_of
@@ -123,9 +123,11 @@ def _append_keyed_pg(
     record = (canonical_of(scope), endpoint, check_idempotency_key(key), digest, timezone.now())
     try:
         return _append_rows(scope, pk, rows, now, key=record)
-    except (IntegrityError, SessionNotFound, SessionArchived):
+    except (IntegrityError, SessionNotFound, SessionArchived, UsageTotalOverflow):
         # Nothing was written: the key's unique index, or no live session (archived, expired
-        # or deleted since a first call that ``run_once`` may replay, §12.1).
+        # or deleted since a first call that ``run_once`` may replay, §12.1), or a usage total
+        # past its column — which the database tells before the key's index, so a replay of a
+        # first call that fit is ``run_once``'s to answer too (§16.1).
         return None
     except OperationalError as exc:
         if is_lock_wait_timeout(exc):
@@ -203,9 +205,11 @@ def append_recorded(
     key = (canonical, keyed.endpoint, keyed.key, keyed.digest, status_code, RECORDED_TAG)
     try:
         return _append_rows(keyed.scope, session_id, [row], now, key=(*key, recorded, now))
-    except (IntegrityError, SessionNotFound, SessionArchived):
+    except (IntegrityError, SessionNotFound, SessionArchived, UsageTotalOverflow):
         # Nothing was written: the key's unique index, or no live session (archived, expired
-        # or deleted since a first call that ``run_once`` replays, §12.1).
+        # or deleted since a first call that ``run_once`` replays, §12.1), or a usage total
+        # past its column, told before the key's index: ``run_once`` replays a first call
+        # that fit, or refuses this one on its own path (§16.1).
         return None
     except OperationalError as exc:
         if is_lock_wait_timeout(exc) or is_deadlock(exc):  # one statement: nothing written

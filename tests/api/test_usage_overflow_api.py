@@ -75,3 +75,18 @@ def test_a_compaction_past_the_bound_is_400(api, session):
     body = {"through_seq": 1, "summary": "s", "usage": {"cost": TOP_COST}}
     _refused(api.post(session_url(session.pk, "compact/"), body, format="json"))
     assert Message.objects.filter(session=session).count() == 1
+
+
+def test_a_keyed_append_that_fit_is_replayed_near_the_bound(api, session):
+    """A client that lost the answer of a keyed append which fit gets that answer on retry,
+    after the totals came near their bound, never a 400 saying nothing was written."""
+    Session.objects.filter(pk=session.pk).update(cost=0)
+    body = {"role": "assistant", "content": "x", "usage": {"cost": "5"}}
+    headers = {"HTTP_IDEMPOTENCY_KEY": "k-replay"}
+    first = api.post(session_url(session.pk, "messages/"), body, format="json", **headers)
+    assert first.status_code == 201, first.content
+    Session.objects.filter(pk=session.pk).update(cost=MAX_TOTAL_COST - 1)
+    again = api.post(session_url(session.pk, "messages/"), body, format="json", **headers)
+    assert again.status_code == 201, again.content
+    assert again.json() == first.json()
+    assert Message.objects.filter(session=session).count() == 2
