@@ -275,3 +275,22 @@ def test_the_tenants_totals_may_pass_one_sessions_bound():
     assert totals.cost == _kept(2 * _kept(near))
     ordered = services.list_sessions(scope=SCOPE, ordering="-cost")
     assert {s.pk for s in ordered} == {s.pk for s in sessions}
+
+
+@pytest.mark.parametrize("group_by", [None, "agent_id", "scope"])
+def test_the_tenants_token_totals_may_pass_64_bits(group_by):
+    """Two sessions, each at the token totals' bound: the roll-up reads (SQLite's integer
+    ``SUM`` raised "integer overflow" there, a 500 through the API)."""
+    for _ in range(2):
+        _session(
+            input_tokens=MAX_TOTAL_TOKENS,
+            output_tokens=MAX_TOTAL_TOKENS,
+            context_tokens=MAX_TOTAL_TOKENS,
+        )
+    totals = services.usage_totals(scope="org=acme", group_by=group_by)
+    (total,) = [totals] if group_by is None else totals
+    for value in (total.input_tokens, total.output_tokens, total.context_tokens):
+        # Exact on PostgreSQL and MariaDB; SQLite sums floats, exact below 2^53 only.
+        assert value == pytest.approx(2 * MAX_TOTAL_TOKENS, rel=1e-15)
+        if connection.vendor != "sqlite":
+            assert value == 2 * MAX_TOTAL_TOKENS

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from django.db import connections
 from django.db.models import (
     BigIntegerField,
     Case,
@@ -20,13 +21,14 @@ from django.db.models import (
     Count,
     DecimalField,
     F,
+    FloatField,
     IntegerField,
     Q,
     Sum,
     Value,
     When,
 )
-from django.db.models.functions import Coalesce, StrIndex, Substr
+from django.db.models.functions import Cast, Coalesce, StrIndex, Substr
 
 from ..exceptions import InvalidFilter
 from ..scope import Scope, canonical_of
@@ -66,16 +68,25 @@ class UsageTotals:
     context_tokens: int
 
 
-def _sums() -> dict[str, Any]:
-    """The aggregates of one group (zero, never ``NULL``, over no rows)."""
+def _sums(vendor: str = "") -> dict[str, Any]:
+    """The aggregates of one group (zero, never ``NULL``, over no rows). On SQLite the token
+    totals are summed as floats: its integer ``SUM`` raises "integer overflow" once a sum of
+    sessions passes 2^63 - 1, which each session's total may reach (docs/design.md §16.1); the
+    float sum is exact below 2^53 (docs/context-window.md)."""
     whole = BigIntegerField()
+
+    def tokens(column: str) -> Any:
+        if vendor == "sqlite":
+            return Coalesce(Sum(Cast(column, FloatField())), Value(0.0), output_field=FloatField())
+        return Coalesce(Sum(column), Value(0), output_field=whole)
+
     return {
         "sessions": Count("pk"),
         "total_messages": Coalesce(Sum("message_count"), Value(0), output_field=whole),
-        "total_input": Coalesce(Sum("input_tokens"), Value(0), output_field=whole),
-        "total_output": Coalesce(Sum("output_tokens"), Value(0), output_field=whole),
+        "total_input": tokens("input_tokens"),
+        "total_output": tokens("output_tokens"),
         "total_cost": Coalesce(Sum("cost"), Value(Decimal(0)), output_field=_MONEY),
-        "total_context": Coalesce(Sum("context_tokens"), Value(0), output_field=whole),
+        "total_context": tokens("context_tokens"),
     }
 
 
@@ -141,10 +152,11 @@ def usage_totals(
         )
     filters = session_filters(filters)
     queryset = _filtered(scope, filters, annotate=False).order_by()
+    sums = _sums(connections[queryset.db].vendor)
     if group_by is None:
-        return _totals(None, queryset.aggregate(**_sums()))
+        return _totals(None, queryset.aggregate(**sums))
     if group_by == "agent_id":
-        by_agent = queryset.values("agent_id").annotate(**_sums()).order_by("agent_id")
+        by_agent = queryset.values("agent_id").annotate(**sums).order_by("agent_id")
         return [_totals(row["agent_id"], row) for row in by_agent]
     canonical = canonical_of(scope)
     level, slash = _child_level(canonical)
@@ -152,7 +164,7 @@ def usage_totals(
         queryset.annotate(slash=Coalesce(slash, Value(0), output_field=IntegerField()))
         .annotate(level=level)
         .values("level")
-        .annotate(**_sums())
+        .annotate(**sums)
         .order_by(F("level").asc(nulls_first=True))
     )
     return [_totals(_scope_key(canonical, row["level"]), row) for row in rows]
