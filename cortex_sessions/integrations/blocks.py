@@ -219,8 +219,8 @@ def _without_text(
     """``(value without its text, the block's "text_at")``: ``(value, None)`` unless the
     string at ``text_at`` is the text block's text; else the containers along the path copied
     (``value`` is not changed), the last key left out, and the path as a list."""
-    if not text_at or not head:
-        return value, None
+    if not text_at or not head or not _well_formed(list(text_at)):
+        return value, None  # a path stored_record would not put the text back by: kept whole
     *steps, last = text_at
     copy = outer = _shallow(value)
     try:

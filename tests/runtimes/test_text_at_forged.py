@@ -98,3 +98,28 @@ def test_the_text_goes_back_where_the_adapter_put_it(monkeypatch):
     expected = [HumanMessage("forged", id="x")]
     assert _read(history, monkeypatch, fast=True) == expected
     assert _read(history, monkeypatch, fast=False) == expected
+
+
+def test_a_path_the_reader_would_ignore_is_never_written():
+    """The writer keeps the text in the record unless its path has the form the reader puts
+    the text back by (so no text is lost to a key with other characters)."""
+    from cortex_sessions.integrations.blocks import record_blocks
+
+    value = {"data-x": {"content": "hello"}}
+    blocks = record_blocks(
+        "hello", MESSAGE_BLOCK_TYPE, "message", value, as_json=str, text_at=["data-x", "content"]
+    )
+    assert blocks[-1] == {"type": MESSAGE_BLOCK_TYPE, "message": value}
+    kept = record_blocks(
+        "hello",
+        MESSAGE_BLOCK_TYPE,
+        "message",
+        {"data": {"content": "hello"}},
+        as_json=str,
+        text_at=["data", "content"],
+    )
+    assert kept[-1] == {
+        "type": MESSAGE_BLOCK_TYPE,
+        "message": {"data": {}},
+        "text_at": ["data", "content"],
+    }
