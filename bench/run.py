@@ -205,8 +205,9 @@ def _plan_summary(text: str) -> str:
 
 
 #: A call of one of the app's PL/pgSQL functions (append, get, resolve: docs/design.md §14.1),
-#: whose own plan is a bare ``Result``: the plans that matter are those of its statement.
-FUNCTION_CALL = re.compile(r"^SELECT cortex_sessions_\w+\(")
+#: whose own plan is a bare ``Result``, or of a table function called in ``FROM`` (the newest
+#: page), whose own plan is a ``Function Scan``: the plans that matter are those of its statement.
+FUNCTION_CALL = re.compile(r"^SELECT (?:\* FROM )?cortex_sessions_\w+\(")
 
 
 def _nested_plans(connection: Any, cursor: Any, sql: str) -> str:

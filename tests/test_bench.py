@@ -348,3 +348,30 @@ def test_a_local_server_process_cpu_is_read():
         after = run._backend_cpu(pid)
     assert before is not None and after is not None
     assert after >= before >= 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_function_calls_plan_is_the_plan_of_its_statement(tmp_path):
+    """The bench's plan column shows the indexes the statement inside each hot-path function
+    uses, the newest page's table function called in ``FROM`` included (its own plan is a bare
+    ``Function Scan``: "no scan" in the column)."""
+    from cortex_sessions import services
+    from cortex_sessions.services import _pg
+
+    if not _pg.enabled("default"):
+        pytest.skip("the hot-path functions are PostgreSQL's (psycopg 3)")
+    scope = "org=bench-plan/user=1"
+    session = services.create_session(scope=scope, agent_id="agent-1")
+    services.append_messages(
+        scope=scope, session_id=session.pk, messages=[{"role": "user", "content": "hi"}]
+    )
+    calls = {
+        "newest": lambda: services.list_messages(scope=scope, session_id=session.pk, limit=50),
+        "get": lambda: services.get_session(scope=scope, session_id=session.pk),
+    }
+    for name, call in calls.items():
+        statements, summary = run.queries_and_plans(call, tmp_path / f"{name}.txt")
+        text = (tmp_path / f"{name}.txt").read_text()
+        assert statements == 1, text
+        assert "-- its statement:" in text, text
+        assert summary.startswith("index session_pkey"), (name, summary)
