@@ -167,8 +167,9 @@ def _page_sql(quote_name: Any, agent: bool) -> str:
     ``(session_id, seq)``, the unique index. ``verbatim``: the records kept under the key, as
     stored (without the text of those kept without it). ``texts``: ``NULL`` when no such
     record has a ``"text_at"``, else an array beside ``verbatim``, each item ``null`` or
-    ``[text_at, the message's first block]`` for :func:`.blocks.with_text` (the first block
-    only for the records that have one: not every message's text again). ``mixed``: some
+    ``[text_at, the text]`` for :func:`.blocks.with_text` (the text: the ``text`` of the
+    message's first block when that is a text block, any JSON value, else ``null``; taken in
+    the page's scan, so the messages' content is not carried through its sort). ``mixed``: some
     message of the page has no record under the key (a flag, not the messages themselves: an
     aggregate's arguments are computed for every row, whatever its ``FILTER``, and building
     each row's JSON would cost more than the page). Parameters: key four times,
@@ -180,10 +181,11 @@ def _page_sql(quote_name: Any, agent: bool) -> str:
         f"{sessions} s CROSS JOIN LATERAL (SELECT count(*) AS n, max(seq) AS last_seq, "
         "coalesce((json_agg(block -> %s ORDER BY seq) FILTER (WHERE block ? %s))::text, '[]')"
         " AS verbatim, CASE WHEN bool_or(block ? 'text_at') THEN (json_agg(CASE WHEN"
-        " block ? 'text_at' THEN json_build_array(block -> 'text_at', content -> 0) END"
+        " block ? 'text_at' THEN json_build_array(block -> 'text_at', head) END"
         " ORDER BY seq) FILTER (WHERE block ? %s))::text END AS texts,"
-        " bool_or(block IS NULL OR NOT block ? %s) AS mixed FROM (SELECT seq,"
-        f" content, {_FIRST_BLOCK} AS block "
+        " bool_or(block IS NULL OR NOT block ? %s) AS mixed FROM (SELECT seq, CASE WHEN"
+        " content -> 0 ->> 'type' = 'text' THEN content -> 0 -> 'text' END AS head,"
+        f" {_FIRST_BLOCK} AS block "
         f"FROM {messages} m WHERE m.session_id = %s AND m.seq > %s ORDER BY m.seq LIMIT %s)"
         f" AS page) AS p WHERE {_visible(agent)}"
     )

@@ -266,16 +266,16 @@ def stored_record(block: Mapping[str, Any], key: str, content: Any) -> Any:
     if path is None:
         return record
     head = content[0] if isinstance(content, list) and content else None
-    return with_text(record, path, head)
+    return with_text(record, path, _head_text(head))
 
 
-def with_text(record: Any, path: Any, head: Any, *, copy: bool = True) -> Any:
+def with_text(record: Any, path: Any, text: Any, *, copy: bool = True) -> Any:
     """``record`` with its message's text put back at ``path`` (a block's ``"text_at"``): the
     one rule both history reads apply, :func:`stored_record` and, on PostgreSQL,
     :func:`.block_history.read_history` (docs/design.md §19.2, §19.3).
 
-    The text is ``head``'s ``text`` when ``head`` (the message's first content block) is a
-    text block with a string ``text``; it goes back only when ``path`` is well formed (a
+    The text is the ``text`` of the message's first content block when that is a text block
+    (``"type": "text"``) and its ``text`` a string; it goes back only when ``path`` is well formed (a
     non-empty list of keys, letters and ``_``, and indexes from 0 under 10^9, the last a key)
     and leads, as PostgreSQL's ``#>`` walks a path (a key of an object by its text, an index
     of a list), to an object without that last key. Any other ``"text_at"`` (a block a host
@@ -284,7 +284,8 @@ def with_text(record: Any, path: Any, head: Any, *, copy: bool = True) -> Any:
     Args:
         record: the record as stored (parsed JSON).
         path: the block's ``"text_at"``, any JSON value (``None``: none).
-        head: the message's first content block, any JSON value (``None``: none).
+        text: the ``text`` of the message's first content block when that is a text block,
+            any JSON value (``None``: none; anything but a string leaves the record as it is).
         copy: copy the containers along the path, so ``record`` is not changed (``False``:
             set the text in ``record`` itself, for a record parsed for this read alone).
 
@@ -292,8 +293,7 @@ def with_text(record: Any, path: Any, head: Any, *, copy: bool = True) -> Any:
         ``record`` itself when nothing is put back; else a copy with the text, or ``record``
         changed when ``copy`` is false.
     """
-    text = _head_text(head)
-    if text is None or not _well_formed(path):
+    if type(text) is not str or not _well_formed(path):
         return record
     *steps, last = path
     parent = record
