@@ -10,8 +10,8 @@ The text is stored once (docs/design.md §19.2, §19.3): when the record holds t
 as one string (a LangChain message's ``content``, a Pydantic AI part's), :func:`record_message`
 and :func:`record_blocks`, given where (``text_at``), keep the record without it and name the
 place in the block's ``"text_at"`` (a JSON array of keys and indexes); :func:`stored_record`
-(and, on PostgreSQL, :mod:`.block_history`'s whole-history statement at the paths the adapters
-write) puts the text block's text back there, by one rule (:func:`with_text`). So a message reaches ``MAX_MESSAGE_BYTES`` at the size
+(and, on PostgreSQL, :mod:`.block_history`'s whole-history read) puts the text block's text
+back there, by one rule (:func:`with_text`). So a message reaches ``MAX_MESSAGE_BYTES`` at the size
 of its text, not twice it. Blocks without ``"text_at"`` (every block written before, and the
 OpenAI Agents and ADK adapters') keep the whole record and read as they are.
 
@@ -269,27 +269,29 @@ def stored_record(block: Mapping[str, Any], key: str, content: Any) -> Any:
     return with_text(record, path, _head_text(head))
 
 
-def with_text(record: Any, path: Any, text: Any) -> Any:
+def with_text(record: Any, path: Any, text: Any, *, copy: bool = True) -> Any:
     """``record`` with its message's text put back at ``path`` (a block's ``"text_at"``): the
-    one rule of both history reads, :func:`stored_record` and, at the paths the adapters write,
-    :func:`.block_history.read_history`'s statement on PostgreSQL (docs/design.md §19.2, §19.3).
+    one rule both history reads apply, :func:`stored_record` and, on PostgreSQL,
+    :func:`.block_history.read_history` (docs/design.md §19.2, §19.3).
 
     The text is the ``text`` of the message's first content block when that is a text block
-    (``"type": "text"``) and its ``text`` a string; it goes back only when ``path`` is well
-    formed (a non-empty list of keys, ASCII letters and ``_``, and indexes from 0 under 10^9,
-    the last a key) and leads, as PostgreSQL's ``#>`` walks a path (a key of an object by its
-    text, an index of a list), to an object without that last key. Any other ``"text_at"`` (a
-    block a host wrote through the API) leaves the record as it is, never an error.
+    (``"type": "text"``) and its ``text`` a string; it goes back only when ``path`` is well formed (a
+    non-empty list of keys, letters and ``_``, and indexes from 0 under 10^9, the last a key)
+    and leads, as PostgreSQL's ``#>`` walks a path (a key of an object by its text, an index
+    of a list), to an object without that last key. Any other ``"text_at"`` (a block a host
+    wrote through the API) leaves the record as it is, never an error.
 
     Args:
         record: the record as stored (parsed JSON).
         path: the block's ``"text_at"``, any JSON value (``None``: none).
         text: the ``text`` of the message's first content block when that is a text block,
             any JSON value (``None``: none; anything but a string leaves the record as it is).
+        copy: copy the containers along the path, so ``record`` is not changed (``False``:
+            set the text in ``record`` itself, for a record parsed for this read alone).
 
     Returns:
-        ``record`` itself when nothing is put back, else a copy with the text (the containers
-        along the path copied: ``record`` is not changed).
+        ``record`` itself when nothing is put back; else a copy with the text, or ``record``
+        changed when ``copy`` is false.
     """
     if type(text) is not str or not _well_formed(path):
         return record
@@ -304,6 +306,9 @@ def with_text(record: Any, path: Any, text: Any) -> Any:
         else:
             return record
     if type(parent) is not dict or last in parent:
+        return record
+    if not copy:
+        parent[last] = text
         return record
     copied = outer = _shallow(record)
     for step in steps:

@@ -53,6 +53,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
+from pydantic_core import from_json
 
 from .. import services
 from ..conf import app_settings
@@ -137,11 +138,6 @@ def to_cortex(message: ModelMessage) -> dict[str, Any]:
         text, MESSAGE_BLOCK_TYPE, "message", data, as_json=_as_json, text_at=_text_at(data, text)
     )
     return {"role": role, "content": content}
-
-
-#: Every ``"text_at"`` :func:`_text_at` writes for a message of up to 16 parts (a longer
-#: one's: its page is read message by message, :mod:`.block_history`).
-TEXT_PATHS: tuple[Path, ...] = tuple(("parts", index, "content") for index in range(16))
 
 
 def _text_at(data: Any, text: str) -> Path | None:
@@ -318,18 +314,19 @@ def _as_uuid(value: uuid.UUID | str) -> uuid.UUID | None:
 
 
 def _read(pk: uuid.UUID, scope: Scope, agent_id: str | None) -> list[ModelMessage] | None:
-    """The history of session ``pk`` on PostgreSQL, the stored messages validated at once
-    (:func:`.block_history.read_history`); ``None`` when the session is not visible (or,
-    given ``agent_id``, not that agent's)."""
+    """The history of session ``pk`` on PostgreSQL, the stored messages parsed
+    (``pydantic_core.from_json``) and validated at once (:func:`.block_history.read_history`:
+    ``validate_python``, as :func:`from_cortex` validates one); ``None`` when the session is
+    not visible (or, given ``agent_id``, not that agent's)."""
     return block_history.read_history(
         pk,
         scope,
         block_type=MESSAGE_BLOCK_TYPE,
         key="message",
-        decode=ModelMessagesTypeAdapter.validate_json,
+        decode=ModelMessagesTypeAdapter.validate_python,
         convert=_convert,
-        text_paths=TEXT_PATHS,
         agent_id=agent_id,
+        parse=from_json,
     )
 
 

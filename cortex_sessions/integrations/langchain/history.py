@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -20,7 +19,7 @@ from ...scope import Scope, as_scope
 from ...services.messages import append_built
 from .. import block_history
 from ..sessions import on_session
-from .messages import MESSAGE_BLOCK_TYPE, TEXT_PATHS, built_message, from_cortex
+from .messages import MESSAGE_BLOCK_TYPE, built_message, from_cortex
 
 __all__ = ["CortexChatMessageHistory"]
 
@@ -185,7 +184,6 @@ def _read(scope: Scope, pk: uuid.UUID) -> list[BaseMessage]:
             key="message",
             decode=_decode,
             convert=_convert,
-            text_paths=TEXT_PATHS,
         )
         if messages is None:
             raise SessionNotFound()
@@ -203,9 +201,9 @@ def _read(scope: Scope, pk: uuid.UUID) -> list[BaseMessage]:
         after = page[-1].seq or after
 
 
-def _decode(text: str) -> list[BaseMessage]:
-    """The messages of a JSON array of stored ``{"type", "data"}`` dicts (their text put back)."""
-    return messages_from_dict(json.loads(text))
+def _decode(records: list[Any]) -> list[BaseMessage]:
+    """The messages of a list of stored ``{"type", "data"}`` dicts (their text put back)."""
+    return messages_from_dict(records)
 
 
 def _convert(role: str, block: Any, content: Any) -> BaseMessage | None:

@@ -128,14 +128,6 @@ def built_message(message: BaseMessage, now: datetime) -> _BuiltMessage:
     )
 
 
-#: Every ``"text_at"`` :func:`_text_at` writes for a content list of up to 16 parts (a longer
-#: one's: its page is read message by message, :mod:`..block_history`).
-TEXT_PATHS: tuple[Path, ...] = (
-    ("data", "content"),
-    *(("data", "content", index, "text") for index in range(16)),
-)
-
-
 def _text_at(record: dict[str, Any], text: str) -> Path | None:
     """Where ``record`` (``{"type", "data"}``) holds the message's ``text`` as one string: its
     ``content``, or the first text part of a content list whose text it is; else ``None``."""
