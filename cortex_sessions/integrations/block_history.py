@@ -7,14 +7,16 @@ client's: a model instance per row, its whole content decoded (the text block on
 dropped), then each record rebuilt from its block. Here PostgreSQL picks each message's first
 block of the runtime's type (:data:`_FIRST_BLOCK`: two lookups, or ``jsonb_path_query_first``
 as the OpenAI Agents adapter's :mod:`.openai_agents_history`) and aggregates the records it
-keeps verbatim into one JSON array, beside a second one of each record's ``"text_at"`` and
-first block where it has one. The client parses the records at once, puts each message's text
-back into a record kept without it (:func:`.blocks.with_text`, the rule the Python read
+keeps verbatim into one JSON array, beside a second one of each record's ``"text_at"`` and its
+message's text where it has one. The client parses the records at once, puts each message's
+text back into a record kept without it (:func:`.blocks.with_text`, the rule the Python read
 applies, so both paths agree by construction) and builds the runtime's records in one call
 (``messages_from_dict``, or pydantic's ``validate_python``). PostgreSQL does not put the text
-back itself: ``jsonb_set`` rebuilds each record and the path's cast and checks cost as much
-again, about three times the page's plain read (docs/performance.md). A page holding a
-message whose record is kept as JSON text, or that has no such block (another writer's), is
+back itself: ``jsonb_set`` rebuilds each record, and casting, matching and walking each
+``"text_at"`` cost as much again, three to four times the page's plain read; with constant
+paths, one branch per path an adapter writes, it still cost what the client's put-back does
+(docs/performance.md, "Whole-history reads after the text was stored once"). A page holding
+a message whose record is kept as JSON text, or that has no such block (another writer's), is
 read again message by message for the adapter's own conversion. The scope check (and the
 agent's, for a pinned session) is in each statement.
 

@@ -6,8 +6,8 @@ No timing here (speed lives in ``bench/``): these pin the division of labour who
 the LangChain and Pydantic AI whole-history reads 1.6x and 2.5x their peers (issue 37). When
 the statement rebuilt every record (``jsonb_set`` at a path cast from each block's
 ``"text_at"``, checked with a regular expression and walked with ``#>``), PostgreSQL spent
-about three times the plain read's time on a page; the client puts the text back with a dict
-assignment per record (:func:`cortex_sessions.integrations.blocks.with_text`)."""
+three to four times the server CPU of the records alone; the client puts the text back with a
+dict assignment per record (:func:`cortex_sessions.integrations.blocks.with_text`)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ pytest.importorskip("pydantic_ai")
 
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage, messages_from_dict
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 
 from cortex_sessions import services
@@ -105,3 +105,21 @@ def test_a_page_of_old_rows_ships_no_texts():
         cursor.execute(query["sql"])
         row = cursor.fetchone()
     assert row[3] is None  # texts
+
+
+def test_a_path_equal_as_json_to_the_adapters_but_not_of_their_form_is_left_alone():
+    """``0.0`` equals ``0`` as JSON (and as ``jsonb``); the rule takes only integers, so
+    ``["data", "content", 0.0, "text"]`` leaves the record as it is on PostgreSQL too."""
+    record = {
+        "type": "ai",
+        "data": {"content": [{"type": "text"}], "type": "ai", "id": "f", "additional_kwargs": {}},
+    }
+    block = {"type": LANGCHAIN_TYPE, "message": record, TEXT_AT: ["data", "content", 0.0, "text"]}
+    pk = services.create_session(scope=SCOPE, agent_id=AGENT).pk
+    services.append_messages(
+        scope=SCOPE,
+        session_id=pk,
+        messages=[{"role": "assistant", "content": [{"type": "text", "text": "forged"}, block]}],
+    )
+    history = CortexChatMessageHistory(scope=SCOPE, agent_id=AGENT, session_id=pk)
+    assert history.messages == messages_from_dict([record])
