@@ -3,7 +3,7 @@ leaves putting each message's text back to the client (``integrations.block_hist
 docs/design.md §19.2, §19.3).
 
 No timing here (speed lives in ``bench/``): these pin the division of labour whose loss made
-the LangChain and Pydantic AI whole-history reads 1.6x and 2.5x their peers (issue 37). When
+the LangChain and Pydantic AI whole-history reads 1.6x and 2.5x their peers. When
 the statement rebuilt every record (``jsonb_set`` at a path cast from each block's
 ``"text_at"``, checked with a regular expression and walked with ``#>``), PostgreSQL spent
 three to four times the server CPU of the records alone; the client puts the text back with a
