@@ -6,13 +6,19 @@ session. Through :func:`~cortex_sessions.services.list_messages` most of that ti
 client's: a model instance per row, its whole content decoded (the text block only to be
 dropped), then each record rebuilt from its block. Here PostgreSQL picks each message's first
 block of the runtime's type (:data:`_FIRST_BLOCK`: two lookups, or ``jsonb_path_query_first``
-as the OpenAI Agents adapter's :mod:`.openai_agents_history`), puts the message's text back
-into a record kept without it (:data:`_RECORD`, :mod:`.blocks`) and aggregates the records it
-keeps verbatim into one JSON array,
-which the runtime decodes in one call (``json.loads``, or pydantic's ``validate_json``). A
-page holding a message whose record is kept as JSON text, or that has no such block (another
-writer's), is read again message by message for the adapter's own conversion. The scope check
-(and the agent's, for a pinned session) is in each statement.
+as the OpenAI Agents adapter's :mod:`.openai_agents_history`) and aggregates the records it
+keeps verbatim into one JSON array, beside a second one of each record's ``"text_at"`` and its
+message's text where it has one. The client parses the records at once, puts each message's
+text back into a record kept without it (:func:`.blocks.with_text`, the rule the Python read
+applies, so both paths agree by construction) and builds the runtime's records in one call
+(``messages_from_dict``, or pydantic's ``validate_python``). PostgreSQL does not put the text
+back itself: ``jsonb_set`` rebuilds each record, and casting, matching and walking each
+``"text_at"`` cost as much again, three to four times the page's plain read; with constant
+paths, one branch per path an adapter writes, it still cost what the client's put-back does
+(docs/performance.md, "Whole-history reads after the text was stored once"). A page holding
+a message whose record is kept as JSON text, or that has no such block (another writer's), is
+read again message by message for the adapter's own conversion. The scope check (and the
+agent's, for a pinned session) is in each statement.
 
 SQLite and MySQL/MariaDB keep the service path; both paths return the same records
 (``tests/runtimes/test_block_history.py``).
@@ -31,6 +37,7 @@ from django.db import connections
 from .. import routing
 from ..models import Message, Session
 from ..scope import Scope
+from .blocks import with_text
 from .openai_agents_history import serves
 
 __all__ = ["read_history", "serves"]
@@ -47,9 +54,10 @@ def read_history(
     *,
     block_type: str,
     key: str,
-    decode: Callable[[str], list[T]],
+    decode: Callable[[list[Any]], list[T]],
     convert: Callable[[str, Any, Any], T | None],
     agent_id: str | None = None,
+    parse: Callable[[str], Any] = json.loads,
 ) -> list[T] | None:
     """Every message of session ``pk`` as a runtime record, in ``seq`` order, or ``None``.
 
@@ -63,8 +71,9 @@ def read_history(
             (docs/design.md §2.3, §18.1).
         block_type: the ``type`` of the content block keeping a record verbatim.
         key: the block's key holding the record as JSON (``key + "_json"``: as JSON text).
-        decode: turns a JSON array (text) of records kept under ``key`` into the records, in
-            order (e.g. ``ModelMessagesTypeAdapter.validate_json``).
+        decode: turns a list of records kept under ``key`` (parsed JSON, each with its
+            message's text put back) into the runtime's records, in order (e.g.
+            ``ModelMessagesTypeAdapter.validate_python``).
         convert: ``(role, block, content) -> record or None`` for each message of a mixed
             page: ``block`` is its first block of ``block_type``, or ``None``; ``content`` is
             the message's content when it has no such block or the block's record is kept
@@ -72,13 +81,16 @@ def read_history(
             ``None`` skips the message. It must return what ``decode`` does for a record
             under ``key``.
         agent_id: when given, the session must also be this agent's.
+        parse: turns the page's JSON array of records (text) into a list (default
+            ``json.loads``; e.g. ``pydantic_core.from_json``).
 
     Returns:
         The records, or ``None`` when no such session is visible (missing, out of scope,
         expired, or another agent's): the caller raises the service's error.
 
     Raises:
-        django.db.Error: as the ORM would; and what ``decode`` and ``convert`` raise.
+        django.db.Error: as the ORM would; and what ``parse``, ``decode`` and ``convert``
+            raise.
     """
     canonical = scope.canonical
     connection = connections[routing.db_for_read(Message, scope=scope)]
@@ -94,14 +106,19 @@ def read_history(
         with connection.cursor() as cursor:
             cursor.execute(
                 _page_sql(quote_name, agent_id is not None),
-                [key, key, key, key, key, key, key, *first, pk, after, PAGE, *visible],
+                [key, key, key, key, *first, pk, after, PAGE, *visible],
             )
             row = cursor.fetchone()
         if row is None:
             return None
-        count, last_seq, verbatim, mixed = row
+        count, last_seq, verbatim, texts, mixed = row
         if not mixed:
-            out.extend(decode(verbatim))
+            records = parse(verbatim)
+            if texts is not None:  # some record is kept without its text: put it back
+                for index, entry in enumerate(json.loads(texts)):
+                    if entry is not None:  # parsed for this read alone: set in place
+                        with_text(records[index], entry[0], entry[1], copy=False)
+            out.extend(decode(records))
         else:
             with connection.cursor() as cursor:
                 cursor.execute(
@@ -143,48 +160,34 @@ _FIRST_BLOCK = (
 )
 
 
-#: A page row's record (``block``'s value under the key, a parameter) with the message's text
-#: put back where the block's ``"text_at"`` says (:func:`.blocks.stored_record`): the path, a
-#: JSON array of keys and indexes the adapters choose (no brackets, quotes or commas inside a
-#: key), becomes a ``text[]`` literal by swapping its brackets for braces; the text is the first
-#: block's, the text block every adapter writes first (a message not starting with one: the
-#: record as it is, as :func:`.blocks.stored_record` reads it).
-#: The text goes back only where :func:`.blocks.stored_record` puts it (its ``_well_formed``
-#: rule: a path of keys and indexes, the last a key, checked on the path's JSON text as
-#: PostgreSQL prints it; the parent an object without that key); any other ``"text_at"`` (a
-#: block a host wrote through the API) leaves the record as it is, as the Python read does.
-_PATH = "translate((block -> 'text_at')::text, '[]', '{}')::text[]"
-_PARENT = f"((block -> %s) #> ({_PATH})[1:cardinality({_PATH}) - 1])"
-_RECORD = (  # nested CASEs: the path is cast only once its text is known to be one
-    "CASE WHEN content -> 0 ->> 'type' = 'text'"
-    " AND jsonb_typeof(content -> 0 -> 'text') = 'string'"
-    " AND (block -> 'text_at')::text ~ '^\\[((\"[A-Za-z_]+\"|[0-9]{1,9}), )*\"[A-Za-z_]+\"\\]$'"
-    f" THEN CASE WHEN jsonb_typeof({_PARENT}) = 'object'"
-    f" AND NOT {_PARENT} ? ({_PATH})[cardinality({_PATH})]"
-    f" THEN jsonb_set(block -> %s, {_PATH}, content -> 0 -> 'text')"
-    " ELSE block -> %s END ELSE block -> %s END"
-)
-
-
 @cache
 def _page_sql(quote_name: Any, agent: bool) -> str:
     """The page statement of :func:`read_history`, built once.
 
     The session is read first (``s``: at most one row), so a session that is not visible
     returns no row and an empty one ``(0, NULL, '[]', NULL)``; the page walks
-    ``(session_id, seq)``, the unique index. ``mixed``: some message of the page has no
-    record under the key (a flag, not the messages themselves: an aggregate's arguments are
-    computed for every row, whatever its ``FILTER``, and building each row's JSON would cost
-    more than the page). Parameters: key seven times (:data:`_RECORD`'s five first),
+    ``(session_id, seq)``, the unique index. ``verbatim``: the records kept under the key, as
+    stored (without the text of those kept without it). ``texts``: ``NULL`` when no such
+    record has a ``"text_at"``, else an array beside ``verbatim``, each item ``null`` or
+    ``[text_at, the text]`` for :func:`.blocks.with_text` (the text: the ``text`` of the
+    message's first block when that is a text block, any JSON value, else ``null``; taken in
+    the page's scan, so the messages' content is not carried through its sort). ``mixed``: some
+    message of the page has no record under the key (a flag, not the messages themselves: an
+    aggregate's arguments are computed for every row, whatever its ``FILTER``, and building
+    each row's JSON would cost more than the page). Parameters: key four times,
     :data:`_FIRST_BLOCK`'s, id, after, limit, then :func:`_visible`'s.
     """
     messages, sessions = quote_name(Message._meta.db_table), quote_name(Session._meta.db_table)
     return (
-        "SELECT p.n, p.last_seq, p.verbatim, p.mixed FROM "
+        "SELECT p.n, p.last_seq, p.verbatim, p.texts, p.mixed FROM "
         f"{sessions} s CROSS JOIN LATERAL (SELECT count(*) AS n, max(seq) AS last_seq, "
-        f"coalesce((json_agg({_RECORD} ORDER BY seq) FILTER (WHERE block ? %s))::text, '[]')"
-        " AS verbatim, bool_or(block IS NULL OR NOT block ? %s) AS mixed FROM (SELECT seq,"
-        f" content, {_FIRST_BLOCK} AS block "
+        "coalesce((json_agg(block -> %s ORDER BY seq) FILTER (WHERE block ? %s))::text, '[]')"
+        " AS verbatim, CASE WHEN bool_or(block ? 'text_at') THEN (json_agg(CASE WHEN"
+        " block ? 'text_at' THEN json_build_array(block -> 'text_at', head) END"
+        " ORDER BY seq) FILTER (WHERE block ? %s))::text END AS texts,"
+        " bool_or(block IS NULL OR NOT block ? %s) AS mixed FROM (SELECT seq, CASE WHEN"
+        " content -> 0 ->> 'type' = 'text' THEN content -> 0 -> 'text' END AS head,"
+        f" {_FIRST_BLOCK} AS block "
         f"FROM {messages} m WHERE m.session_id = %s AND m.seq > %s ORDER BY m.seq LIMIT %s)"
         f" AS page) AS p WHERE {_visible(agent)}"
     )

@@ -10,7 +10,8 @@ The text is stored once (docs/design.md §19.2, §19.3): when the record holds t
 as one string (a LangChain message's ``content``, a Pydantic AI part's), :func:`record_message`
 and :func:`record_blocks`, given where (``text_at``), keep the record without it and name the
 place in the block's ``"text_at"`` (a JSON array of keys and indexes); :func:`stored_record`
-puts the text block's text back there. So a message reaches ``MAX_MESSAGE_BYTES`` at the size
+(and, on PostgreSQL, :mod:`.block_history`'s whole-history read) puts the text block's text
+back there, by one rule (:func:`with_text`). So a message reaches ``MAX_MESSAGE_BYTES`` at the size
 of its text, not twice it. Blocks without ``"text_at"`` (every block written before, and the
 OpenAI Agents and ADK adapters') keep the whole record and read as they are.
 
@@ -20,7 +21,6 @@ Pure functions: nothing here reads or writes the database or imports an SDK.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from functools import cache
@@ -41,6 +41,7 @@ __all__ = [
     "stored_record",
     "text_blocks",
     "verbatim_block",
+    "with_text",
 ]
 
 #: The key of a verbatim block naming where in its record the message's text belongs: a JSON
@@ -264,60 +265,86 @@ def stored_record(block: Mapping[str, Any], key: str, content: Any) -> Any:
     path = block.get(TEXT_AT)
     if path is None:
         return record
-    text = _first_text(content)
-    if text is None or not _well_formed(path):  # the record as it is (see _well_formed)
+    head = content[0] if isinstance(content, list) and content else None
+    return with_text(record, path, _head_text(head))
+
+
+def with_text(record: Any, path: Any, text: Any, *, copy: bool = True) -> Any:
+    """``record`` with its message's text put back at ``path`` (a block's ``"text_at"``): the
+    one rule both history reads apply, :func:`stored_record` and, on PostgreSQL,
+    :func:`.block_history.read_history` (docs/design.md §19.2, §19.3).
+
+    The text is the ``text`` of the message's first content block when that is a text block
+    (``"type": "text"``) and its ``text`` a string; it goes back only when ``path`` is well formed (a
+    non-empty list of keys, letters and ``_``, and indexes from 0 under 10^9, the last a key)
+    and leads, as PostgreSQL's ``#>`` walks a path (a key of an object by its text, an index
+    of a list), to an object without that last key. Any other ``"text_at"`` (a block a host
+    wrote through the API) leaves the record as it is, never an error.
+
+    Args:
+        record: the record as stored (parsed JSON).
+        path: the block's ``"text_at"``, any JSON value (``None``: none).
+        text: the ``text`` of the message's first content block when that is a text block,
+            any JSON value (``None``: none; anything but a string leaves the record as it is).
+        copy: copy the containers along the path, so ``record`` is not changed (``False``:
+            set the text in ``record`` itself, for a record parsed for this read alone).
+
+    Returns:
+        ``record`` itself when nothing is put back; else a copy with the text, or ``record``
+        changed when ``copy`` is false.
+    """
+    if type(text) is not str or not _well_formed(path):
         return record
     *steps, last = path
     parent = record
     for step in steps:  # as PostgreSQL's #> walks a path: a key by its text, an index
-        if type(parent) is dict:
+        kind = type(parent)
+        if kind is dict:
             parent = parent.get(str(step))
-        elif type(parent) is list and type(step) is int and step < len(parent):
+        elif kind is list and type(step) is int and step < len(parent):
             parent = parent[step]
         else:
             return record
     if type(parent) is not dict or last in parent:
         return record
-    copy = outer = _shallow(record)
+    if not copy:
+        parent[last] = text
+        return record
+    copied = outer = _shallow(record)
     for step in steps:
         index = str(step) if type(outer) is dict else step
         outer[index] = inner = _shallow(outer[index])
         outer = inner
     outer[last] = text
-    return copy
+    return copied
 
 
 def _well_formed(path: Any) -> bool:
-    """Whether a block's ``"text_at"`` has the form this module writes, the one
-    ``block_history``'s statement puts the text back by on PostgreSQL: a non-empty list of
-    keys (letters and ``_``) and indexes (integers from 0, under 10^9), the last a key. Any
-    other ``"text_at"`` (a block a host wrote through the API) is ignored on every database:
-    the record reads as it is, never an error."""
-    return (
-        type(path) is list
-        and bool(path)
-        and type(path[-1]) is str
-        and all(
-            (type(step) is str and _KEY.fullmatch(step) is not None)
-            or (type(step) is int and 0 <= step < 10**9)
-            for step in path
-        )
-    )
+    """Whether a block's ``"text_at"`` has the form this module writes, the only one
+    :func:`with_text` puts the text back by (on every database and both read paths): a
+    non-empty list of keys (ASCII letters and ``_``) and indexes (integers from 0, under
+    10^9), the last a key. Any other ``"text_at"`` (a block a host wrote through the API) is
+    ignored: the record reads as it is, never an error."""
+    if type(path) is not list or not path or type(path[-1]) is not str:
+        return False
+    for step in path:
+        kind = type(step)
+        if kind is str:
+            if not (step.isascii() and step.replace("_", "a").isalpha()):
+                return False
+        elif kind is not int or not 0 <= step < 10**9:
+            return False
+    return True
 
 
-#: A key of a ``"text_at"`` path (:func:`_well_formed`).
-_KEY = re.compile(r"[A-Za-z_]+")
-
-
-def _first_text(content: Any) -> str | None:
-    """The ``text`` of ``content``'s first block when that is a text block with a string
-    ``text`` (where :func:`record_blocks` puts it), else ``None``."""
-    if not isinstance(content, list) or not content:
+def _head_text(head: Any) -> str | None:
+    """The ``text`` of a message's first content block ``head`` when that is a text block with
+    a string ``text`` (where :func:`record_blocks` puts it), else ``None``."""
+    if type(head) is not dict and not isinstance(head, Mapping):
         return None
-    first = content[0]
-    if not isinstance(first, Mapping) or first.get("type") != "text":
+    if head.get("type") != "text":
         return None
-    text = first.get("text")
+    text = head.get("text")
     return text if type(text) is str else None
 
 

@@ -53,6 +53,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
+from pydantic_core import from_json
 
 from .. import services
 from ..conf import app_settings
@@ -313,17 +314,19 @@ def _as_uuid(value: uuid.UUID | str) -> uuid.UUID | None:
 
 
 def _read(pk: uuid.UUID, scope: Scope, agent_id: str | None) -> list[ModelMessage] | None:
-    """The history of session ``pk`` on PostgreSQL, the stored messages validated at once
-    (:func:`.block_history.read_history`); ``None`` when the session is not visible (or,
-    given ``agent_id``, not that agent's)."""
+    """The history of session ``pk`` on PostgreSQL, the stored messages parsed
+    (``pydantic_core.from_json``) and validated at once (:func:`.block_history.read_history`:
+    ``validate_python``, as :func:`from_cortex` validates one); ``None`` when the session is
+    not visible (or, given ``agent_id``, not that agent's)."""
     return block_history.read_history(
         pk,
         scope,
         block_type=MESSAGE_BLOCK_TYPE,
         key="message",
-        decode=ModelMessagesTypeAdapter.validate_json,
+        decode=ModelMessagesTypeAdapter.validate_python,
         convert=_convert,
         agent_id=agent_id,
+        parse=from_json,
     )
 
 

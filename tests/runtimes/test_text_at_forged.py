@@ -42,6 +42,7 @@ FORGED = {
     "a key with a comma": ["data", "a,b"],
     "a key with a brace": ["data", "}"],
     "a key with a quote": ["data", 'a"b'],
+    "a key with a letter outside ASCII": ["data", "contént"],
     "an index last": ["data", 0],
     "an index into an object": ["data", 3, "text"],
     "a missing key on the way": ["data", "nope", "content"],

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -202,9 +201,9 @@ def _read(scope: Scope, pk: uuid.UUID) -> list[BaseMessage]:
         after = page[-1].seq or after
 
 
-def _decode(text: str) -> list[BaseMessage]:
-    """The messages of a JSON array of stored ``{"type", "data"}`` dicts."""
-    return messages_from_dict(json.loads(text))
+def _decode(records: list[Any]) -> list[BaseMessage]:
+    """The messages of a list of stored ``{"type", "data"}`` dicts (their text put back)."""
+    return messages_from_dict(records)
 
 
 def _convert(role: str, block: Any, content: Any) -> BaseMessage | None:
