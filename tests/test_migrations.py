@@ -96,7 +96,7 @@ class Migrator:
     """Moves the app's schema with ``MigrationExecutor`` and hands out historical models.
 
     A name of a squashed-away original (``0001_message_log`` to
-    ``0018_drop_pre_release_append_functions``) works both ways: going back to one, Django
+    ``0023_newest_page_function``) works both ways: going back to one, Django
     plans with the originals; from a database at one, the graph holds the originals.
     """
 

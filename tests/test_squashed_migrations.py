@@ -1,5 +1,6 @@
 """The squashed migrations (docs/design.md §4): ``0001_squashed_0011_sessions`` and
-``0012_squashed_0018_search_and_functions`` replace the pre-release originals, and the ADK
+``0012_squashed_0018_search_and_functions`` replace the pre-release originals,
+``0019_squashed_0023_context_retention_erasure_and_functions`` those after 1.0.0, and the ADK
 app's ``0001_squashed_0003_adk_state`` its three.
 
 - A new database migrated through the squashes has the schema of one migrated through the
@@ -8,14 +9,19 @@ app's ``0001_squashed_0003_adk_state`` its three.
 - A database at an original finishes with the originals (and the squash that none of its
   migrations ran), keeping its rows.
 - Going back from the squashes into the originals and forward again keeps the rows.
-- The squashes create each table, index and function once, and ``makemigrations`` finds
-  nothing to do.
+- The squashes create each table, index and function once (a new database on PostgreSQL runs
+  one ``CREATE FUNCTION`` per function), and ``makemigrations`` finds nothing to do.
+- A database at 1.0.0 (``0018``) migrates through the third squash to the schema the originals
+  give, with its rows and their token counts, and back to 1.0.0's schema.
 """
 
 from __future__ import annotations
 
 import importlib
 import re
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from io import StringIO
 from typing import Any
 
@@ -33,7 +39,11 @@ from cortex_sessions.models import Message, Session
 from cortex_sessions.services import _pg, _pg_page
 from tests.test_migrations import APP, migrator, originals_only  # noqa: F401  (the fixture)
 
-SQUASHES = ("0001_squashed_0011_sessions", "0012_squashed_0018_search_and_functions")
+SQUASHES = (
+    "0001_squashed_0011_sessions",
+    "0012_squashed_0018_search_and_functions",
+    "0019_squashed_0023_context_retention_erasure_and_functions",
+)
 ORIGINALS = (
     "0001_message_log",
     "0002_sessions",
@@ -53,15 +63,14 @@ ORIGINALS = (
     "0016_append_one_returns_an_array",
     "0017_get_and_resolve_functions",
     "0018_drop_pre_release_append_functions",
-)
-#: The migrations after the squashes, which every database runs after them, in order.
-LATER = (
     "0019_context_window",
     "0020_retention",
     "0021_erasures",
     "0022_append_many_function",
     "0023_newest_page_function",
 )
+#: 1.0.0's last migration: the originals of the first two squashes, none of the third's.
+RELEASED = ORIGINALS.index("0018_drop_pre_release_append_functions") + 1
 ADK = "cortex_adk"
 ADK_SQUASH = "0001_squashed_0003_adk_state"
 ADK_ORIGINALS = (
@@ -86,7 +95,7 @@ def _squash(name: str) -> Any:
 def test_the_squashes_replace_every_original_in_order():
     loader = _loader()
     on_disk = sorted(name for app, name in loader.disk_migrations if app == APP)
-    assert on_disk == sorted(ORIGINALS + SQUASHES + LATER)
+    assert on_disk == sorted(ORIGINALS + SQUASHES)
     replaced = [
         name for squash in SQUASHES for _, name in loader.disk_migrations[(APP, squash)].replaces
     ]
@@ -106,22 +115,71 @@ def _sql(operation: Any) -> list[str]:
     return []
 
 
+#: The functions of 1.0.0 (``0012_squashed_0018_search_and_functions``), which the third squash
+#: drops; and those the code calls, which it creates.
+RELEASED_FUNCTIONS = (
+    "cortex_sessions_append_one_v4",
+    "cortex_sessions_get_v1",
+    "cortex_sessions_resolve_v1",
+)
+#: (Each name is the one its SQL creates, e.g. ``cortex_sessions_append_one_v6``.)
+FUNCTIONS = (_pg.APPEND_ONE, _pg.GET, _pg.RESOLVE, _pg.APPEND_MANY, _pg_page.NEWEST)
+
+
+def _reverse_sql(operation: Any) -> list[str]:
+    """The backward SQL of the ``RunSQL`` operations in ``operation`` (an ``OnVendors``)."""
+    if isinstance(operation, RunSQL):
+        sql = operation.reverse_sql
+        return [sql] if isinstance(sql, str) else list(sql)
+    if isinstance(operation, OnVendors):
+        return [sql for inner in operation.database_operations for sql in _reverse_sql(inner)]
+    return []
+
+
+def _created(statements: list[str]) -> Counter[str]:
+    """How many times ``statements`` create each function, by name."""
+    return Counter(re.findall(r"CREATE (?:OR REPLACE )?FUNCTION (\w+)\(", "\n".join(statements)))
+
+
+def _dropped(statements: list[str]) -> Counter[str]:
+    return Counter(re.findall(r"DROP FUNCTION (?:IF EXISTS )?(\w+)\(", "\n".join(statements)))
+
+
 def test_the_squashes_create_each_table_index_and_function_once():
     """No create-then-alter: only models created in their final form, the backfill, and
-    vendor-conditional SQL and search schema; each function created once, as the code calls
-    it (none of the three pre-release append functions)."""
+    vendor-conditional SQL and search schema in the first two; in the third the columns and
+    indexes it adds to 1.0.0's tables (each once; the indexes it removes are 1.0.0's, built
+    again ending with ``expires_at``), the erasure table and the token-count data step. Each
+    function is created once, as the code calls it (none of the pre-release append functions,
+    none of ``0019``'s versions), and the third squash drops 1.0.0's, only them."""
     loader = _loader()
-    operations = [op for name in SQUASHES for op in loader.disk_migrations[(APP, name)].operations]
-    kinds = [type(operation).__name__ for operation in operations]
+    first = [op for name in SQUASHES[:2] for op in loader.disk_migrations[(APP, name)].operations]
+    kinds = [type(operation).__name__ for operation in first]
     assert set(kinds) == {"CreateModel", "RunPython", "OnVendors", "MessageSearchSchema"}
-    models = [op.name for op in operations if type(op).__name__ == "CreateModel"]
+    models = [op.name for op in first if type(op).__name__ == "CreateModel"]
     assert sorted(models) == ["IdempotencyKey", "ImportedConversation", "Message", "Session"]
-    statements = [sql for operation in operations for sql in _sql(operation)]
-    functions = re.findall(r"CREATE OR REPLACE FUNCTION (\w+)\(", "\n".join(statements))
-    # The versions of 1.0.0, which 0019_context_window replaces.
-    assert sorted(functions) == sorted(
-        ["cortex_sessions_append_one_v4", "cortex_sessions_get_v1", "cortex_sessions_resolve_v1"]
-    )
+    third = loader.disk_migrations[(APP, SQUASHES[2])].operations
+    kinds = [type(operation).__name__ for operation in third]
+    assert set(kinds) == {
+        "AddField", "RemoveIndex", "AddIndex", "CreateModel", "OnVendors", "RunPython"
+    }  # fmt: skip
+    fields = [(op.model_name, op.name) for op in third if type(op).__name__ == "AddField"]
+    assert len(fields) == len(set(fields)) == 9
+    added = [op.index.name for op in third if type(op).__name__ == "AddIndex"]
+    removed = [op.name for op in third if type(op).__name__ == "RemoveIndex"]
+    assert len(added) == len(set(added)) and set(removed) < set(added)
+    released = loader.project_state((APP, SQUASHES[1])).models[APP, "session"].options["indexes"]
+    assert set(removed) <= {index.name for index in released}
+    assert [op.name for op in third if type(op).__name__ == "CreateModel"] == ["Erasure"]
+    assert kinds[-1] == "RunPython"  # the data step, after every change of the schema
+
+    statements = [sql for name in SQUASHES for op in _operations(name) for sql in _sql(op)]
+    assert _created(statements) == Counter((*RELEASED_FUNCTIONS, *FUNCTIONS))
+    assert _dropped(statements) == Counter(RELEASED_FUNCTIONS)
+    # Backward the third squash creates 1.0.0's again and drops its own.
+    backward = [sql for op in _operations(SQUASHES[2]) for sql in _reverse_sql(op)]
+    assert _created(backward) == Counter(RELEASED_FUNCTIONS)
+    assert _dropped(backward) == Counter(FUNCTIONS)
     adk = loader.disk_migrations[(ADK, ADK_SQUASH)].operations
     assert [(type(op).__name__, op.name) for op in adk] == [
         ("CreateModel", "AdkAppState"),
@@ -130,17 +188,37 @@ def test_the_squashes_create_each_table_index_and_function_once():
     ]
 
 
-def test_the_migration_after_the_squash_holds_the_function_sql_the_code_describes():
-    """The squash's functions are 1.0.0's; the later migrations replace each under a new name
-    (``0019_context_window``, then ``0020_retention``), the newest with the SQL the code
-    describes today (docs/design.md §14.1)."""
-    squash = _squash(SQUASHES[1])
-    # the newest migration that (re)creates the functions
-    latest = [m for m in map(_squash, LATER) if hasattr(m, "CREATE_APPEND_ONE")][-1]
-    for name in ("APPEND_ONE", "GET", "RESOLVE"):
-        code = _pg.function_sql(getattr(_pg, name))
-        assert code == (getattr(latest, f"CREATE_{name}"), getattr(latest, f"DROP_{name}"))
-        assert getattr(squash, f"DROP_{name}") != code[1]
+def _operations(name: str) -> list[Any]:
+    return _loader().disk_migrations[(APP, name)].operations
+
+
+def test_the_squashes_hold_the_function_sql_the_code_describes():
+    """The second squash's functions are 1.0.0's; the third holds each function the code calls
+    with the SQL the code describes today, under a name of its own (docs/design.md §14.1), and
+    drops 1.0.0's with the second squash's SQL (backward: creates them with it)."""
+    released, squash = _squash(SQUASHES[1]), _squash(SQUASHES[2])
+    constants = {
+        _pg.APPEND_ONE: "APPEND_ONE",
+        _pg.GET: "GET",
+        _pg.RESOLVE: "RESOLVE",
+        _pg.APPEND_MANY: "APPEND_MANY",
+        _pg_page.NEWEST: "NEWEST",
+    }
+    assert set(constants) == set(FUNCTIONS)
+    for function, name in constants.items():
+        code = _pg.function_sql(function)
+        assert code == (getattr(squash, f"CREATE_{name}"), getattr(squash, f"DROP_{name}"))
+        assert code in squash.FUNCTIONS
+        if hasattr(released, f"DROP_{name}"):
+            assert getattr(released, f"DROP_{name}") != code[1]
+    assert len(squash.FUNCTIONS) == len(FUNCTIONS)
+    drop = squash._released()
+    assert drop.sql == [released.DROP_APPEND_ONE, released.DROP_GET, released.DROP_RESOLVE]
+    assert drop.reverse_sql == [
+        released.CREATE_APPEND_ONE,
+        released.CREATE_GET,
+        released.CREATE_RESOLVE,
+    ]
 
 
 @pytest.mark.django_db
@@ -199,6 +277,29 @@ def _migrate_app_to_zero() -> None:
     MigrationExecutor(connection).migrate([(APP, None)])
 
 
+@contextmanager
+def _recorded() -> Iterator[list[str]]:
+    """The SQL statements the connection runs meanwhile (``connection.execute_wrapper``)."""
+    statements: list[str] = []
+
+    def record(execute: Any, sql: Any, params: Any, many: bool, context: Any) -> Any:
+        statements.append(str(sql))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        yield statements
+
+
+def _function_names() -> list[str]:
+    """The app's functions on this PostgreSQL database, by name."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+            " WHERE n.nspname = current_schema() AND p.proname LIKE 'cortex_sessions%%'"
+        )
+        return sorted(name for (name,) in cursor.fetchall())
+
+
 @pytest.fixture
 def restore():
     """Leave the database at the latest migrations of every app for the other tests."""
@@ -214,14 +315,22 @@ def test_a_new_database_through_the_squashes_has_the_schema_of_the_originals(res
     targets = executor.loader.graph.leaf_nodes(APP) + executor.loader.graph.leaf_nodes(ADK)
     plan = executor.migration_plan(targets)
     assert [(migration.name, backwards) for migration, backwards in plan] == [
-        (name, False) for name in (*SQUASHES, *LATER, ADK_SQUASH)
+        (name, False) for name in (*SQUASHES, ADK_SQUASH)
     ]
-    executor.migrate(targets)
+    with _recorded() as statements:
+        executor.migrate(targets)
     squashed = _schema()
     assert set(squashed) >= {f"{APP}_session", f"{APP}_message", f"{ADK}_adksession"}
+    assert f"{APP}_erasure" in squashed
     if connection.vendor == "postgresql":
-        functions = {_pg.APPEND_ONE, _pg.APPEND_MANY, _pg.GET, _pg.RESOLVE, _pg_page.NEWEST}
-        assert {name for name, _ in squashed["functions"]} == functions
+        # Each function created once: the code's five, and 1.0.0's three, which the third
+        # squash drops; the database ends with exactly the functions the code calls.
+        assert _created(statements) == Counter((*RELEASED_FUNCTIONS, *FUNCTIONS))
+        assert _dropped(statements) == Counter(RELEASED_FUNCTIONS)
+        assert {name for name, _ in squashed["functions"]} == set(FUNCTIONS)
+        assert _function_names() == sorted(FUNCTIONS)
+    else:
+        assert not _created(statements) and not _dropped(statements)
 
     _migrate_app_to_zero()
     executor = MigrationExecutor(connection)
@@ -229,10 +338,16 @@ def test_a_new_database_through_the_squashes_has_the_schema_of_the_originals(res
     targets = executor.loader.graph.leaf_nodes(APP) + executor.loader.graph.leaf_nodes(ADK)
     plan = executor.migration_plan(targets)
     assert [(migration.name, backwards) for migration, backwards in plan] == [
-        (name, False) for name in (*ORIGINALS, *LATER, *ADK_ORIGINALS)
+        (name, False) for name in (*ORIGINALS, *ADK_ORIGINALS)
     ]
-    executor.migrate(targets)
+    with _recorded() as statements:
+        executor.migrate(targets)
     assert _schema() == squashed
+    if connection.vendor == "postgresql":
+        # What the squashes spare a new database: 14 functions created and 9 dropped through
+        # the originals, against 8 and 3 through the squashes.
+        created, dropped = _created(statements), _dropped(statements)
+        assert (sum(created.values()), sum(dropped.values())) == (14, 9)
     # Every original applied: Django records the squashes as applied too.
     applied = MigrationRecorder(connection).applied_migrations()
     assert all((APP, name) in applied for name in SQUASHES) and (ADK, ADK_SQUASH) in applied
@@ -279,11 +394,16 @@ def _rows() -> tuple[list[Any], list[Any]]:
     [
         # Inside the first squash's range: its remaining original, then the second squash,
         # none of whose originals ran.
-        ("0010_mysql_exact_columns_and_default_flag", ["0011_session_lifecycle", SQUASHES[1]]),
-        # Inside the second squash's range: the remaining originals.
-        ("0014_append_one_narrow_row", list(ORIGINALS[14:])),
-        # Migrated by the commit before the squash: the cleanup only.
-        ("0017_get_and_resolve_functions", ["0018_drop_pre_release_append_functions"]),
+        ("0010_mysql_exact_columns_and_default_flag", ["0011_session_lifecycle", *SQUASHES[1:]]),
+        # Inside the second squash's range: its remaining originals, then the third squash.
+        ("0014_append_one_narrow_row", [*ORIGINALS[14:RELEASED], SQUASHES[2]]),
+        # Migrated by the commit before the second squash: the cleanup, then the third.
+        ("0017_get_and_resolve_functions", ["0018_drop_pre_release_append_functions", SQUASHES[2]]),
+        # At 1.0.0: the third squash.
+        ("0018_drop_pre_release_append_functions", [SQUASHES[2]]),
+        # Inside the third squash's range (migrated by a commit after 1.0.0): the remaining
+        # originals.
+        ("0020_retention", list(ORIGINALS[RELEASED + 2 :])),
     ],
 )
 @pytest.mark.django_db(transaction=True)
@@ -299,7 +419,7 @@ def test_a_database_at_an_original_finishes_with_the_originals_and_keeps_its_row
     executor = MigrationExecutor(connection)
     plan = executor.migration_plan(executor.loader.graph.leaf_nodes(APP))
     assert [(migration.name, backwards) for migration, backwards in plan] == [
-        (name, False) for name in (*rest, *LATER)
+        (name, False) for name in rest
     ]
 
     call_command("migrate", verbosity=0)  # what the host runs on upgrading
@@ -313,6 +433,7 @@ def test_a_database_at_an_original_finishes_with_the_originals_and_keeps_its_row
     assert all((APP, name) in applied for name in ORIGINALS + SQUASHES)
     if connection.vendor == "postgresql":
         assert _pre_release_functions() == [False, False, False]
+        assert _function_names() == sorted(FUNCTIONS)
     # This code serves the database: on PostgreSQL through the functions of the squash range.
     first = sessions[0][0]
     result = services.append_messages(
@@ -334,6 +455,77 @@ def _pre_release_functions() -> list[bool]:
             )
             found.append(cursor.fetchone()[0])
     return found
+
+
+def _at_release(mover: Any) -> Any:
+    """Bring the database to 1.0.0's last migration as 1.0.0 left it (every original to
+    ``0018`` and the first two squashes recorded, nothing of the third); return its apps."""
+    apps = mover.migrate(ORIGINALS[RELEASED - 1])
+    recorder = MigrationRecorder(connection)
+    recorder.migration_qs.filter(app=APP, name=SQUASHES[2]).delete()
+    applied = {name for app, name in recorder.applied_migrations() if app == APP}
+    assert applied == set(ORIGINALS[:RELEASED]) | set(SQUASHES[:2])
+    return apps
+
+
+def _token_counts() -> tuple[list[int], list[int]]:
+    """Each message's ``token_count`` and each session's ``context_tokens``, by id."""
+    return (
+        list(Message.objects.order_by("pk").values_list("token_count", flat=True)),
+        list(Session.objects.order_by("pk").values_list("context_tokens", flat=True)),
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_database_at_1_0_0_migrates_through_the_third_squash_as_through_the_originals(
+    migrator,  # noqa: F811
+):
+    """From 1.0.0 (``0018``) Django plans the third squash alone: on PostgreSQL it drops 1.0.0's
+    three functions and creates each of the five the code calls once; its data step counts
+    the tokens of the rows 1.0.0 wrote. The schema (columns, indexes, constraints, function
+    definitions) and the rows are those the originals ``0019`` to ``0023`` give the same
+    database. Backward, the squash leaves 1.0.0's schema, functions included."""
+    _write(_at_release(migrator))
+    released = _schema()
+    postgres = connection.vendor == "postgresql"
+    if postgres:
+        assert _function_names() == sorted(RELEASED_FUNCTIONS)
+    executor = MigrationExecutor(connection)
+    plan = executor.migration_plan(executor.loader.graph.leaf_nodes(APP))
+    assert [(migration.name, backwards) for migration, backwards in plan] == [(SQUASHES[2], False)]
+    with _recorded() as statements:
+        executor.migrate(executor.loader.graph.leaf_nodes(APP))
+    squashed, rows, counts = _schema(), _rows(), _token_counts()
+    assert f"{APP}_erasure" in squashed
+    assert all(counts[0]) and counts[1] == [sum(counts[0][:2]), sum(counts[0][2:])]
+    if postgres:
+        assert _created(statements) == Counter(FUNCTIONS)
+        assert _dropped(statements) == Counter(RELEASED_FUNCTIONS)
+        assert _function_names() == sorted(FUNCTIONS)
+
+    # Backward: Django plans the squash's backward (1.0.0's squashes stay).
+    executor = MigrationExecutor(connection)
+    plan = executor.migration_plan([(APP, SQUASHES[1])])
+    assert [(migration.name, backwards) for migration, backwards in plan][-1] == (
+        SQUASHES[2],
+        True,
+    )
+    executor.migrate([(APP, SQUASHES[1])])
+    assert _schema() == released
+    if postgres:
+        assert _function_names() == sorted(RELEASED_FUNCTIONS)
+
+    # The same database through the originals.
+    MigrationRecorder(connection).migration_qs.filter(app=APP, name=SQUASHES[2]).delete()
+    executor = MigrationExecutor(connection)
+    originals_only(executor.loader)
+    plan = executor.migration_plan(executor.loader.graph.leaf_nodes(APP))
+    assert [(migration.name, backwards) for migration, backwards in plan] == [
+        (name, False) for name in ORIGINALS[RELEASED:]
+    ]
+    executor.migrate(executor.loader.graph.leaf_nodes(APP))
+    assert _schema() == squashed
+    assert (_rows(), _token_counts()) == (rows, counts)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -366,4 +558,4 @@ def test_back_from_the_squashes_to_an_original_and_forward_again_keeps_the_rows(
         scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "three"}]
     )
     assert [m.seq for m in result.messages] == [3]
-    assert MigrationExecutor(connection).loader.graph.leaf_nodes(APP) == [(APP, LATER[-1])]
+    assert MigrationExecutor(connection).loader.graph.leaf_nodes(APP) == [(APP, SQUASHES[-1])]

@@ -148,10 +148,9 @@ def test_0019_gives_existing_messages_their_token_counts_and_sessions_their_cont
     migrator,  # noqa: F811
     monkeypatch,
 ):
-    import importlib
+    from cortex_sessions.migrations import _operations as operations
 
-    migration = importlib.import_module("cortex_sessions.migrations.0019_context_window")
-    monkeypatch.setattr(migration, "BATCH_SIZE", 2)  # several batches of each kind
+    monkeypatch.setattr(operations, "BATCH_SIZE", 2)  # several batches of each kind
     apps = migrator.migrate("0018_drop_pre_release_append_functions")
     OldSession = apps.get_model(APP, "Session")
     OldMessage = apps.get_model(APP, "Message")

@@ -15,9 +15,10 @@
   ``tests/test_hot_paths.py`` checks that they agree.
 - A data step gives every existing message its ``token_count`` (from ``TOKEN_COUNTER`` as
   configured when it runs) and every session its ``context_tokens`` (the sum over its
-  messages: no compaction exists before this migration), ``BATCH_SIZE`` rows at a time with
-  keyset pagination, so memory stays bounded whatever the table's size. Usage totals start at
-  zero: no message had a usage before.
+  messages: no compaction exists before this migration), ``_operations.BATCH_SIZE`` rows at a
+  time with keyset pagination, so memory stays bounded whatever the table's size. Usage totals
+  start at zero: no message had a usage before. The step is ``_operations.fill_token_counts``,
+  which the squash ``0019_squashed_0023_context_retention_erasure_and_functions`` runs too.
 
 Backward: the data step does nothing, the previous functions are created again (from the
 squash's frozen SQL) and the columns are dropped.
@@ -29,14 +30,9 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import migrations, models
-from django.db.models import OuterRef, Subquery, Sum, Value
-from django.db.models.functions import Coalesce
 from django.db.migrations.operations.base import Operation
 
-from cortex_sessions.migrations._operations import OnVendors
-
-#: Rows read and written per batch by the data step.
-BATCH_SIZE = 1000
+from cortex_sessions.migrations._operations import OnVendors, fill_token_counts
 
 CREATE_APPEND_ONE = (
     "CREATE OR REPLACE FUNCTION cortex_sessions_append_one_v5(bigint, bigint, numeric,"
@@ -141,53 +137,6 @@ def _functions() -> list[Operation]:
         migrations.RunSQL(CREATE_GET, DROP_GET, elidable=False),
         migrations.RunSQL(CREATE_RESOLVE, DROP_RESOLVE, elidable=False),
     ]
-
-
-def fill_token_counts(apps: Any, schema_editor: Any) -> None:
-    """Give every message its ``token_count`` and every session its ``context_tokens``, in
-    batches of :data:`BATCH_SIZE` (docs/design.md §16.2). Idempotent."""
-    from cortex_sessions.tokens import count_tokens
-
-    alias = schema_editor.connection.alias
-    Message = apps.get_model("cortex_sessions", "Message")
-    Session = apps.get_model("cortex_sessions", "Session")
-    messages = Message.objects.using(alias)
-    last = 0
-    while True:
-        batch = list(
-            messages.filter(pk__gt=last).order_by("pk").values_list("pk", "role", "content")[
-                :BATCH_SIZE
-            ]
-        )
-        if not batch:
-            break
-        messages.bulk_update(
-            [Message(pk=pk, token_count=count_tokens(role, content)) for pk, role, content in batch],
-            ["token_count"],
-        )
-        last = batch[-1][0]
-    sessions = Session.objects.using(alias)
-    per_session = (
-        messages.filter(session=OuterRef("pk"))
-        .order_by()
-        .values("session")
-        .annotate(total=Sum("token_count"))
-        .values("total")
-    )
-    after = None
-    while True:
-        page = sessions.order_by("pk")
-        if after is not None:
-            page = page.filter(pk__gt=after)
-        ids = list(page.values_list("pk", flat=True)[:BATCH_SIZE])
-        if not ids:
-            break
-        sessions.filter(pk__in=ids).update(
-            context_tokens=Coalesce(
-                Subquery(per_session, output_field=models.BigIntegerField()), Value(0)
-            )
-        )
-        after = ids[-1]
 
 
 class Migration(migrations.Migration):

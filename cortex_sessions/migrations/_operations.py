@@ -1,16 +1,20 @@
 """Operations the migrations share (docs/design.md §4): the vendor-conditional wrapper of
-``0010`` and the message search schema of ``0012``, used by those originals and by the squashed
-migrations that replace them, so each is written once.
+``0010``, the message search schema of ``0012`` and the token-count data step of ``0019``, used by
+those originals and by the squashed migrations that replace them, so each is written once.
 
 The migration loader skips modules whose name starts with ``_``, so this is no migration.
 """
 
 from __future__ import annotations
 
-from django.db import migrations
+from typing import Any
+
+from django.db import migrations, models
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.migrations.operations.base import Operation
 from django.db.migrations.state import ProjectState
+from django.db.models import OuterRef, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
 
 from cortex_sessions import search
 from cortex_sessions.conf import app_settings
@@ -97,3 +101,66 @@ class MessageSearchSchema(Operation):
 
     def describe(self) -> str:
         return "On PostgreSQL: message search column and GIN indexes"
+
+
+#: Rows read and written per batch by :func:`fill_token_counts`.
+BATCH_SIZE = 1000
+
+
+def fill_token_counts(apps: Any, schema_editor: BaseDatabaseSchemaEditor) -> None:
+    """Give every message its ``token_count`` and every session its ``context_tokens``, in
+    batches of :data:`BATCH_SIZE` with keyset pagination, so memory stays bounded whatever the
+    table's size (docs/design.md §16.2): the data step of ``0019_context_window`` and of the
+    squash that replaces it. Counts come from ``TOKEN_COUNTER`` as configured when it runs; a
+    session's ``context_tokens`` is the sum over its messages (no compaction exists before
+    ``0019``). Idempotent; on a new database it finds no rows.
+
+    Args:
+        apps: the historical apps of the migration state (``RunPython``'s first argument).
+        schema_editor: the migration's schema editor; its connection's alias is written.
+    """
+    from cortex_sessions.tokens import count_tokens
+
+    alias = schema_editor.connection.alias
+    Message = apps.get_model("cortex_sessions", "Message")
+    Session = apps.get_model("cortex_sessions", "Session")
+    messages = Message.objects.using(alias)
+    last = 0
+    while True:
+        batch = list(
+            messages.filter(pk__gt=last)
+            .order_by("pk")
+            .values_list("pk", "role", "content")[:BATCH_SIZE]
+        )
+        if not batch:
+            break
+        messages.bulk_update(
+            [
+                Message(pk=pk, token_count=count_tokens(role, content))
+                for pk, role, content in batch
+            ],
+            ["token_count"],
+        )
+        last = batch[-1][0]
+    sessions = Session.objects.using(alias)
+    per_session = (
+        messages.filter(session=OuterRef("pk"))
+        .order_by()
+        .values("session")
+        .annotate(total=Sum("token_count"))
+        .values("total")
+    )
+    after = None
+    while True:
+        page = sessions.order_by("pk")
+        if after is not None:
+            page = page.filter(pk__gt=after)
+        ids = list(page.values_list("pk", flat=True)[:BATCH_SIZE])
+        if not ids:
+            break
+        sessions.filter(pk__in=ids).update(
+            context_tokens=Coalesce(
+                Subquery(per_session, output_field=models.BigIntegerField()), Value(0)
+            )
+        )
+        after = ids[-1]
