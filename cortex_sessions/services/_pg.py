@@ -498,7 +498,7 @@ def append_rows(
         sql = _sql_call(APPEND_MANY)
         params = [count, count, *params, count, messages_json(rows, json_texts)]
     connection = connections[alias]
-    result, session_zone = execute(connection, sql, params)
+    result, session_zone = execute(connection, sql, params, server_binding=True)
     if (array := result[0][0]) is None:  # the narrow array and the new ids, or NULL
         return None
     plan = _session_plan(narrow=True)
