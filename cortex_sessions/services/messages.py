@@ -39,28 +39,25 @@ from ._common import (
 )
 from .context import has_compaction, refresh_context_tokens
 from .keyed_append import append_once
+from .message_input import (  # re-exported: their import paths stay
+    MessageInput as MessageInput,
+)
 from .message_input import (
-    MessageInput,
-    _build_message,
-    _BuiltMessage,
-    build_message,
-    check_message_count,
-    check_messages,
+    _build_message as _build_message,
+)
+from .message_input import (
+    _BuiltMessage as _BuiltMessage,
+)
+from .message_input import (
+    build_message as build_message,
+)
+from .message_input import (
+    check_message_count as check_message_count,
+)
+from .message_input import (
+    check_messages as check_messages,
 )
 from .sessions import _get
-
-__all__ = [
-    "AppendResult",
-    "MessageInput",
-    "append_built",
-    "append_messages",
-    "build_message",
-    "check_message_count",
-    "check_messages",
-    "clear_messages",
-    "delete_message",
-    "list_messages",
-]
 
 
 @dataclass(frozen=True)
