@@ -389,7 +389,7 @@ def messages_json(
     usage, token count]`` arrays, the parameter of ``_pg.APPEND_MANY`` (docs/design.md §14).
 
     Args:
-        rows: the messages' column values, validated (``messages._build_message``).
+        rows: the messages' column values, validated (``message_input.build_message``).
         json_texts: each row's ``content``, ``metadata`` and ``usage`` (or ``None``) as the
             JSON text validation encoded: spliced in as they are, each one JSON value.
 
