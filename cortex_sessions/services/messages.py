@@ -15,7 +15,7 @@ from django.utils import timezone
 from .. import signals
 from ..conf import app_settings
 from ..content import check_json_value, json_text, normalize_content, utf8_size
-from ..counters import last_message_of, newest_conversation_text
+from ..counters import last_message_of, last_message_of_rows, newest_conversation_text
 from ..exceptions import (
     InvalidInput,
     InvalidRole,
@@ -480,11 +480,7 @@ def _append_pg(
     """:func:`append_messages` on PostgreSQL: the same checks, one statement (``_pg``; with
     ``key``, it records that idempotency key too)."""
     canonical = canonical_of(scope)
-    last = None
-    for row in reversed(rows):
-        if text := last_message_of(row["role"], row["source"], row["content"]):
-            last = text
-            break
+    last = last_message_of_rows(rows)
     pk = _session_id(session_id)
     for attempt in range(2):
         try:
