@@ -388,9 +388,8 @@ def test_blobs_and_writes_go_as_one_bytes_and_one_json_text_and_are_stored_exact
         for row in CheckpointBlob.objects.filter(session_id=thread.thread_id)
     }
     for name in ("big", "small", "blank"):
-        assert stored[(name, saver.serde.dumps_typed(checkpoint["channel_values"][name])[0])] == (
-            saver.serde.dumps_typed(checkpoint["channel_values"][name])[1]
-        )
+        kind, data = saver.serde.dumps_typed(checkpoint["channel_values"][name])
+        assert stored[(name, kind)] == data
     assert stored[("gone", "empty")] is None
     writes = {
         row.channel: (row.type, bytes(row.blob))
