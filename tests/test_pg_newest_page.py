@@ -172,3 +172,41 @@ def test_server_binding_prepares_nothing_whatever_the_threshold(session):
         raw.prepare_threshold = threshold
         with connection.cursor() as cursor:
             cursor.execute("DEALLOCATE ALL")
+
+
+def test_the_appends_send_their_parameters_apart(session):
+    """The append's function calls (one message, several, with an idempotency key) bind
+    server-side as get and resolve do: psycopg quoted each of the call's parameters (the
+    messages' JSON among them) into the statement's text in Python (docs/performance.md)."""
+
+    def calls():
+        services.append_messages(
+            scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "one"}]
+        )
+        services.append_messages(
+            scope=SCOPE,
+            session_id=session.pk,
+            messages=[{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}],
+        )
+        services.append_messages(
+            scope=SCOPE,
+            session_id=session.pk,
+            messages=[{"role": "user", "content": "keyed"}],
+            idempotency_key="k-1",
+        )
+
+    seen: list[tuple[str, type]] = []
+
+    def note(execute, sql, params, many, context):
+        seen.append((sql, type(context["cursor"].cursor)))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(note):
+        calls()
+    classes = [cls for sql, cls in seen if _pg.APPEND_ONE in sql or _pg.APPEND_MANY in sql]
+    import psycopg  # the module runs only where psycopg 3 serves (pytestmark)
+
+    assert len(classes) == 3
+    assert not any(issubclass(cls, psycopg.ClientCursor) for cls in classes)
+    texts = [m.text for m in services.list_messages(scope=SCOPE, session_id=session.pk)]
+    assert texts[-4:] == ["one", "a", "b", "keyed"]
