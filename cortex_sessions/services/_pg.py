@@ -470,9 +470,7 @@ def append_rows(
 ) -> tuple[Session, list[Message]] | None:
     """Append validated message ``rows`` (column values as ``messages._build_message`` makes
     them) to the session, in one statement: a call of :data:`APPEND_ONE` (one message) or
-    :data:`APPEND_MANY`, whose plan the server keeps (:func:`_sql_call`), its parameters bound
-    server-side as :func:`_read_session`'s (psycopg quoting each into the text, the messages'
-    JSON among them, cost ~40 µs of client CPU a call, docs/performance.md).
+    :data:`APPEND_MANY`, whose plan the server keeps (:func:`_sql_call`).
 
     Args:
         json_texts: each row's ``content``, ``metadata`` and ``usage`` (or ``None``) as JSON
@@ -506,7 +504,7 @@ def append_rows(
         sql = _sql_call(APPEND_MANY)
         params = [count, count, *params, count, messages_json(rows, json_texts)]
     connection = connections[alias]
-    result, session_zone = execute(connection, sql, params, server_binding=True)
+    result, session_zone = execute(connection, sql, params)
     if (array := result[0][0]) is None:  # the narrow array and the new ids, or NULL
         return None
     plan = _session_plan(narrow=True)
