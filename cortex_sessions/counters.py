@@ -5,6 +5,7 @@ Works on any Message queryset, including a migration's historical model.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db.models import Q
@@ -12,7 +13,12 @@ from django.db.models import Q
 from .conf import app_settings
 from .content import content_text, is_conversation, preview
 
-__all__ = ["CONVERSATION_Q", "last_message_of", "newest_conversation_text"]
+__all__ = [
+    "CONVERSATION_Q",
+    "last_message_of",
+    "last_message_of_rows",
+    "newest_conversation_text",
+]
 
 #: Conversation messages (docs/design.md §3.2) as a query predicate.
 CONVERSATION_Q = Q(role="assistant") | Q(role="user", source__in=["user", "checkpoint"])
@@ -29,6 +35,21 @@ def last_message_of(role: str, source: str, content: Any) -> str:
         return ""
     text = content_text(content)
     return preview(text, app_settings.LAST_MESSAGE_PREVIEW_CHARS) if text.strip() else ""
+
+
+def last_message_of_rows(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """The ``last_message`` an append of ``rows`` sets: :func:`last_message_of` of the newest
+    row that gives one (docs/design.md §5), or ``None`` when none does (the session keeps its
+    own).
+
+    Args:
+        rows: the appended messages' column values (``role``, ``source``, ``content``), in seq
+            order.
+    """
+    for row in reversed(rows):
+        if text := last_message_of(row["role"], row["source"], row["content"]):
+            return text
+    return None
 
 
 def newest_conversation_text(messages: Any) -> str:

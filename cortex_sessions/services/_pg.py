@@ -53,6 +53,7 @@ __all__ = [
     "APPEND_ONE",
     "GET",
     "RESOLVE",
+    "SCOPE_TYPES",
     "WITHIN_FILTER",
     "append_rows",
     "create_functions",
@@ -124,6 +125,11 @@ _NOT_EXPIRED = '(s."expires_at" IS NULL OR s."expires_at" > statement_timestamp(
 #: unprepared call: ~0.25 ms of planning at ``large`` for a statement that runs in ~0.02 ms
 #: (docs/performance.md). Parameters: :func:`scope_params` (the LangGraph saver's too).
 WITHIN_FILTER = f"CASE WHEN {_WITHIN} AND {_NOT_EXPIRED} THEN TRUE END"
+
+
+#: The types of the four parameters of :data:`WITHIN_FILTER` (:func:`scope_params`), as a
+#: function's arguments.
+SCOPE_TYPES = ("text", "text", "text", "text")
 
 
 def scope_params(canonical: str) -> list[str]:
@@ -224,7 +230,7 @@ def _functions() -> dict[str, PlpgsqlFunction]:
     """The functions :func:`function_sql` creates, by name."""
     from ._pg_page import NEWEST, newest_function  # it imports this module
 
-    scope = ("text", "text", "text", "text")  # the four parameters of scope_params
+    scope = SCOPE_TYPES
     # The session's update: the four totals to add (input tokens, output tokens, cost,
     # context tokens), updated_at, last_message (NULL: keep), session id, the scope.
     update = ("bigint", "bigint", "numeric", "bigint", "timestamptz", "text", "uuid", *scope)

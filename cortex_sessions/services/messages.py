@@ -15,7 +15,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from .. import signals
-from ..counters import last_message_of, newest_conversation_text
+from ..counters import last_message_of, last_message_of_rows, newest_conversation_text
 from ..exceptions import InvalidInput, MessageNotFound, SessionNotFound
 from ..models import Message, Session
 from ..scope import Scope, canonical_of
@@ -278,11 +278,7 @@ def _append_pg(
     """:func:`append_messages` on PostgreSQL: the same checks, one statement (``_pg``; with
     ``key``, it records that idempotency key too)."""
     canonical = canonical_of(scope)
-    last = None
-    for row in reversed(rows):
-        if text := last_message_of(row["role"], row["source"], row["content"]):
-            last = text
-            break
+    last = last_message_of_rows(rows)
     pk = _session_id(session_id)
     for attempt in range(2):
         try:

@@ -356,3 +356,53 @@ def test_the_put_call_sends_the_mirrored_messages_as_one_json_text(monkeypatch):
         ("assistant", "host", 'b "quoted"')
     ]
     assert _texts(thread.thread_id) == ["a", 'b "quoted"']
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the PostgreSQL functions")
+def test_blobs_and_writes_go_as_one_bytes_and_one_json_text_and_are_stored_exactly(monkeypatch):
+    """:data:`_pg_writes.PUT`'s blobs and :data:`_pg_writes.WRITES`'s writes go as the joined
+    bytes and one JSON text (``_pg_writes._packed``), not four arrays psycopg dumps element by
+    element, and each row gets back exactly its own bytes: several of different lengths, an
+    empty one, and a channel without a value (``"empty"``, no bytes)."""
+    sent = []
+    execute = _pg_writes.execute
+
+    def spy(connection, sql, params, **kwargs):
+        sent.append(list(params))
+        return execute(connection, sql, params, **kwargs)
+
+    monkeypatch.setattr(_pg_writes, "execute", spy)
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    thread = _Thread(saver)
+    thread.put([])
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"big": "x" * 5000, "small": 1, "blank": b""}
+    versions = {name: saver.get_next_version(None, None) for name in ("big", "small", "blank")}
+    versions["gone"] = saver.get_next_version(None, None)  # a version without a value
+    checkpoint["channel_versions"] = versions
+    thread.config = saver.put(thread.config, checkpoint, {"step": 2}, versions)
+    saver.put_writes(thread.config, [("a", "y" * 3000), ("b", b""), ("c", 7)], "task")
+    assert not any(isinstance(value, list) for params in sent[-2:] for value in params)
+    stored = {
+        (row.channel, row.type): bytes(row.blob) if row.blob is not None else None
+        for row in CheckpointBlob.objects.filter(session_id=thread.thread_id)
+    }
+    for name in ("big", "small", "blank"):
+        kind, data = saver.serde.dumps_typed(checkpoint["channel_values"][name])
+        assert stored[(name, kind)] == data
+    assert stored[("gone", "empty")] is None
+    writes = {
+        row.channel: (row.type, bytes(row.blob))
+        for row in CheckpointWrite.objects.filter(session_id=thread.thread_id, task_id="task")
+    }
+    assert writes == {
+        channel: saver.serde.dumps_typed(value)
+        for channel, value in (("a", "y" * 3000), ("b", b""), ("c", 7))
+    }
+    latest = saver.get_tuple(thread.config)
+    assert latest.checkpoint["channel_values"] == {"big": "x" * 5000, "small": 1, "blank": b""}
+    assert sorted(latest.pending_writes) == [
+        ("task", "a", "y" * 3000),
+        ("task", "b", b""),
+        ("task", "c", 7),
+    ]

@@ -41,7 +41,7 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 
-from ...counters import last_message_of
+from ...counters import last_message_of_rows
 from ...exceptions import SessionArchived
 from ...models import Message, Session
 from ...services import _pg
@@ -81,13 +81,36 @@ PUT = "cortex_langgraph_put_v1"
 #: The PL/pgSQL function of :func:`put_writes`, versioned as :data:`PUT`.
 WRITES = "cortex_langgraph_writes_v1"
 
-#: The four parameters of the scope range (``services._pg``'s, in order).
-_SCOPE = ("text", "text", "text", "text")
+#: How :func:`_packed`'s rows become columns in a statement: each element ``x.e`` of the
+#: JSON array and its bytes, cut from the joined ``bytea`` parameter (``%s``) by the start
+#: and length the row carries (a ``null`` length: ``NULL``).
+_ROWS = "json_array_elements(%s::json) AS x(e)"
+_BYTES = "substring(%s FROM (x.e ->> {start})::integer FOR (x.e ->> {length})::integer)"
 
 
-def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
-    """``rows`` (each ``width`` values) as ``width`` parallel lists, for ``unnest``."""
-    return [[row[i] for row in rows] for i in range(width)]
+def _packed(rows: Sequence[Sequence[Any]]) -> tuple[bytes, str]:
+    """Rows whose last value is ``bytes`` or ``None`` as two parameters: the bytes joined, and
+    a JSON array of the rows with that value replaced by its 1-based start and its length in
+    the joined bytes (``None``: a ``null`` length), read back by :data:`_ROWS` and
+    :data:`_BYTES`.
+
+    Why not one array per column for ``unnest``: psycopg dumps an array parameter element by
+    element in Python, about 15 µs an array on a cursor's first use (each statement's
+    cursor is new), ~60 µs for the four of a task's writes, a third of the gap to
+    ``PostgresSaver.put_writes``; a ``bytea`` and a text cost ~1 µs each, and the bytes
+    still go as one binary parameter (docs/performance.md).
+    """
+    described: list[list[Any]] = []
+    chunks: list[bytes] = []
+    start = 1
+    for *values, data in rows:
+        if data is None:
+            described.append([*values, start, None])
+            continue
+        described.append([*values, start, len(data)])
+        chunks.append(data)
+        start += len(data)
+    return b"".join(chunks), json.dumps(described)
 
 
 def _session_check(lock: bool) -> str:
@@ -124,7 +147,8 @@ def _put_statement() -> str:
 
     Parameters: session id, the four scope parameters, agent id or ``NULL``; namespace,
     checkpoint id, parent id, type, checkpoint bytes, metadata (JSON text), created_at; the
-    namespace, then the blobs' channels, versions, types and bytes; n, n, the four totals,
+    namespace, then the blobs as :func:`_packed` gives them (the bytes, then the JSON of
+    ``[channel, version, type, start, length]`` rows); n, n, the four totals,
     updated_at, last_message (NULL: keep), session id, n; n, then the messages as one JSON
     text (``services._pg_run.messages_json``, as the core's multi-message append: one string
     escape where seven arrays cost psycopg's array dumper per element, docs/performance.md).
@@ -142,8 +166,8 @@ def _put_statement() -> str:
         ' "checkpoint" = EXCLUDED."checkpoint", "metadata" = EXCLUDED."metadata"'
         " RETURNING (xmax = 0) AS inserted"
         f'), b AS (INSERT INTO {blob} ("session_id", "checkpoint_ns", "channel", "version",'
-        ' "type", "blob") SELECT v."id", %s, x.channel, x.version, x.type, x.blob FROM v,'
-        " unnest(%s, %s, %s, %s) AS x(channel, version, type, blob)"
+        ' "type", "blob") SELECT v."id", %s, x.e ->> 0, x.e ->> 1, x.e ->> 2,'
+        f" {_BYTES.format(start=3, length=4)} FROM v, {_ROWS}"
         ' WHERE v."archived_at" IS NULL'
         ' ON CONFLICT ("session_id", "checkpoint_ns", "channel", "version") DO NOTHING'
         f"), s AS ("
@@ -179,15 +203,17 @@ def _writes_statement() -> str:
     (``NULL``: no such session).
 
     Parameters: session id, the four scope parameters, agent id or ``NULL``; namespace,
-    checkpoint id, task id, task path, then the indexes, channels, types and blobs arrays,
-    then whether to replace."""
+    checkpoint id, task id, task path, then the writes as :func:`_packed` gives them (the
+    bytes, then the JSON of ``[idx, channel, type, start, length]`` rows), then whether to
+    replace."""
     table = CheckpointWrite._meta.db_table
     return (
         f"WITH {_session_check(lock=False)}, w AS ("
         f' INSERT INTO {table} ("session_id", "checkpoint_ns", "checkpoint_id", "task_id",'
         ' "task_path", "idx", "channel", "type", "blob")'
-        ' SELECT v."id", %s, %s, %s, %s, x.idx, x.channel, x.type, x.blob FROM v,'
-        ' unnest(%s, %s, %s, %s) AS x(idx, channel, type, blob) WHERE v."archived_at" IS NULL'
+        ' SELECT v."id", %s, %s, %s, %s, (x.e ->> 0)::integer, x.e ->> 1, x.e ->> 2,'
+        f" {_BYTES.format(start=3, length=4)} FROM v, {_ROWS}"
+        ' WHERE v."archived_at" IS NULL'
         ' ON CONFLICT ("session_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx")'
         ' DO UPDATE SET "channel" = EXCLUDED."channel", "type" = EXCLUDED."type",'
         ' "blob" = EXCLUDED."blob", "task_path" = EXCLUDED."task_path" WHERE %s'
@@ -198,16 +224,16 @@ def _writes_statement() -> str:
 @cache
 def _functions() -> dict[str, PlpgsqlFunction]:
     """The functions :func:`function_sql` creates, by name."""
-    check = ("uuid", *_SCOPE, "text")  # session id, scope, agent id or NULL
+    check = ("uuid", *_pg.SCOPE_TYPES, "text")  # session id, scope, agent id or NULL
     put = (
         *check,
         *("text", "text", "text", "text", "bytea", "text", "timestamptz"),  # the checkpoint
-        *("text", "text[]", "text[]", "text[]", "bytea[]"),  # the blobs
+        *("text", "bytea", "text"),  # the namespace, the blobs (_packed)
         *("integer", "integer", "bigint", "bigint", "numeric", "bigint"),  # n, n, totals
         *("timestamptz", "text", "uuid", "integer", "integer"),  # updated_at … n, n
         "text",  # the messages, one JSON array (services._pg_run.messages_json)
     )
-    writes = (*check, "text", "text", "text", "text", "integer[]", "text[]", "text[]", "bytea[]")
+    writes = (*check, "text", "text", "text", "text", "bytea", "text")  # … the writes (_packed)
     return {
         PUT: PlpgsqlFunction(put, _put_statement, "text[]", generic_plan=True),
         WRITES: PlpgsqlFunction(
@@ -313,14 +339,10 @@ def put_checkpoint(
     rows = [row.columns for row in mirrored]
     count = len(rows)
     totals: Totals = totals_of((row["usage"], row["token_count"]) for row in rows)
-    last = None
-    for row in reversed(rows):
-        if text := last_message_of(row["role"], row["source"], row["content"]):
-            last = text
-            break
+    last = last_message_of_rows(rows)
     params: list[Any] = [session_id, *_pg.scope_params(canonical), agent_id]
     params += [ns, checkpoint_id, parent_id, kind, data, json.dumps(metadata), now, ns]
-    params += _columns(blobs, 4)
+    params += _packed(blobs)
     params += [count, count, *totals, now, last, session_id, count, count]
     params.append(
         messages_json(rows, [(r.content_json, r.metadata_json, r.usage_json) for r in mirrored])
@@ -382,7 +404,7 @@ def put_writes(
         WriteOutcomeUnknown, django.db.Error: as :func:`put_checkpoint`.
     """
     params: list[Any] = [session_id, *_pg.scope_params(canonical), agent_id, *key]
-    params += [*_columns(rows, 4), replace]
+    params += [*_packed(rows), replace]
     with autocommit_write(alias):
         result, _ = execute(connections[alias], _sql_call(WRITES), params, server_binding=True)
     live = result[0][0]
