@@ -229,22 +229,30 @@ def _function_exists(drop: str) -> bool:
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="the PostgreSQL functions")
-def test_the_migration_creates_the_functions_the_code_calls():
-    """Migration 0002's frozen SQL is what the code describes today: a change to a statement
-    or to the session's columns needs a migration that adds the function under a new name."""
-    migration = importlib.import_module(
+def test_the_migrations_create_the_functions_the_code_calls():
+    """The migrations' frozen SQL is what the code describes today (the writes of ``0003``, the
+    latest read of ``0002``): a change to a statement or to the session's columns needs a
+    migration that adds the function under a new name. ``0003`` drops ``0002``'s writes, and
+    the database has the functions the code calls and not those."""
+    functions = importlib.import_module(
         "cortex_sessions.integrations.langgraph.migrations.0002_functions"
     )
-    assert _pg_writes.function_sql(_pg_writes.PUT) == (migration.CREATE_PUT, migration.DROP_PUT)
+    packed = importlib.import_module(
+        "cortex_sessions.integrations.langgraph.migrations.0003_packed_writes"
+    )
+    assert _pg_writes.function_sql(_pg_writes.PUT) == (packed.CREATE_PUT, packed.DROP_PUT)
     assert _pg_writes.function_sql(_pg_writes.WRITES) == (
-        migration.CREATE_WRITES,
-        migration.DROP_WRITES,
+        packed.CREATE_WRITES,
+        packed.DROP_WRITES,
     )
     assert _pg_writes.function_sql(_pg_reads.LATEST) == (
-        migration.CREATE_LATEST,
-        migration.DROP_LATEST,
+        functions.CREATE_LATEST,
+        functions.DROP_LATEST,
     )
-    for drop in (migration.DROP_PUT, migration.DROP_WRITES, migration.DROP_LATEST):
+    assert packed.V1 is functions
+    assert not _function_exists(functions.DROP_PUT)
+    assert not _function_exists(functions.DROP_WRITES)
+    for drop in (packed.DROP_PUT, packed.DROP_WRITES, functions.DROP_LATEST):
         assert _function_exists(drop)
         # the plan kept per connection: the server re-planned the latest read on every call
         with connection.cursor() as cursor:
@@ -406,3 +414,36 @@ def test_blobs_and_writes_go_as_one_bytes_and_one_json_text_and_are_stored_exact
         ("task", "b", b""),
         ("task", "c", 7),
     ]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the PostgreSQL functions")
+@pytest.mark.django_db(transaction=True)
+def test_a_database_at_0002_moves_to_the_packed_writes_and_back():
+    """A database that ran ``0002_functions`` (the ``_v1`` writes, four arrays each) gets the
+    ``_v2`` functions from ``0003_packed_writes`` and loses the ``_v1`` ones; backward, the
+    reverse. The saver works on the migrated database."""
+    from django.db.migrations.executor import MigrationExecutor
+
+    functions = importlib.import_module(
+        "cortex_sessions.integrations.langgraph.migrations.0002_functions"
+    )
+    packed = importlib.import_module(
+        "cortex_sessions.integrations.langgraph.migrations.0003_packed_writes"
+    )
+    executor = MigrationExecutor(connection)
+    executor.migrate([("cortex_langgraph", "0002_functions")])
+    try:
+        assert _function_exists(functions.DROP_PUT) and _function_exists(functions.DROP_WRITES)
+        assert not _function_exists(packed.DROP_PUT)
+        assert not _function_exists(packed.DROP_WRITES)
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
+    assert not _function_exists(functions.DROP_PUT)
+    assert not _function_exists(functions.DROP_WRITES)
+    assert _function_exists(packed.DROP_PUT) and _function_exists(packed.DROP_WRITES)
+    thread = _Thread(CortexCheckpointSaver(scope=ACME, agent_id=AGENT))
+    thread.put([HumanMessage("a", id="a")])
+    thread.saver.put_writes(thread.config, [("step", 1)], "task")
+    assert _texts(thread.thread_id) == ["a"]
+    assert thread.saver.get_tuple(thread.config).pending_writes == [("task", "step", 1)]

@@ -77,9 +77,9 @@ serves = _pg.serves
 #: The PL/pgSQL function of :func:`put_checkpoint`. Its name changes with its statement or
 #: result (as the core's, :data:`cortex_sessions.services._pg.APPEND_ONE`), so code and
 #: database on two sides of a migration fail at parse time, before writing.
-PUT = "cortex_langgraph_put_v1"
+PUT = "cortex_langgraph_put_v2"
 #: The PL/pgSQL function of :func:`put_writes`, versioned as :data:`PUT`.
-WRITES = "cortex_langgraph_writes_v1"
+WRITES = "cortex_langgraph_writes_v2"
 
 #: How :func:`_packed`'s rows become columns in a statement: each element ``x.e`` of the
 #: JSON array and its bytes, cut from the joined ``bytea`` parameter (``%s``) by the start
