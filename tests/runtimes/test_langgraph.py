@@ -27,6 +27,8 @@ from cortex_sessions import services
 from cortex_sessions.exceptions import (
     InvalidInput,
     InvalidMetadata,
+    InvalidText,
+    NulCharacter,
     ScopeForbidden,
     SessionArchived,
     SessionNotFound,
@@ -300,6 +302,55 @@ def test_overlong_names_are_refused_and_write_nothing():
         _put(saver, _config(uuid.uuid4()), {"c" * 256: 1})
     assert not Checkpoint.objects.exists()
     assert not Session.objects.exists()
+
+
+class _TypedSerde:
+    """A serializer that names the type of its values ``kind`` (LangGraph's
+    ``SerializerProtocol``); with ``values_only``, the checkpoint itself (a dict) keeps
+    the inner serializer's type."""
+
+    def __init__(self, inner, kind, *, values_only=False):
+        self.inner, self.kind, self.values_only = inner, kind, values_only
+
+    def dumps_typed(self, value):
+        kind, data = self.inner.dumps_typed(value)
+        return (kind if self.values_only and isinstance(value, dict) else self.kind), data
+
+    def loads_typed(self, data):
+        return self.inner.loads_typed(data)
+
+
+@pytest.mark.parametrize(
+    ("kind", "error"),
+    [("t" * 33, ValueTooLong), ("nul\x00", NulCharacter), ("\ud800", InvalidText)],
+)
+@pytest.mark.parametrize("target", ["checkpoint", "blob", "write"])
+def test_a_serializers_type_name_is_checked_as_a_name_and_nothing_is_written(kind, error, target):
+    """A type name over the 32 characters of its column, or with a NUL or lone surrogate, is
+    refused on every database as the saver refuses such a channel name (it was a DataError on
+    PostgreSQL, truncated by MariaDB, stored whole by SQLite)."""
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    config = _config(uuid.uuid4())
+    stored = _put(saver, config)  # the thread and a checkpoint to write to
+    serde = _TypedSerde(saver.serde, kind, values_only=target == "blob")
+    typed = CortexCheckpointSaver(scope=ACME, agent_id=AGENT, serde=serde)
+    counts = (Checkpoint.objects.count(), CheckpointBlob.objects.count())
+    with pytest.raises(error) as caught:
+        if target == "write":
+            typed.put_writes(
+                {"configurable": {**config["configurable"], "checkpoint_id": stored}},
+                [("a", 1)],
+                "task",
+            )
+        else:
+            checkpoint = empty_checkpoint()
+            values = {"c": 1} if target == "blob" else {}
+            checkpoint["channel_values"] = values
+            versions = {key: saver.get_next_version(None, None) for key in values}
+            typed.put(config, checkpoint, {"source": "loop", "step": 1}, versions)
+    assert caught.value.field == "type"
+    assert (Checkpoint.objects.count(), CheckpointBlob.objects.count()) == counts
+    assert not CheckpointWrite.objects.exists()
 
 
 @pytest.mark.parametrize("value", [float("nan"), "nul \x00", {1, 2}])

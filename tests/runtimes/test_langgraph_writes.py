@@ -420,8 +420,9 @@ def test_blobs_and_writes_go_as_one_bytes_and_one_json_text_and_are_stored_exact
 @pytest.mark.django_db(transaction=True)
 def test_a_database_at_0002_moves_to_the_packed_writes_and_back():
     """A database that ran ``0002_functions`` (the ``_v1`` writes, four arrays each) gets the
-    ``_v2`` functions from ``0003_packed_writes`` and loses the ``_v1`` ones; backward, the
-    reverse. The saver works on the migrated database."""
+    ``_v2`` functions from ``0003_packed_writes`` and loses the ``_v1`` ones, those ``0002``
+    created while it was changed in place too; backward, the reverse. The saver works on the
+    migrated database."""
     from django.db.migrations.executor import MigrationExecutor
 
     functions = importlib.import_module(
@@ -430,17 +431,31 @@ def test_a_database_at_0002_moves_to_the_packed_writes_and_back():
     packed = importlib.import_module(
         "cortex_sessions.integrations.langgraph.migrations.0003_packed_writes"
     )
+    # What 0002 created for a while on the development branch, changed in place: the _v1 names
+    # with the packed signatures.
+    in_place = [
+        (create.replace(new, old), drop.replace(new, old))
+        for create, drop, new, old in [
+            (packed.CREATE_PUT, packed.DROP_PUT, "put_v2", "put_v1"),
+            (packed.CREATE_WRITES, packed.DROP_WRITES, "writes_v2", "writes_v1"),
+        ]
+    ]
+    assert [drop for _, drop in in_place] == packed.CHANGED_IN_PLACE
     executor = MigrationExecutor(connection)
     executor.migrate([("cortex_langgraph", "0002_functions")])
     try:
         assert _function_exists(functions.DROP_PUT) and _function_exists(functions.DROP_WRITES)
         assert not _function_exists(packed.DROP_PUT)
         assert not _function_exists(packed.DROP_WRITES)
+        with connection.cursor() as cursor:
+            for create, _ in in_place:
+                cursor.execute(create)
     finally:
         executor = MigrationExecutor(connection)
         executor.migrate(executor.loader.graph.leaf_nodes())
     assert not _function_exists(functions.DROP_PUT)
     assert not _function_exists(functions.DROP_WRITES)
+    assert not any(_function_exists(drop) for _, drop in in_place)
     assert _function_exists(packed.DROP_PUT) and _function_exists(packed.DROP_WRITES)
     thread = _Thread(CortexCheckpointSaver(scope=ACME, agent_id=AGENT))
     thread.put([HumanMessage("a", id="a")])

@@ -200,7 +200,9 @@ class CortexCheckpointSaver(BaseCheckpointSaver[str]):
 
         Raises:
             InvalidInput: no ``thread_id``, one that is not a UUID, or a new thread without
-                an ``agent_id``; ValueTooLong: a namespace, channel or id over its length.
+                an ``agent_id``; ValueTooLong: a namespace, channel or id over its length, or
+                a serializer's type name over 32 characters; NulCharacter, InvalidText: a NUL
+                or lone surrogate in one of those.
             InvalidScope, ScopeForbidden: a bad ``scope`` key in the config.
             InvalidMetadata: metadata that is not storable JSON (NaN, NUL, a lone surrogate).
             SessionNotFound: the thread id is a session outside the scope or another agent's.
@@ -236,7 +238,9 @@ class CortexCheckpointSaver(BaseCheckpointSaver[str]):
         """Store a task's pending writes against the checkpoint ``config`` names.
 
         Raises:
-            InvalidInput: no ``thread_id`` or ``checkpoint_id``; ValueTooLong.
+            InvalidInput: no ``thread_id`` or ``checkpoint_id``; ValueTooLong, NulCharacter,
+                InvalidText: a namespace, id, task id, channel or the serializer's type name
+                over its length, or with a NUL or lone surrogate (as :meth:`put`).
             SessionNotFound: the thread is missing, outside the scope or another agent's.
             SessionArchived: the session is archived.
         """

@@ -42,7 +42,7 @@ from ...scope import Scope, scope_q
 from ..blocks import is_storable
 from . import _pg_reads, _pg_writes, mirror, threads
 from ._pg_reads import _config, _loads
-from .models import ID_CHARS, NAME_CHARS, Checkpoint, CheckpointBlob, CheckpointWrite
+from .models import ID_CHARS, NAME_CHARS, TYPE_CHARS, Checkpoint, CheckpointBlob, CheckpointWrite
 
 __all__ = ["delete_thread", "list_tuples", "put_checkpoint", "put_writes"]
 
@@ -123,12 +123,14 @@ def put_checkpoint(
     values: dict[str, Any] = dict(checkpoint.get("channel_values") or {})
     stripped = {key: value for key, value in checkpoint.items() if key != "channel_values"}
     kind, data = serde.dumps_typed(stripped)
+    _bounded(kind, TYPE_CHARS, "type")
     blob_rows = []
     for channel, version in new_versions.items():
         _bounded(channel, NAME_CHARS, "channel")
         blob_kind, blob = (
             serde.dumps_typed(values[channel]) if channel in values else ("empty", None)
         )
+        _bounded(blob_kind, TYPE_CHARS, "type")
         blob_rows.append((channel, _bounded(str(version), ID_CHARS, "version"), blob_kind, blob))
     stored_metadata = _json_metadata(
         get_serializable_checkpoint_metadata(config, dict(metadata))  # type: ignore[arg-type]
@@ -299,6 +301,7 @@ def put_writes(
     rows = []
     for idx, (channel, value) in enumerate(writes):
         kind, blob = serde.dumps_typed(value)
+        _bounded(kind, TYPE_CHARS, "type")
         rows.append(
             (WRITES_IDX_MAP.get(channel, idx), _bounded(channel, NAME_CHARS, "channel"), kind, blob)
         )

@@ -32,6 +32,13 @@ CREATE_WRITES = 'CREATE OR REPLACE FUNCTION cortex_langgraph_writes_v2(uuid, tex
 
 DROP_WRITES = "DROP FUNCTION IF EXISTS cortex_langgraph_writes_v2(uuid, text, text, text, text, text, text, text, text, text, bytea, text, boolean)"
 
+#: The ``_v1`` functions with this migration's signatures, which ``0002_functions`` created for
+#: a while on the development branch (changed in place, before this migration): dropped too.
+CHANGED_IN_PLACE = [
+    DROP_PUT.replace("cortex_langgraph_put_v2", "cortex_langgraph_put_v1"),
+    DROP_WRITES.replace("cortex_langgraph_writes_v2", "cortex_langgraph_writes_v1"),
+]
+
 
 class Migration(migrations.Migration):
     dependencies = [("cortex_langgraph", "0002_functions")]
@@ -41,7 +48,13 @@ class Migration(migrations.Migration):
             vendors=["postgresql"],
             operations=[
                 migrations.RunSQL(
-                    [V1.DROP_PUT, V1.DROP_WRITES, CREATE_PUT, CREATE_WRITES],
+                    [
+                        V1.DROP_PUT,
+                        V1.DROP_WRITES,
+                        *CHANGED_IN_PLACE,
+                        CREATE_PUT,
+                        CREATE_WRITES,
+                    ],
                     [DROP_PUT, DROP_WRITES, V1.CREATE_PUT, V1.CREATE_WRITES],
                     elidable=False,
                 )
