@@ -25,6 +25,7 @@ from cortex_sessions import services, signals
 from cortex_sessions.exceptions import InvalidInput, InvalidScope, NoScope, SessionNotFound
 from cortex_sessions.models import Message, Session
 from cortex_sessions.services import _pg, _pg_run
+from tests.pg_support import prepared_statements
 
 pytestmark = pytest.mark.django_db
 
@@ -363,9 +364,7 @@ def test_prepared_statements_keep_one_statement_and_the_same_results(session):
             page = services.list_messages(scope=SCOPE, session_id=session.pk, limit=2)
             got = services.get_session(scope=SCOPE, session_id=session.pk)
         assert len(statements(captured)) == 3
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT statement FROM pg_prepared_statements")
-        prepared = [row[0] for row in cursor.fetchall()]
+    prepared = prepared_statements()
     for name in (_pg.APPEND_ONE, _pg.GET):
         assert any(text.startswith(f"SELECT {name}(") for text in prepared)
     assert result.session.message_count == 3

@@ -14,6 +14,7 @@ from django.test import override_settings
 from cortex_sessions import services
 from cortex_sessions.services import _pg
 from cortex_sessions.services.keyed_append import KeyedCall, append_recorded
+from tests.pg_support import prepare_at_once, prepared_statements
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),  # the keyed appends' one statement: no caller's
@@ -79,28 +80,15 @@ def test_a_call_of_an_append_function_sends_its_parameters_apart(session):
     assert session.messages.count() == 5
 
 
-def _prepared_statements() -> list[str]:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT statement FROM pg_prepared_statements")
-        return [row[0] for row in cursor.fetchall()]
-
-
 def test_the_appends_prepare_nothing_unless_prepared_statements(session):
-    connection.ensure_connection()
-    raw = connection.connection
-    threshold, raw.prepare_threshold = raw.prepare_threshold, 0  # a host's: prepare at once
-    try:
+    with prepare_at_once():  # a host's threshold
         for round_ in range(3):
             _appends(session, f"unprepared-{round_}")
-        unprepared = _prepared_statements()
+        unprepared = prepared_statements()
         assert not any(_pg.APPEND_ONE in sql or _pg.APPEND_MANY in sql for sql in unprepared)
         with override_settings(CORTEX_SESSIONS={"PREPARED_STATEMENTS": True}):
             _appends(session, "prepared")
-        prepared = [sql for sql in _prepared_statements() if sql not in unprepared]
+        prepared = [sql for sql in prepared_statements() if sql not in unprepared]
         assert sum(_pg.APPEND_ONE in sql for sql in prepared) == 3  # one, keyed, recorded
         assert sum(_pg.APPEND_MANY in sql for sql in prepared) == 1
         assert all("$1" in sql and "'" not in sql for sql in prepared)  # no literal parameter
-    finally:
-        raw.prepare_threshold = threshold
-        with connection.cursor() as cursor:
-            cursor.execute("DEALLOCATE ALL")

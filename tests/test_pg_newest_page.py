@@ -17,6 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from cortex_sessions import services
 from cortex_sessions.exceptions import SessionNotFound
 from cortex_sessions.services import _pg, _pg_page
+from tests.pg_support import prepare_at_once, prepared_statements
 
 pytestmark = [
     pytest.mark.django_db,
@@ -143,32 +144,19 @@ def test_get_resolve_and_the_newest_page_send_their_parameters_apart(session):
     assert issubclass(bounded, psycopg.ClientCursor)  # as Django binds
 
 
-def _prepared_statements() -> list[str]:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT statement FROM pg_prepared_statements")
-        return [row[0] for row in cursor.fetchall()]
-
-
 def test_server_binding_prepares_nothing_whatever_the_threshold(session):
     # A host's prepare_threshold would have psycopg prepare a statement it ran that often;
     # the hot paths' are unnamed unless PREPARED_STATEMENTS (a pooler in transaction mode).
-    connection.ensure_connection()
-    raw = connection.connection
-    threshold, raw.prepare_threshold = raw.prepare_threshold, 0
-    try:
+    with prepare_at_once():
         for _ in range(3):
             services.get_session(scope=SCOPE, session_id=session.pk)
             services.list_messages(scope=SCOPE, session_id=session.pk)
         assert not any(
-            name in sql for sql in _prepared_statements() for name in (_pg.GET, _pg_page.NEWEST)
+            name in sql for sql in prepared_statements() for name in (_pg.GET, _pg_page.NEWEST)
         )
         with override_settings(CORTEX_SESSIONS={"PREPARED_STATEMENTS": True}):
             services.get_session(scope=SCOPE, session_id=session.pk)
             services.list_messages(scope=SCOPE, session_id=session.pk)
-        prepared = _prepared_statements()
+        prepared = prepared_statements()
         for name in (_pg.GET, _pg_page.NEWEST):
             assert any(name in sql for sql in prepared)
-    finally:
-        raw.prepare_threshold = threshold
-        with connection.cursor() as cursor:
-            cursor.execute("DEALLOCATE ALL")
