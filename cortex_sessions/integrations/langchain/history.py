@@ -182,7 +182,7 @@ def _read(scope: Scope, pk: uuid.UUID) -> list[BaseMessage]:
             scope,
             block_type=MESSAGE_BLOCK_TYPE,
             key="message",
-            decode=_decode,
+            decode=messages_from_dict,
             convert=_convert,
         )
         if messages is None:
@@ -199,11 +199,6 @@ def _read(scope: Scope, pk: uuid.UUID) -> list[BaseMessage]:
         if len(page) < _PAGE:
             return out
         after = page[-1].seq or after
-
-
-def _decode(records: list[Any]) -> list[BaseMessage]:
-    """The messages of a list of stored ``{"type", "data"}`` dicts (their text put back)."""
-    return messages_from_dict(records)
 
 
 def _convert(role: str, block: Any, content: Any) -> BaseMessage | None:
