@@ -171,7 +171,11 @@ def read_tuples(
 
 
 def _loads(serde: SerializerProtocol, kind: str, data: Any) -> Any:
-    return serde.loads_typed((kind, bytes(data) if data is not None else b""))
+    """A stored value through the serializer: ``(type, bytes)``, or ``(type, None)`` for a
+    ``NULL`` (a serializer that gave no bytes gets none back, as from LangGraph's in-memory
+    saver)."""
+    value: tuple[str, Any] = (kind, bytes(data) if data is not None else None)
+    return serde.loads_typed(value)
 
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> dict[str, Any]:

@@ -384,14 +384,15 @@ def put_writes(
     agent_id: str | None,
     session_id: uuid.UUID,
     key: tuple[str, str, str, str],
-    rows: Sequence[tuple[int, str, str, bytes]],
+    rows: Sequence[tuple[int, str, str, bytes | None]],
     replace: bool,
 ) -> bool:
     """Store a task's pending writes in one call of :data:`WRITES`.
 
     Args:
         key: ``(namespace, checkpoint id, task id, task path)``, checked.
-        rows: ``(idx, channel, type, bytes)``, one per index (the first of a repeated one).
+        rows: ``(idx, channel, type, bytes or None)``, one per index (``None``: stored as
+            ``NULL``).
         replace: overwrite a write stored under the same task and index (LangGraph's special
             channels) rather than keep it.
 

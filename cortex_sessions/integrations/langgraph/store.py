@@ -279,11 +279,16 @@ def put_writes(
     task_id: str,
     task_path: str,
 ) -> None:
-    """Store a task's pending writes against the target checkpoint.
+    """Store a task's pending writes against the target checkpoint, as LangGraph's own savers
+    store them (``PostgresSaver``, ``InMemorySaver``):
 
-    A write already stored under the same task and index is kept (LangGraph replays writes);
-    when every write is to a special channel (error, interrupt, …), they replace the stored
-    ones, as LangGraph's own savers do.
+    - each write goes under its index in ``writes``, or a special channel's fixed one
+      (``WRITES_IDX_MAP``: error, interrupt, …); a special channel written twice in one call
+      keeps its last write (their upsert of each write in turn);
+    - a write already stored under the same task and index is kept (LangGraph replays writes);
+      when every write is to a special channel, they replace the stored ones;
+    - a value the serializer gives no bytes for (``(type, None)``) is stored as ``NULL`` and
+      read back as ``None``, on every database.
 
     Raises:
         InvalidInput: the config names no ``checkpoint_id``.
@@ -298,28 +303,26 @@ def put_writes(
     checkpoint_id = _bounded(target.checkpoint_id, ID_CHARS, "checkpoint_id")
     _bounded(task_id, NAME_CHARS, "task_id")
     _bounded(task_path, None, "task_path")
-    rows = []
-    for idx, (channel, value) in enumerate(writes):
+    by_idx: dict[int, tuple[int, str, str, bytes | None]] = {}
+    replace = True
+    for position, (channel, value) in enumerate(writes):
         kind, blob = serde.dumps_typed(value)
         _bounded(kind, TYPE_CHARS, "type")
-        rows.append(
-            (WRITES_IDX_MAP.get(channel, idx), _bounded(channel, NAME_CHARS, "channel"), kind, blob)
-        )
-    if not rows:
+        idx = WRITES_IDX_MAP.get(channel, position)
+        replace = replace and channel in WRITES_IDX_MAP
+        by_idx[idx] = (idx, _bounded(channel, NAME_CHARS, "channel"), kind, blob)
+    if not by_idx:
         return
-    replace = all(channel in WRITES_IDX_MAP for _, channel, _, _ in rows)
+    rows = list(by_idx.values())
     alias = routing.db_for_write(Session)
     if _pg_writes.serves(alias):
-        first: dict[int, tuple[int, str, str, bytes]] = {}
-        for row in rows:  # a repeated index (a special channel twice) keeps its first write
-            first.setdefault(row[0], row)
         if _pg_writes.put_writes(
             alias,
             canonical=target.scope.canonical,
             agent_id=target.agent_id,
             session_id=threads.thread_uuid(target.thread_id),
             key=(ns, checkpoint_id, task_id, task_path),
-            rows=list(first.values()),
+            rows=rows,
             replace=replace,
         ):
             return

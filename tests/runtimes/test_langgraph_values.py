@@ -1,0 +1,122 @@
+"""What ``CortexCheckpointSaver`` stores of a value, the same on every database and on both of
+PostgreSQL's paths (its functions and the ORM), as LangGraph's own savers store it
+(docs/design.md §19.1): a serializer's ``(type, None)`` kept as ``None``, a special channel
+written twice in one ``put_writes`` keeping its last write.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph")
+
+from langgraph.checkpoint.base import ERROR, INTERRUPT, empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from cortex_sessions.integrations.langgraph import CortexCheckpointSaver, _pg_reads, _pg_writes
+from cortex_sessions.integrations.langgraph.models import CheckpointBlob, CheckpointWrite
+
+pytestmark = pytest.mark.django_db
+
+ACME = "org=acme"
+AGENT = "graph-bot"
+
+
+class NoBytesForNone(JsonPlusSerializer):
+    """A serializer that gives ``None`` no bytes (``("nothing", None)``) and wants none back."""
+
+    def dumps_typed(self, obj: Any) -> tuple[str, Any]:
+        if obj is None:
+            return "nothing", None
+        return super().dumps_typed(obj)
+
+    def loads_typed(self, data: tuple[str, Any]) -> Any:
+        kind, blob = data
+        if kind == "nothing":
+            assert blob is None, f"a value stored without bytes came back as {blob!r}"
+            return None
+        return super().loads_typed(data)
+
+
+@pytest.fixture(params=["functions", "orm"])
+def path(request, monkeypatch):
+    """Each test once as the database serves it, once through the ORM (PostgreSQL's functions
+    off; the same on other databases)."""
+    if request.param == "orm":
+        monkeypatch.setattr(_pg_writes, "serves", lambda alias: False)
+        monkeypatch.setattr(_pg_reads, "serves", lambda alias: False)
+    return request.param
+
+
+def _checkpoint(saver, values):
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = dict(values)
+    checkpoint["channel_versions"] = {key: saver.get_next_version(None, None) for key in values}
+    return checkpoint
+
+
+def _stored(saver, values, writes, task_id="task"):
+    """Put a checkpoint with ``values`` to a new thread, then each of ``writes`` (lists of
+    writes, one ``put_writes`` each); the checkpoint's config."""
+    config = {"configurable": {"thread_id": str(uuid.uuid4()), "checkpoint_ns": ""}}
+    checkpoint = _checkpoint(saver, values)
+    config = saver.put(config, checkpoint, {"step": 1}, checkpoint["channel_versions"])
+    for batch in writes:
+        saver.put_writes(config, batch, task_id)
+    return config
+
+
+def _reads(saver, config):
+    """The checkpoint tuple by ``get_tuple`` (latest), by id and by ``list``, which must agree."""
+    thread = {"configurable": {**config["configurable"], "checkpoint_id": None}}
+    latest = saver.get_tuple(thread)
+    assert saver.get_tuple(config) == latest
+    assert list(saver.list(thread)) == [latest]
+    assert list(saver.list(thread, filter={"step": 1})) == [latest]  # the ORM's read
+    return latest
+
+
+def test_a_value_the_serializer_gives_no_bytes_is_stored_as_null_and_read_back_as_none(path):
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT, serde=NoBytesForNone())
+    config = _stored(saver, {"gone": None, "kept": 1}, [[("a", None), ("b", 2)]])
+    written = CheckpointWrite.objects.filter(session_id=config["configurable"]["thread_id"])
+    assert {row.channel: row.blob for row in written} == {
+        "a": None,
+        "b": saver.serde.dumps_typed(2)[1],
+    }
+    blob = CheckpointBlob.objects.get(channel="gone")
+    assert (blob.type, blob.blob) == ("nothing", None)
+    latest = _reads(saver, config)
+    assert latest.checkpoint["channel_values"] == {"gone": None, "kept": 1}
+    assert sorted(latest.pending_writes) == [("task", "a", None), ("task", "b", 2)]
+
+
+def test_none_bytes_read_back_as_langgraphs_in_memory_saver_reads_them(path):
+    serde = NoBytesForNone()
+    ours = CortexCheckpointSaver(scope=ACME, agent_id=AGENT, serde=serde)
+    theirs = InMemorySaver(serde=serde)
+    writes = [[("a", None), (ERROR, None)]]
+    mine = _reads(ours, _stored(ours, {"gone": None}, writes))
+    reference = theirs.get_tuple(_stored(theirs, {"gone": None}, writes))
+    assert mine.checkpoint["channel_values"] == reference.checkpoint["channel_values"]
+    assert sorted(mine.pending_writes) == sorted(reference.pending_writes)
+
+
+def test_a_special_channel_written_twice_in_one_call_keeps_its_last_write(path):
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    writes = [
+        [(ERROR, "first"), (ERROR, "second")],  # every write special: replaces, last wins
+        [("ch", 1), (INTERRUPT, "one"), (INTERRUPT, "two")],  # mixed: kept stored, last wins
+    ]
+    config = _stored(saver, {"step": 1}, writes)
+    latest = _reads(saver, config)
+    assert sorted(latest.pending_writes, key=str) == sorted(
+        [("task", ERROR, "second"), ("task", "ch", 1), ("task", INTERRUPT, "two")], key=str
+    )
+    memory = InMemorySaver()
+    reference = memory.get_tuple(_stored(memory, {"step": 1}, writes))
+    assert sorted(latest.pending_writes, key=str) == sorted(reference.pending_writes, key=str)
