@@ -13,12 +13,18 @@ import pytest
 
 pytest.importorskip("langgraph")
 
+from django.db import OperationalError, connection
 from langgraph.checkpoint.base import ERROR, INTERRUPT, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from cortex_sessions.integrations.langgraph import CortexCheckpointSaver, _pg_reads, _pg_writes
-from cortex_sessions.integrations.langgraph.models import CheckpointBlob, CheckpointWrite
+from cortex_sessions.integrations.langgraph.models import (
+    Checkpoint,
+    CheckpointBlob,
+    CheckpointWrite,
+)
+from cortex_sessions.models import Session
 
 pytestmark = pytest.mark.django_db
 
@@ -120,3 +126,29 @@ def test_a_special_channel_written_twice_in_one_call_keeps_its_last_write(path):
     memory = InMemorySaver()
     reference = memory.get_tuple(_stored(memory, {"step": 1}, writes))
     assert sorted(latest.pending_writes, key=str) == sorted(reference.pending_writes, key=str)
+
+
+@pytest.mark.skipif(connection.vendor != "mysql", reason="MySQL/MariaDB's max_allowed_packet")
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("new_thread", [True, False], ids=["new-thread", "existing-thread"])
+def test_a_put_over_max_allowed_packet_is_refused_with_nothing_written(new_thread):
+    """A value over the server's ``max_allowed_packet`` (docs/langgraph.md): the server drops
+    the connection, the ``put`` raises ``OperationalError`` and writes nothing (the thread's
+    new session included), and the next call works."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT @@max_allowed_packet")
+        (limit,) = cursor.fetchone()
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    config = {"configurable": {"thread_id": str(uuid.uuid4()), "checkpoint_ns": ""}}
+    if not new_thread:
+        config = saver.put(config, empty_checkpoint(), {"step": 0}, {})
+    checkpoint = _checkpoint(saver, {"big": b"x" * limit})
+    with pytest.raises(OperationalError):
+        saver.put(config, checkpoint, {"step": 1}, checkpoint["channel_versions"])
+    thread_id = config["configurable"]["thread_id"]
+    assert Session.objects.filter(pk=thread_id).count() == (0 if new_thread else 1)
+    assert Checkpoint.objects.filter(session_id=thread_id).count() == (0 if new_thread else 1)
+    assert not CheckpointBlob.objects.filter(session_id=thread_id).exists()
+    checkpoint = _checkpoint(saver, {"small": b"x"})
+    config = saver.put(config, checkpoint, {"step": 1}, checkpoint["channel_versions"])
+    assert saver.get_tuple(config).checkpoint["channel_values"] == {"small": b"x"}
