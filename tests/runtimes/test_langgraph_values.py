@@ -152,3 +152,36 @@ def test_a_put_over_max_allowed_packet_is_refused_with_nothing_written(new_threa
     checkpoint = _checkpoint(saver, {"small": b"x"})
     config = saver.put(config, checkpoint, {"step": 1}, checkpoint["channel_versions"])
     assert saver.get_tuple(config).checkpoint["channel_values"] == {"small": b"x"}
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the PostgreSQL functions")
+@pytest.mark.parametrize(
+    "setting", [None, "client_encoding TO 'SJIS'", "DateStyle TO 'German'"], ids=str
+)
+def test_the_writes_serve_a_connection_as_the_cores_hot_paths_do(setting):
+    """``_pg_writes.serves`` (no connection checks of its own on an open connection) answers as
+    ``services._pg.serves``: a host's encoding or ``DateStyle`` sends the writes the ORM way,
+    and they still store what they are given."""
+    from cortex_sessions.services import _pg
+
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    config = _stored(saver, {"step": 1}, [])
+    if setting:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET {setting}")
+    assert _pg_writes.serves("default") is _pg.serves("default") is (setting is None)
+    if setting is None or "client_encoding" in setting:
+        saver.put_writes(config, [("ch", "ソ¥")], "task")
+        assert saver.get_tuple(config).pending_writes == [("task", "ch", "ソ¥")]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the PostgreSQL functions")
+@pytest.mark.django_db(transaction=True)
+def test_the_writes_open_a_closed_connection_and_take_their_function():
+    connection.close()
+    assert _pg_writes.serves("default") and connection.connection is not None
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    config = _stored(saver, {"step": 1}, [])
+    connection.close()
+    saver.put_writes(config, [("ch", 1)], "task")
+    assert saver.get_tuple(config).pending_writes == [("task", "ch", 1)]

@@ -9,6 +9,7 @@ Values go through the saver's serializer (``dumps_typed`` / ``loads_typed``).
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
@@ -66,8 +67,9 @@ def _bounded(value: str, limit: int | None, field: str) -> str:
     return value
 
 
-def _json_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
-    """``metadata`` as the JSON the metadata column stores (no NUL, lone surrogate or NaN).
+def _json_metadata(metadata: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """``metadata`` as the JSON the metadata column stores (no NUL, lone surrogate or NaN):
+    ``(the value, its JSON text)``, encoded and decoded once.
 
     Raises:
         InvalidMetadata: it is not storable JSON (field ``metadata``).
@@ -76,13 +78,14 @@ def _json_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
         text = json.dumps(dict(metadata), allow_nan=False)
     except (TypeError, ValueError, RecursionError) as error:
         raise InvalidMetadata(f"metadata is not valid JSON: {error}", field="metadata") from None
-    if not is_storable(json.loads(text)):
+    value = json.loads(text)
+    if not is_storable(value):
         raise InvalidMetadata(
             "metadata holds text the database cannot store (NUL, a lone surrogate) or is "
             "nested too deep.",
             field="metadata",
         )
-    return cast(dict[str, Any], json.loads(text))
+    return cast(dict[str, Any], value), text
 
 
 def _live_session(target: threads.Target, alias: str, *, create: bool) -> Session:
@@ -132,12 +135,12 @@ def put_checkpoint(
         )
         _bounded(blob_kind, TYPE_CHARS, "type")
         blob_rows.append((channel, _bounded(str(version), ID_CHARS, "version"), blob_kind, blob))
-    stored_metadata = _json_metadata(
+    stored_metadata, metadata_text = _json_metadata(
         get_serializable_checkpoint_metadata(config, dict(metadata))  # type: ignore[arg-type]
     )
 
     alias = routing.db_for_write(Session)
-    pk = threads.thread_uuid(target.thread_id)
+    pk = target.session_id
     mirrored = bool(messages_key) and ns == "" and messages_key in new_versions
     current = values.get(messages_key) if mirrored and messages_key else None
 
@@ -160,7 +163,7 @@ def put_checkpoint(
         target,
         pk,
         (ns, checkpoint_id, parent_id, kind, data),
-        stored_metadata,
+        metadata_text,
         blob_rows,
         current,
         previous,
@@ -207,7 +210,7 @@ def _put_pg(
     target: threads.Target,
     pk: Any,
     checkpoint: tuple[str, str, str, str, bytes],
-    metadata: dict[str, Any],
+    metadata: str,
     blob_rows: list[tuple[str, str, str, bytes | None]],
     current: Any,
     previous: Callable[[], Any],
@@ -320,7 +323,7 @@ def put_writes(
             alias,
             canonical=target.scope.canonical,
             agent_id=target.agent_id,
-            session_id=threads.thread_uuid(target.thread_id),
+            session_id=target.session_id,
             key=(ns, checkpoint_id, task_id, task_path),
             rows=rows,
             replace=replace,
@@ -357,7 +360,7 @@ def list_tuples(
     scope: Scope,
     agent_id: str | None,
     *,
-    thread_id: str | None,
+    thread_id: str | uuid.UUID | None,
     checkpoint_ns: str | None,
     checkpoint_id: str | None,
     filter: Mapping[str, Any] | None,
