@@ -144,7 +144,10 @@ def read_tuples(
     assert len(values) == params
     if blobs_mode == "latest":
         sql = _latest_call()
-    rows, _ = execute(connection, sql, values)  # prepared with PREPARED_STATEMENTS (§14.2)
+    # prepared with PREPARED_STATEMENTS (§14.2); the call of LATEST, whose arguments are cast
+    # to its declared types, binds them server-side without it too (as the saver's writes):
+    # psycopg then sends the 13 values as they are instead of quoting each into the text
+    rows, _ = execute(connection, sql, values, server_binding=blobs_mode == "latest")
     page = [row for row in rows if row[0] == 0]
     if not page:
         return []
