@@ -133,8 +133,8 @@ def test_a_special_channel_written_twice_in_one_call_keeps_its_last_write(path):
 @pytest.mark.parametrize("new_thread", [True, False], ids=["new-thread", "existing-thread"])
 def test_a_put_over_max_allowed_packet_is_refused_with_nothing_written(new_thread):
     """A value over the server's ``max_allowed_packet`` (docs/langgraph.md): the server drops
-    the connection, the ``put`` raises ``OperationalError`` and writes nothing (the thread's
-    new session included), and the next call works."""
+    the connection, the ``put`` (or ``put_writes``) raises ``OperationalError`` naming the
+    setting and writes nothing (the thread's new session included), and the next call works."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT @@max_allowed_packet")
         (limit,) = cursor.fetchone()
@@ -142,8 +142,11 @@ def test_a_put_over_max_allowed_packet_is_refused_with_nothing_written(new_threa
     config = {"configurable": {"thread_id": str(uuid.uuid4()), "checkpoint_ns": ""}}
     if not new_thread:
         config = saver.put(config, empty_checkpoint(), {"step": 0}, {})
-    checkpoint = _checkpoint(saver, {"big": b"x" * limit})
-    with pytest.raises(OperationalError):
+    # three values each 4 MiB over the limit (3 × 20 MB at MariaDB's default 16 MiB): the
+    # server drops the connection (2006) rather than answering 1153 as for a smaller excess
+    big = b"x" * (limit + (4 << 20))
+    checkpoint = _checkpoint(saver, {"big": big, "bigger": big, "biggest": big})
+    with pytest.raises(OperationalError, match="max_allowed_packet"):
         saver.put(config, checkpoint, {"step": 1}, checkpoint["channel_versions"])
     thread_id = config["configurable"]["thread_id"]
     assert Session.objects.filter(pk=thread_id).count() == (0 if new_thread else 1)
@@ -152,6 +155,11 @@ def test_a_put_over_max_allowed_packet_is_refused_with_nothing_written(new_threa
     checkpoint = _checkpoint(saver, {"small": b"x"})
     config = saver.put(config, checkpoint, {"step": 1}, checkpoint["channel_versions"])
     assert saver.get_tuple(config).checkpoint["channel_values"] == {"small": b"x"}
+    with pytest.raises(OperationalError, match="max_allowed_packet"):
+        saver.put_writes(config, [("small", 1), ("big", big), ("bigger", big)], "task")
+    assert not CheckpointWrite.objects.filter(session_id=thread_id).exists()
+    saver.put_writes(config, [("small", 1)], "task")
+    assert saver.get_tuple(config).pending_writes == [("task", "small", 1)]
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="the PostgreSQL functions")

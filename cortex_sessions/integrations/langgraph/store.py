@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, cast
 
-from django.db import transaction
+from django.db import OperationalError, connections, transaction
 from django.db.models import Q
 from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
@@ -101,6 +102,42 @@ def _live_session(target: threads.Target, alias: str, *, create: bool) -> Sessio
     return session
 
 
+#: Values of at least this many bytes in one statement make a dropped MySQL/MariaDB connection
+#: most likely the server's ``max_allowed_packet`` refusing the statement (1 MiB: the smallest
+#: default, MySQL 5.7's 4 MiB, is above it; MariaDB's and MySQL 8's is 16 MiB and 64 MiB).
+_LARGE_STATEMENT = 1 << 20
+#: The errors of MySQL/MariaDB and their clients for a refused packet or the connection the
+#: server then drops: ER_NET_PACKET_TOO_LARGE, CR_SERVER_GONE_ERROR, CR_SERVER_LOST.
+_PACKET_ERRORS = (1153, 2006, 2013)
+
+
+@contextmanager
+def _packet_named(alias: str, size: int) -> Iterator[None]:
+    """On MySQL/MariaDB, a statement carrying ``size`` bytes of values (at least
+    :data:`_LARGE_STATEMENT`) that the server refuses or drops the connection for raises
+    ``OperationalError`` naming ``max_allowed_packet`` (docs/langgraph.md), with the driver's
+    error as its cause, instead of the bare "Server has gone away"; nothing was written (the
+    transaction was rolled back). Any other error passes as it is.
+
+    Raises:
+        django.db.OperationalError: as said.
+    """
+    try:
+        yield
+    except OperationalError as exc:
+        code = exc.args[0] if exc.args else None
+        if size < _LARGE_STATEMENT or code not in _PACKET_ERRORS:
+            raise
+        if connections[alias].vendor != "mysql":
+            raise
+        raise OperationalError(
+            code,
+            f"{exc.args[1] if len(exc.args) > 1 else exc}: the statement carried {size:,} bytes"
+            " of values, likely more than the server's max_allowed_packet; nothing was"
+            " written (raise max_allowed_packet, docs/langgraph.md)",
+        ) from exc
+
+
 def put_checkpoint(
     serde: SerializerProtocol,
     target: threads.Target,
@@ -170,7 +207,8 @@ def put_checkpoint(
     ):
         keep()
         return config_out
-    with transaction.atomic(using=alias):
+    size = len(data or b"") + sum(len(blob) for *_, blob in blob_rows if blob is not None)
+    with _packet_named(alias, size), transaction.atomic(using=alias):
         session = _live_session(target, alias, create=True)
         CheckpointBlob.objects.using(alias).bulk_create(
             [
@@ -330,7 +368,8 @@ def put_writes(
         ):
             return
         raise SessionNotFound()
-    with transaction.atomic(using=alias):
+    size = sum(len(blob) for *_, blob in rows if blob is not None)
+    with _packet_named(alias, size), transaction.atomic(using=alias):
         session = _live_session(target, alias, create=False)
         key = {"session": session, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
         stored = CheckpointWrite.objects.using(alias).filter(task_id=task_id, **key)
