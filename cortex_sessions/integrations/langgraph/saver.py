@@ -209,6 +209,9 @@ class CortexCheckpointSaver(BaseCheckpointSaver[str]):
             SessionNotFound: the thread id is a session outside the scope or another agent's.
             SessionArchived: the session is archived (docs/design.md §11.2).
             InvalidContent, MessageTooLarge: a mirrored message cannot be stored.
+            django.db.OperationalError: on MySQL/MariaDB, values over the server's
+                ``max_allowed_packet`` (the message names it, docs/langgraph.md); nothing
+                is written.
         """
         return _sync(lambda: self._put(config, checkpoint, metadata, new_versions))
 
@@ -244,6 +247,8 @@ class CortexCheckpointSaver(BaseCheckpointSaver[str]):
                 over its length, or with a NUL or lone surrogate (as :meth:`put`).
             SessionNotFound: the thread is missing, outside the scope or another agent's.
             SessionArchived: the session is archived.
+            django.db.OperationalError: on MySQL/MariaDB, values over the server's
+                ``max_allowed_packet``, as :meth:`put`.
         """
         _sync(lambda: self._put_writes(config, writes, task_id, task_path))
 

@@ -156,6 +156,8 @@ def put_checkpoint(
     Raises:
         InvalidInput, InvalidMetadata, ValueTooLong, SessionNotFound, SessionArchived: see
             :meth:`CortexCheckpointSaver.put`.
+        django.db.OperationalError: on MySQL/MariaDB, over ``max_allowed_packet``
+            (:func:`_packet_named`); nothing written.
     """
     ns = _bounded(target.checkpoint_ns, NAME_CHARS, "checkpoint_ns")
     checkpoint_id = _bounded(str(checkpoint["id"]), ID_CHARS, "checkpoint_id")
@@ -334,6 +336,8 @@ def put_writes(
     Raises:
         InvalidInput: the config names no ``checkpoint_id``.
         ValueTooLong, SessionNotFound, SessionArchived.
+        django.db.OperationalError: on MySQL/MariaDB, over ``max_allowed_packet``
+            (:func:`_packet_named`); nothing written.
     """
     if not target.checkpoint_id:
         raise InvalidInput(
