@@ -312,3 +312,23 @@ def test_the_latest_values_are_a_skip_scan_of_the_key_without_a_sort():
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Recursive Union" in plan and "Index Scan Backward" in plan
     assert "Sort" not in plan
+
+
+@postgres_only
+def test_the_latest_read_binds_its_arguments_server_side(monkeypatch):
+    """The call of ``LATEST`` (its arguments cast to the declared types) goes with server-side
+    binding, as the saver's writes: psycopg quotes no value into its text. Other reads keep
+    Django's binding."""
+    sent = []
+    execute = _pg_reads.execute
+
+    def spy(connection, sql, params, **kwargs):
+        sent.append((sql.startswith(f"SELECT * FROM {_pg_reads.LATEST}("), kwargs))
+        return execute(connection, sql, params, **kwargs)
+
+    monkeypatch.setattr(_pg_reads, "execute", spy)
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    thread = _seed(saver, steps=2)
+    assert saver.get_tuple(_config(thread.thread_id)).checkpoint["channel_values"] == thread.values
+    assert len(list(saver.list(_config(thread.thread_id)))) == 2
+    assert sent == [(True, {"server_binding": True}), (False, {"server_binding": False})]

@@ -144,18 +144,18 @@ def test_put_and_put_writes_of_an_existing_thread_are_one_statement_each_on_post
     assert CheckpointWrite.objects.filter(checkpoint_id=checkpoint_id).count() == 2
 
 
-def test_pending_writes_keep_the_first_write_of_an_index_and_special_channels_replace():
+def test_pending_writes_keep_a_stored_write_of_an_index_and_special_channels_replace():
     thread = _Thread(CortexCheckpointSaver(scope=ACME, agent_id=AGENT))
     thread.put([])
     saver, config = thread.saver, thread.config
     saver.put_writes(config, [("ch", 1)], "task")
     saver.put_writes(config, [("ch", 2)], "task")  # a replay: the stored write stays
-    saver.put_writes(config, [(ERROR, "first"), (ERROR, "second")], "task")
+    saver.put_writes(config, [(ERROR, "first"), (ERROR, "second")], "task")  # the last
     saver.put_writes(config, [(ERROR, "third")], "other")
     saver.put_writes(config, [(ERROR, "fourth")], "other")  # special channels replace
     writes = saver.get_tuple(config).pending_writes
     assert sorted(writes, key=str) == sorted(
-        [("task", "ch", 1), ("task", ERROR, "first"), ("other", ERROR, "fourth")], key=str
+        [("task", "ch", 1), ("task", ERROR, "second"), ("other", ERROR, "fourth")], key=str
     )
 
 

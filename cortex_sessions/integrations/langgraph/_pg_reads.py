@@ -144,7 +144,10 @@ def read_tuples(
     assert len(values) == params
     if blobs_mode == "latest":
         sql = _latest_call()
-    rows, _ = execute(connection, sql, values)  # prepared with PREPARED_STATEMENTS (§14.2)
+    # prepared with PREPARED_STATEMENTS (§14.2); the call of LATEST, whose arguments are cast
+    # to its declared types, binds them server-side without it too (as the saver's writes):
+    # psycopg then sends the 13 values as they are instead of quoting each into the text
+    rows, _ = execute(connection, sql, values, server_binding=blobs_mode == "latest")
     page = [row for row in rows if row[0] == 0]
     if not page:
         return []
@@ -171,7 +174,11 @@ def read_tuples(
 
 
 def _loads(serde: SerializerProtocol, kind: str, data: Any) -> Any:
-    return serde.loads_typed((kind, bytes(data) if data is not None else b""))
+    """A stored value through the serializer: ``(type, bytes)``, or ``(type, None)`` for a
+    ``NULL`` (a serializer that gave no bytes gets none back, as from LangGraph's in-memory
+    saver)."""
+    value: tuple[str, Any] = (kind, bytes(data) if data is not None else None)
+    return serde.loads_typed(value)
 
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> dict[str, Any]:

@@ -72,7 +72,30 @@ __all__ = [
     "serves",
 ]
 
-serves = _pg.serves
+
+def serves(alias: str) -> bool:
+    """:func:`cortex_sessions.services._pg.serves` for the saver's writes: whether the
+    functions serve database ``alias`` (PostgreSQL on psycopg 3, the server session as Django
+    sets it up: ``client_encoding`` ``UTF8``, ``DateStyle`` ISO, read from psycopg's
+    ``info.parameter_status``, no round trip). On a connection already open it skips the
+    core's connection checks (the health check, ``ensure_connection``): the write's cursor
+    (``services._pg_run._cursor``) makes them right after, and a connection it replaces is a
+    new one Django set up the same way. A closed one is opened by the core's ``serves``.
+
+    Raises:
+        django.db.Error: the connection cannot be opened, or was closed behind Django's back.
+    """
+    if not _pg.enabled(alias):
+        return False
+    connection = connections[alias]
+    raw = connection.connection
+    if raw is None:
+        return _pg.serves(alias)
+    with connection.wrap_database_errors:
+        status = raw.info.parameter_status
+        encoding, style = status("client_encoding"), status("DateStyle")
+    return encoding == "UTF8" and style is not None and style.startswith("ISO")
+
 
 #: The PL/pgSQL function of :func:`put_checkpoint`. Its name changes with its statement or
 #: result (as the core's, :data:`cortex_sessions.services._pg.APPEND_ONE`), so code and
@@ -305,7 +328,7 @@ def put_checkpoint(
     agent_id: str | None,
     session_id: uuid.UUID,
     checkpoint: tuple[str, str, str, str, bytes],
-    metadata: dict[str, Any],
+    metadata: str,
     blobs: Sequence[tuple[str, str, str, bytes | None]],
     mirrored: Sequence[MirroredRow],
     now: datetime,
@@ -318,7 +341,7 @@ def put_checkpoint(
         canonical, agent_id: the scope the session must lie at or beneath, and its agent
             (``None``: any).
         checkpoint: ``(namespace, checkpoint id, parent id, type, bytes)``, checked.
-        metadata: the checkpoint's metadata, storable JSON.
+        metadata: the checkpoint's metadata as JSON text, storable.
         blobs: ``(channel, version, type, bytes or None)`` of the updated channels.
         mirrored: the messages to append when the checkpoint row is new (at most
             ``MAX_MESSAGES_PER_APPEND``).
@@ -341,7 +364,7 @@ def put_checkpoint(
     totals: Totals = totals_of((row["usage"], row["token_count"]) for row in rows)
     last = last_message_of_rows(rows)
     params: list[Any] = [session_id, *_pg.scope_params(canonical), agent_id]
-    params += [ns, checkpoint_id, parent_id, kind, data, json.dumps(metadata), now, ns]
+    params += [ns, checkpoint_id, parent_id, kind, data, metadata, now, ns]
     params += _packed(blobs)
     params += [count, count, *totals, now, last, session_id, count, count]
     params.append(
@@ -361,7 +384,8 @@ def put_checkpoint(
     live, inserted, *rest = array
     if live != "true":
         raise SessionArchived()
-    if rest:
+    if rest and messages_appended.receivers and messages_appended.has_listeners(Session):
+        # (the instances are built for the receivers only: send_on_commit sends to none else)
         plan = _session_plan()
         width = len(plan.attnames)
         session = Session.from_db(alias, plan.attnames, text_values(connection, rest, zone, plan))
@@ -384,14 +408,15 @@ def put_writes(
     agent_id: str | None,
     session_id: uuid.UUID,
     key: tuple[str, str, str, str],
-    rows: Sequence[tuple[int, str, str, bytes]],
+    rows: Sequence[tuple[int, str, str, bytes | None]],
     replace: bool,
 ) -> bool:
     """Store a task's pending writes in one call of :data:`WRITES`.
 
     Args:
         key: ``(namespace, checkpoint id, task id, task path)``, checked.
-        rows: ``(idx, channel, type, bytes)``, one per index (the first of a repeated one).
+        rows: ``(idx, channel, type, bytes or None)``, one per index (``None``: stored as
+            ``NULL``).
         replace: overwrite a write stored under the same task and index (LangGraph's special
             channels) rather than keep it.
 

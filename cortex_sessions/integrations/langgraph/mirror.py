@@ -43,6 +43,9 @@ __all__ = [
     "remember",
 ]
 
+#: A message's ``id``.
+_ID = operator.attrgetter("id")
+
 #: Threads whose latest checkpoint's messages :func:`remember` keeps.
 REMEMBERED = 1024
 #: What :func:`recall` returns for a checkpoint it does not remember.
@@ -129,14 +132,24 @@ def new_messages(current: Any, previous: Any) -> list[BaseMessage]:
     if not isinstance(current, Sequence) or isinstance(current, str | bytes):
         return []
     before = previous if isinstance(previous, Sequence) and previous is not None else ()
-    seen = set()
-    anonymous = []
-    for m in before:
-        if isinstance(m, BaseMessage):
-            if m.id:
-                seen.add(m.id)
-            else:
-                anonymous.append(m)
+    seen: set[Any]
+    anonymous: list[BaseMessage]
+    if all(issubclass(kind, BaseMessage) for kind in set(map(type, before))):
+        # every item a message (the channel's reducer makes them so): their ids read in C,
+        # without an isinstance check (BaseMessage's, through ABCMeta) per item
+        ids = list(map(_ID, before))
+        seen = set(ids)
+        seen.discard(None)
+        seen.discard("")
+        anonymous = [] if all(ids) else [m for m, i in zip(before, ids, strict=True) if not i]
+    else:
+        seen, anonymous = set(), []
+        for m in before:
+            if isinstance(m, BaseMessage):
+                if m.id:
+                    seen.add(m.id)
+                else:
+                    anonymous.append(m)
     # A value that starts with the previous one's own objects (as the channel's reducer keeps
     # them, and as remembered values are) can hold new messages only after them: each of those
     # objects is excluded below anyway (its id is seen, or it is itself anonymous).

@@ -114,7 +114,8 @@ class CheckpointBlob(models.Model):
 
 class CheckpointWrite(models.Model):
     """One pending write of a task against a checkpoint (``idx`` negative for LangGraph's special
-    channels: error, interrupt, …)."""
+    channels: error, interrupt, …), its value as the serializer made it (``blob`` ``NULL``: no
+    bytes)."""
 
     session = models.ForeignKey(
         Session,
@@ -129,7 +130,9 @@ class CheckpointWrite(models.Model):
     idx = models.IntegerField(_("index"))
     channel = ExactCharField(_("channel"), max_length=NAME_CHARS)
     type = models.CharField(_("type"), max_length=TYPE_CHARS)
-    blob = models.BinaryField(_("value"))
+    #: ``NULL`` when the serializer gave no bytes (``dumps_typed`` returning ``(type, None)``):
+    #: read back as ``None``, as LangGraph's in-memory saver keeps it.
+    blob = models.BinaryField(_("value"), null=True, blank=True)
     task_path = models.TextField(_("task path"), blank=True, default="")
 
     class Meta:

@@ -6,7 +6,6 @@ import builtins
 import random
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -31,27 +30,25 @@ __all__ = ["CortexCheckpointSaver", "athread_config", "thread_config"]
 T = TypeVar("T")
 
 
-@contextmanager
-def _closing_new_connections() -> Iterator[None]:
-    """Close the database connections the block opened, unless a transaction holds them.
+def _sync(operation: Callable[[], T]) -> T:
+    """``operation()``, then the database connections it opened closed, unless a transaction
+    holds them.
 
     A sync graph run (``graph.invoke``) calls ``put`` and ``put_writes`` from LangGraph's
     short-lived worker threads, each with a connection of its own that Django, outside a
     request, never closes: the sync methods close what they opened. A thread that already had
-    its connection open (a request's, a test's) keeps it.
+    its connection open (a request's, a test's) keeps it; when every database's connection
+    was open before, none can be new and nothing is looked at after.
     """
     before = {conn.alias for conn in connections.all(initialized_only=True) if conn.connection}
+    if len(before) == sum(1 for _ in connections):
+        return operation()
     try:
-        yield
+        return operation()
     finally:
         for conn in connections.all(initialized_only=True):
             if conn.connection and conn.alias not in before and not conn.in_atomic_block:
                 conn.close()
-
-
-def _sync(operation: Callable[[], T]) -> T:
-    with _closing_new_connections():
-        return operation()
 
 
 class CortexCheckpointSaver(BaseCheckpointSaver[str]):
@@ -100,9 +97,13 @@ class CortexCheckpointSaver(BaseCheckpointSaver[str]):
         self.scope = as_scope(scope)
         self.agent_id = services.check_agent_id(agent_id) if agent_id is not None else None
         self.messages_key = messages_key
+        self._targets = threads.TargetCache(self.scope, self.agent_id)
 
     def _target(self, config: RunnableConfig) -> threads.Target:
-        return threads.target_of(config, self.scope, self.agent_id)
+        targets = self._targets
+        if targets.bound is not self.scope or targets.agent_id != self.agent_id:
+            targets = self._targets = threads.TargetCache(self.scope, self.agent_id)
+        return targets(config)
 
     # -- sync -------------------------------------------------------------------------------------
 
@@ -123,7 +124,7 @@ class CortexCheckpointSaver(BaseCheckpointSaver[str]):
             self.serde,
             target.scope,
             target.agent_id,
-            thread_id=target.thread_id,
+            thread_id=target.session_id,
             checkpoint_ns=target.checkpoint_ns,
             checkpoint_id=target.checkpoint_id,
             filter=None,
@@ -167,7 +168,7 @@ class CortexCheckpointSaver(BaseCheckpointSaver[str]):
         thread_id = ns = checkpoint_id = None
         if configurable.get("thread_id"):
             target = self._target(config)  # type: ignore[arg-type]
-            scope, agent_id, thread_id = target.scope, target.agent_id, target.thread_id
+            scope, agent_id, thread_id = target.scope, target.agent_id, target.session_id
             raw_ns = configurable.get("checkpoint_ns")
             ns = None if raw_ns is None else str(raw_ns)
             checkpoint_id = target.checkpoint_id
@@ -208,6 +209,9 @@ class CortexCheckpointSaver(BaseCheckpointSaver[str]):
             SessionNotFound: the thread id is a session outside the scope or another agent's.
             SessionArchived: the session is archived (docs/design.md §11.2).
             InvalidContent, MessageTooLarge: a mirrored message cannot be stored.
+            django.db.OperationalError: on MySQL/MariaDB, values over the server's
+                ``max_allowed_packet`` (the message names it, docs/langgraph.md); nothing
+                is written.
         """
         return _sync(lambda: self._put(config, checkpoint, metadata, new_versions))
 
@@ -243,6 +247,8 @@ class CortexCheckpointSaver(BaseCheckpointSaver[str]):
                 over its length, or with a NUL or lone surrogate (as :meth:`put`).
             SessionNotFound: the thread is missing, outside the scope or another agent's.
             SessionArchived: the session is archived.
+            django.db.OperationalError: on MySQL/MariaDB, values over the server's
+                ``max_allowed_packet``, as :meth:`put`.
         """
         _sync(lambda: self._put_writes(config, writes, task_id, task_path))
 

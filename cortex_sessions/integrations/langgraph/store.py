@@ -9,10 +9,12 @@ Values go through the saver's serializer (``dumps_typed`` / ``loads_typed``).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, cast
 
-from django.db import transaction
+from django.db import OperationalError, connections, transaction
 from django.db.models import Q
 from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
@@ -66,8 +68,9 @@ def _bounded(value: str, limit: int | None, field: str) -> str:
     return value
 
 
-def _json_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
-    """``metadata`` as the JSON the metadata column stores (no NUL, lone surrogate or NaN).
+def _json_metadata(metadata: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """``metadata`` as the JSON the metadata column stores (no NUL, lone surrogate or NaN):
+    ``(the value, its JSON text)``, encoded and decoded once.
 
     Raises:
         InvalidMetadata: it is not storable JSON (field ``metadata``).
@@ -76,13 +79,14 @@ def _json_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
         text = json.dumps(dict(metadata), allow_nan=False)
     except (TypeError, ValueError, RecursionError) as error:
         raise InvalidMetadata(f"metadata is not valid JSON: {error}", field="metadata") from None
-    if not is_storable(json.loads(text)):
+    value = json.loads(text)
+    if not is_storable(value):
         raise InvalidMetadata(
             "metadata holds text the database cannot store (NUL, a lone surrogate) or is "
             "nested too deep.",
             field="metadata",
         )
-    return cast(dict[str, Any], json.loads(text))
+    return cast(dict[str, Any], value), text
 
 
 def _live_session(target: threads.Target, alias: str, *, create: bool) -> Session:
@@ -96,6 +100,42 @@ def _live_session(target: threads.Target, alias: str, *, create: bool) -> Sessio
     if session.archived_at is not None:
         raise SessionArchived()
     return session
+
+
+#: Values of at least this many bytes in one statement make a dropped MySQL/MariaDB connection
+#: most likely the server's ``max_allowed_packet`` refusing the statement (1 MiB: the smallest
+#: default, MySQL 5.7's 4 MiB, is above it; MariaDB's and MySQL 8's is 16 MiB and 64 MiB).
+_LARGE_STATEMENT = 1 << 20
+#: The errors of MySQL/MariaDB and their clients for a refused packet or the connection the
+#: server then drops: ER_NET_PACKET_TOO_LARGE, CR_SERVER_GONE_ERROR, CR_SERVER_LOST.
+_PACKET_ERRORS = (1153, 2006, 2013)
+
+
+@contextmanager
+def _packet_named(alias: str, size: int) -> Iterator[None]:
+    """On MySQL/MariaDB, a statement carrying ``size`` bytes of values (at least
+    :data:`_LARGE_STATEMENT`) that the server refuses or drops the connection for raises
+    ``OperationalError`` naming ``max_allowed_packet`` (docs/langgraph.md), with the driver's
+    error as its cause, instead of the bare "Server has gone away"; nothing was written (the
+    transaction was rolled back). Any other error passes as it is.
+
+    Raises:
+        django.db.OperationalError: as said.
+    """
+    try:
+        yield
+    except OperationalError as exc:
+        code = exc.args[0] if exc.args else None
+        if size < _LARGE_STATEMENT or code not in _PACKET_ERRORS:
+            raise
+        if connections[alias].vendor != "mysql":
+            raise
+        raise OperationalError(
+            code,
+            f"{exc.args[1] if len(exc.args) > 1 else exc}: the statement carried {size:,} bytes"
+            " of values, likely more than the server's max_allowed_packet; nothing was"
+            " written (raise max_allowed_packet, docs/langgraph.md)",
+        ) from exc
 
 
 def put_checkpoint(
@@ -116,6 +156,8 @@ def put_checkpoint(
     Raises:
         InvalidInput, InvalidMetadata, ValueTooLong, SessionNotFound, SessionArchived: see
             :meth:`CortexCheckpointSaver.put`.
+        django.db.OperationalError: on MySQL/MariaDB, over ``max_allowed_packet``
+            (:func:`_packet_named`); nothing written.
     """
     ns = _bounded(target.checkpoint_ns, NAME_CHARS, "checkpoint_ns")
     checkpoint_id = _bounded(str(checkpoint["id"]), ID_CHARS, "checkpoint_id")
@@ -132,12 +174,12 @@ def put_checkpoint(
         )
         _bounded(blob_kind, TYPE_CHARS, "type")
         blob_rows.append((channel, _bounded(str(version), ID_CHARS, "version"), blob_kind, blob))
-    stored_metadata = _json_metadata(
+    stored_metadata, metadata_text = _json_metadata(
         get_serializable_checkpoint_metadata(config, dict(metadata))  # type: ignore[arg-type]
     )
 
     alias = routing.db_for_write(Session)
-    pk = threads.thread_uuid(target.thread_id)
+    pk = target.session_id
     mirrored = bool(messages_key) and ns == "" and messages_key in new_versions
     current = values.get(messages_key) if mirrored and messages_key else None
 
@@ -160,14 +202,15 @@ def put_checkpoint(
         target,
         pk,
         (ns, checkpoint_id, parent_id, kind, data),
-        stored_metadata,
+        metadata_text,
         blob_rows,
         current,
         previous,
     ):
         keep()
         return config_out
-    with transaction.atomic(using=alias):
+    size = len(data or b"") + sum(len(blob) for *_, blob in blob_rows if blob is not None)
+    with _packet_named(alias, size), transaction.atomic(using=alias):
         session = _live_session(target, alias, create=True)
         CheckpointBlob.objects.using(alias).bulk_create(
             [
@@ -207,7 +250,7 @@ def _put_pg(
     target: threads.Target,
     pk: Any,
     checkpoint: tuple[str, str, str, str, bytes],
-    metadata: dict[str, Any],
+    metadata: str,
     blob_rows: list[tuple[str, str, str, bytes | None]],
     current: Any,
     previous: Callable[[], Any],
@@ -279,15 +322,22 @@ def put_writes(
     task_id: str,
     task_path: str,
 ) -> None:
-    """Store a task's pending writes against the target checkpoint.
+    """Store a task's pending writes against the target checkpoint, as LangGraph's own savers
+    store them (``PostgresSaver``, ``InMemorySaver``):
 
-    A write already stored under the same task and index is kept (LangGraph replays writes);
-    when every write is to a special channel (error, interrupt, …), they replace the stored
-    ones, as LangGraph's own savers do.
+    - each write goes under its index in ``writes``, or a special channel's fixed one
+      (``WRITES_IDX_MAP``: error, interrupt, …); a special channel written twice in one call
+      keeps its last write (their upsert of each write in turn);
+    - a write already stored under the same task and index is kept (LangGraph replays writes);
+      when every write is to a special channel, they replace the stored ones;
+    - a value the serializer gives no bytes for (``(type, None)``) is stored as ``NULL`` and
+      read back as ``None``, on every database.
 
     Raises:
         InvalidInput: the config names no ``checkpoint_id``.
         ValueTooLong, SessionNotFound, SessionArchived.
+        django.db.OperationalError: on MySQL/MariaDB, over ``max_allowed_packet``
+            (:func:`_packet_named`); nothing written.
     """
     if not target.checkpoint_id:
         raise InvalidInput(
@@ -298,33 +348,32 @@ def put_writes(
     checkpoint_id = _bounded(target.checkpoint_id, ID_CHARS, "checkpoint_id")
     _bounded(task_id, NAME_CHARS, "task_id")
     _bounded(task_path, None, "task_path")
-    rows = []
-    for idx, (channel, value) in enumerate(writes):
+    by_idx: dict[int, tuple[int, str, str, bytes | None]] = {}
+    replace = True
+    for position, (channel, value) in enumerate(writes):
         kind, blob = serde.dumps_typed(value)
         _bounded(kind, TYPE_CHARS, "type")
-        rows.append(
-            (WRITES_IDX_MAP.get(channel, idx), _bounded(channel, NAME_CHARS, "channel"), kind, blob)
-        )
-    if not rows:
+        idx = WRITES_IDX_MAP.get(channel, position)
+        replace = replace and channel in WRITES_IDX_MAP
+        by_idx[idx] = (idx, _bounded(channel, NAME_CHARS, "channel"), kind, blob)
+    if not by_idx:
         return
-    replace = all(channel in WRITES_IDX_MAP for _, channel, _, _ in rows)
+    rows = list(by_idx.values())
     alias = routing.db_for_write(Session)
     if _pg_writes.serves(alias):
-        first: dict[int, tuple[int, str, str, bytes]] = {}
-        for row in rows:  # a repeated index (a special channel twice) keeps its first write
-            first.setdefault(row[0], row)
         if _pg_writes.put_writes(
             alias,
             canonical=target.scope.canonical,
             agent_id=target.agent_id,
-            session_id=threads.thread_uuid(target.thread_id),
+            session_id=target.session_id,
             key=(ns, checkpoint_id, task_id, task_path),
-            rows=list(first.values()),
+            rows=rows,
             replace=replace,
         ):
             return
         raise SessionNotFound()
-    with transaction.atomic(using=alias):
+    size = sum(len(blob) for *_, blob in rows if blob is not None)
+    with _packet_named(alias, size), transaction.atomic(using=alias):
         session = _live_session(target, alias, create=False)
         key = {"session": session, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
         stored = CheckpointWrite.objects.using(alias).filter(task_id=task_id, **key)
@@ -354,7 +403,7 @@ def list_tuples(
     scope: Scope,
     agent_id: str | None,
     *,
-    thread_id: str | None,
+    thread_id: str | uuid.UUID | None,
     checkpoint_ns: str | None,
     checkpoint_id: str | None,
     filter: Mapping[str, Any] | None,

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import IntegrityError, transaction
 
@@ -19,18 +18,27 @@ from ...exceptions import InvalidInput, ScopeForbidden, SessionNotFound
 from ...models import Session, not_expired_q
 from ...scope import Scope, as_scope, scope_q
 
-__all__ = ["Target", "create_or_get", "find", "scope_and_agent", "target_of", "thread_uuid"]
+__all__ = [
+    "Target",
+    "TargetCache",
+    "create_or_get",
+    "find",
+    "scope_and_agent",
+    "target_of",
+    "thread_uuid",
+]
 
 
-@dataclass(frozen=True)
-class Target:
-    """What a config addresses: the scope, the agent (or ``None``: any) and the namespace."""
+class Target(NamedTuple):
+    """What a config addresses: the scope, the agent (or ``None``: any), the thread (its id as
+    the config gave it and as a session id) and the namespace."""
 
     scope: Scope
     agent_id: str | None
     thread_id: str
     checkpoint_ns: str
     checkpoint_id: str | None
+    session_id: uuid.UUID
 
 
 def thread_uuid(thread_id: Any) -> uuid.UUID:
@@ -90,7 +98,7 @@ def target_of(config: Mapping[str, Any], bound: Scope, agent_id: str | None) -> 
     if configurable.get("thread_id") in (None, ""):
         raise InvalidInput("config['configurable'] needs a thread_id.", field="thread_id")
     thread_id = str(configurable["thread_id"])
-    thread_uuid(thread_id)
+    session_id = thread_uuid(thread_id)
     scope, agent = scope_and_agent(configurable, bound, agent_id)
     return Target(
         scope=scope,
@@ -98,7 +106,62 @@ def target_of(config: Mapping[str, Any], bound: Scope, agent_id: str | None) -> 
         thread_id=thread_id,
         checkpoint_ns=str(configurable.get("checkpoint_ns") or ""),
         checkpoint_id=configurable.get("checkpoint_id") or None,
+        session_id=session_id,
     )
+
+
+#: The configurable keys :class:`TargetCache` keeps a thread's parse by.
+_THREAD_KEYS = ("thread_id", "scope", "agent_id")
+
+
+class TargetCache:
+    """:func:`target_of` for one saver (bound to ``bound`` and ``agent_id``), with the parse of
+    each thread kept: a graph's steps pass the same thread id, scope and agent again and again
+    (only the namespace and checkpoint id change), and the thread id's UUID, the scope's
+    narrowing and the agent id's check are done once per thread. Kept only for configs whose
+    three keys are each ``str`` or ``None`` (a ``Scope`` for ``scope``), so equal keys parse
+    alike; at most ``size`` threads (all dropped at once past it); a config that raises is
+    parsed again each time. Each target is exactly what :func:`target_of` returns for the
+    config: what the session must satisfy (scope, agent, not expired, not archived) is checked
+    by the database on every call, not here.
+    """
+
+    __slots__ = ("_threads", "agent_id", "bound", "size")
+
+    def __init__(self, bound: Scope, agent_id: str | None, size: int = 256) -> None:
+        self.bound, self.agent_id, self.size = bound, agent_id, size
+        self._threads: dict[tuple[Any, ...], Target] = {}
+
+    def __call__(self, config: Mapping[str, Any]) -> Target:
+        """:func:`target_of` ``config``.
+
+        Raises:
+            InvalidInput, InvalidScope, ScopeForbidden, InvalidAgentId: as :func:`target_of`.
+        """
+        configurable = config.get("configurable") or {}
+        key = tuple(map(configurable.get, _THREAD_KEYS))
+        keyable = all(map(_keyable, key))
+        thread = self._threads.get(key) if keyable else None
+        if thread is None:
+            target = target_of(config, self.bound, self.agent_id)
+            if keyable:
+                if len(self._threads) >= self.size:
+                    self._threads.clear()
+                self._threads[key] = target
+            return target
+        return Target(
+            scope=thread.scope,
+            agent_id=thread.agent_id,
+            thread_id=thread.thread_id,
+            checkpoint_ns=str(configurable.get("checkpoint_ns") or ""),
+            checkpoint_id=configurable.get("checkpoint_id") or None,
+            session_id=thread.session_id,
+        )
+
+
+def _keyable(value: Any) -> bool:
+    """Whether a config value may be part of a :class:`TargetCache` key."""
+    return value is None or type(value) is str or type(value) is Scope
 
 
 def _lookup(alias: str, scope: Scope, agent_id: str | None, pk: uuid.UUID) -> Session | None:
@@ -117,7 +180,7 @@ def find(target: Target, *, alias: str | None = None) -> Session | None:
             :func:`cortex_sessions.routing.db_for_read` says (docs/design.md §17.1).
     """
     using = alias or routing.db_for_read(Session, scope=target.scope)
-    return _lookup(using, target.scope, target.agent_id, thread_uuid(target.thread_id))
+    return _lookup(using, target.scope, target.agent_id, target.session_id)
 
 
 def create_or_get(target: Target, alias: str) -> Session:
@@ -130,7 +193,7 @@ def create_or_get(target: Target, alias: str) -> Session:
             ``agent_id``).
         SessionNotFound: the id is a session outside the scope or another agent's.
     """
-    pk = thread_uuid(target.thread_id)
+    pk = target.session_id
     rows = Session.objects.using(alias).select_for_update()
     session = rows.filter(scope_q(target.scope), pk=pk).first()
     if session is None:
