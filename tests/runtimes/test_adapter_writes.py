@@ -20,7 +20,7 @@ from cortex_sessions.integrations import blocks, pydantic_ai
 from cortex_sessions.integrations.langchain import CortexChatMessageHistory
 from cortex_sessions.integrations.langchain.messages import to_cortex
 from cortex_sessions.models import Message, Session
-from cortex_sessions.services import _pg
+from cortex_sessions.services import _pg, message_input
 
 pytestmark = pytest.mark.django_db
 
@@ -72,6 +72,7 @@ def test_each_record_is_walked_by_the_content_rule_once(adapter, session, monkey
 
     monkeypatch.setattr(content, "check_json_value", counting)
     monkeypatch.setattr(blocks, "check_json_value", counting)
+    monkeypatch.setattr(message_input, "check_json_value", counting)
     write(session, turn)
     assert len(walks) == len(turn)
     assert Session.objects.get(pk=session.pk).message_count == 2 * len(turn)
