@@ -78,3 +78,45 @@ def test_find_block_returns_the_first_block_of_the_type():
     assert find_block(content, "other") is None
     assert find_block(None, "kind") is None
     assert find_block([], "kind") is None
+
+
+def _outcome(build):
+    try:
+        built = build()
+    except Exception as error:  # the refusal, compared by class, code, field and text
+        return type(error), getattr(error, "code", None), getattr(error, "field", None), str(error)
+    return built
+
+
+_RECORD = {"type": "ai", "data": {"id": "m", "tool_calls": [{"n": 1.5, "ok": True, "x": None}]}}
+BLOCK_CASES = {
+    "text and record": ("assistant", [{"type": "text", "text": "Hi"}, {"type": "r", "m": _RECORD}]),
+    "record alone": ("tool", [{"type": "r", "m": _RECORD, "text_at": ["data", "content"]}]),
+    "user": ("user", [{"type": "text", "text": "é 😀"}, {"type": "r", "m": {}}]),
+    "NUL": ("user", [{"type": "r", "m": {"k": "a\x00b"}}]),
+    "lone surrogate": ("user", [{"type": "text", "text": "\ud800"}, {"type": "r", "m": {}}]),
+    "key not a string": ("user", [{"type": "r", "m": {1: "one"}}]),
+    "too many keys": ("user", [{"type": "r", "m": {f"k{n}": n for n in range(1001)}}]),
+    "nested too deep": ("user", [{"type": "r", "m": nested(40)}]),
+    "not JSON": ("user", [{"type": "r", "m": {1.5, 2}}]),
+    "bad role": ("robot", [{"type": "r", "m": {}}]),
+    "too large": ("user", [{"type": "text", "text": "x" * 2000}, {"type": "r", "m": {}}]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BLOCK_CASES))
+def test_the_adapters_builder_builds_and_refuses_as_build_message(case, settings):
+    # record_message's blocks skip normalize_content's checks of the list (they hold by
+    # construction), never the content rule, the size or the token count.
+    from datetime import UTC, datetime
+
+    from cortex_sessions.services.message_input import build_blocks, build_message
+
+    settings.CORTEX_SESSIONS = {"MAX_MESSAGE_BYTES": 2000}
+    role, content = BLOCK_CASES[case]
+    now = datetime.now(UTC)
+    ours = _outcome(lambda: build_blocks(role, content, now))
+    theirs = _outcome(lambda: build_message({"role": role, "content": content}, 0, now))
+    assert ours == theirs
+    if case in ("text and record", "record alone", "user"):
+        assert ours.columns["source"] == ("user" if role == "user" else "host")

@@ -156,7 +156,7 @@ def record_message(
     if path is not None:
         block[TEXT_AT] = path
     try:
-        return build({"role": role, "content": [*head, block]}, 0, now)
+        return build(role, [*head, block], now)
     except _UNSTORABLE:
         pass
     # The text, the record or both are not storable (or not JSON: as_json says so): the text
@@ -166,17 +166,18 @@ def record_message(
     block = {"type": block_type, f"{key}_json": as_json(kept)}
     if path is not None:
         block[TEXT_AT] = path
-    return build({"role": role, "content": [*head, block]}, 0, now)
+    return build(role, [*head, block], now)
 
 
 @cache
 def _builder() -> Callable[..., _BuiltMessage]:
-    """The services' message validation, imported on first use (it imports the models, which
-    need the app registry ready) and kept: an import statement in :func:`record_message` cost
-    about a tenth of a short message's build."""
-    from ..services.messages import _build_message
+    """The services' message validation for blocks made here
+    (:func:`~cortex_sessions.services.message_input.build_blocks`), imported on first use (it
+    imports the models, which need the app registry ready) and kept: an import statement in
+    :func:`record_message` cost about a tenth of a short message's build."""
+    from ..services.message_input import build_blocks
 
-    return _build_message
+    return build_blocks
 
 
 def record_blocks(

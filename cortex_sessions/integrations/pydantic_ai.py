@@ -240,7 +240,7 @@ def save_messages(
             _remember(pk, agent_id)
     for start in range(0, len(rows), batch):
         session = append_built(
-            scope=scope, session_id=session_pk, built=rows[start : start + batch]
+            scope=scope, session_id=session_pk, built=rows[start : start + batch], instances=False
         ).session
     return session
 

@@ -198,6 +198,54 @@ def build_message(
 _build_message = build_message
 
 
+def build_blocks(role: str, blocks: list[dict[str, Any]], now: datetime) -> _BuiltMessage:
+    """:func:`build_message` of ``{"role": role, "content": blocks}``, for content blocks a
+    runtime adapter made (:func:`cortex_sessions.integrations.blocks.record_message`,
+    docs/design.md §19.2, §19.3): what :func:`~cortex_sessions.content.normalize_content`
+    checks of the list itself holds by construction, so only the content rule's walk
+    (:func:`~cortex_sessions.content.check_json_value`), the encoding, the size and the
+    token count run, as they run there. The blocks are stored as given (not copied).
+
+    Args:
+        role: the message's role (its source is the role's default).
+        blocks: a non-empty list of fresh dicts, each with a non-empty string ``type``, at
+            least one not a text block, a text block's ``text`` a string.
+        now: the message's ``created_at``.
+
+    Returns:
+        The validated message, equal to :func:`build_message`'s of the same input.
+
+    Raises:
+        InvalidRole: ``role`` is not a role. NulCharacter, InvalidText, TooManyKeys,
+            InvalidContent: the content rule refuses the blocks (docs/design.md §12.4).
+        MessageTooLarge: over ``MAX_MESSAGE_BYTES``; and what ``TOKEN_COUNTER`` raises.
+    """
+    if role not in _ROLES:
+        _refuse_choice(role, _ROLES, field="role", error=InvalidRole)
+    check_json_value(blocks, field="content")
+    content_json = json_text(blocks, field="content")
+    size = utf8_size(content_json) + 2  # + len("{}"), the metadata's
+    limit = app_settings.MAX_MESSAGE_BYTES
+    if size > limit:
+        raise MessageTooLarge(
+            f"The message is {size} bytes of JSON; MAX_MESSAGE_BYTES is {limit}.",
+            field="content",
+            size=size,
+            limit=limit,
+        )
+    columns = {
+        "role": role,
+        "source": Message.Source.USER if role == Message.Role.USER else Message.Source.HOST,
+        "content": blocks,
+        "metadata": {},
+        "created_at": now,
+        "usage": None,
+        "token_count": count_tokens(role, blocks),
+        "compacts_through_seq": None,
+    }
+    return _BuiltMessage(columns, content_json, "{}", None, None)
+
+
 def check_message_count(count: int) -> None:
     """Refuse an append of more than ``MAX_MESSAGES_PER_APPEND`` messages (docs/design.md
     §12.6): one append is one transaction holding the session's row lock, so its size bounds

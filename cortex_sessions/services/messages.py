@@ -185,7 +185,11 @@ def append_messages(
 
 
 def append_built(
-    *, scope: Scope | str, session_id: uuid.UUID | str, built: Sequence[_BuiltMessage]
+    *,
+    scope: Scope | str,
+    session_id: uuid.UUID | str,
+    built: Sequence[_BuiltMessage],
+    instances: bool = True,
 ) -> AppendResult:
     """:func:`append_messages` of messages :func:`_build_message` validated already: the
     runtime adapters build each message's content and validate and encode it once
@@ -196,9 +200,16 @@ def append_built(
         scope, session_id: as for :func:`append_messages`.
         built: the validated messages, in order (their ``created_at``: the clock read when
             they were built, unless given).
+        instances: ``False`` when the caller does not read ``AppendResult.messages`` (the
+            adapters' appends): on PostgreSQL the new rows are then not made into
+            :class:`~cortex_sessions.models.Message` instances unless a receiver of
+            ``messages_appended`` is connected at the write, which gets them as always
+            (docs/design.md §12.2, §14); with none, ``messages`` is empty and no signal is
+            sent (there is no one to send it to). What is written is the same either way.
 
     Returns:
-        :class:`AppendResult`, as :func:`append_messages` returns it.
+        :class:`AppendResult`, as :func:`append_messages` returns it (``messages`` empty as
+        ``instances`` says).
 
     Raises:
         InvalidInput: no message; TooManyMessages: more than ``MAX_MESSAGES_PER_APPEND``.
@@ -207,7 +218,7 @@ def append_built(
     if not built:
         raise InvalidInput("At least one message is required.", field="messages")
     check_message_count(len(built))
-    return _append_rows(scope, session_id, list(built), timezone.now())
+    return _append_rows(scope, session_id, list(built), timezone.now(), instances=instances)
 
 
 def _append_rows(
@@ -217,18 +228,24 @@ def _append_rows(
     now: datetime,
     *,
     key: tuple[Any, ...] = (),
+    instances: bool = True,
 ) -> AppendResult:
     """Write validated messages at the end of the session, in one transaction (docs/design.md
     §5); ``now`` (the time :func:`append_messages` read) is the session's new ``updated_at`` on
-    PostgreSQL, whose one statement is sent with it (unless the row holds a later one)."""
-    rows = [message.columns for message in built]
+    PostgreSQL, whose one statement is sent with it (unless the row holds a later one).
+    ``instances``: as for :func:`append_built` (the ORM path builds them whatever it says)."""
+    columns = [message.columns for message in built]
     alias = _db_for_write()
     if _pg.serves(alias):  # one statement (docs/design.md §14)
         texts = [
             (message.content_json, message.metadata_json, message.usage_json) for message in built
         ]
-        return _append_pg(alias, scope, session_id, rows, texts, now, key)
-    added = _totals_of(rows)
+        # The rows as instances only for a caller or a receiver that reads them: as Django's
+        # own signals, the receivers are those connected at the write (send_on_commit).
+        signal = signals.messages_appended
+        wanted = instances or bool(signal.receivers and signal.has_listeners(Session))
+        return _append_pg(alias, scope, session_id, columns, texts, now, key, instances=wanted)
+    added = _totals_of(columns)
     with _write_transaction(alias):
         session = _check_live(_locked_session(scope, session_id))
         check_totals_fit(session, added, alias)
@@ -240,7 +257,7 @@ def _append_rows(
                 seq=session.last_seq + offset,
                 **row,
             )
-            for offset, row in enumerate(rows, start=1)
+            for offset, row in enumerate(columns, start=1)
         )
         changes: dict[str, Any] = {
             "last_seq": session.last_seq + len(created),
@@ -274,9 +291,12 @@ def _append_pg(
     texts: list[tuple[str, str, str | None]],
     now: datetime,
     key: tuple[Any, ...] = (),
+    *,
+    instances: bool = True,
 ) -> AppendResult:
     """:func:`append_messages` on PostgreSQL: the same checks, one statement (``_pg``; with
-    ``key``, it records that idempotency key too)."""
+    ``key``, it records that idempotency key too). ``instances`` false: the new rows are not built
+    and no ``messages_appended`` is sent (:func:`_append_rows` found no receiver)."""
     canonical = canonical_of(scope)
     last = last_message_of_rows(rows)
     pk = _session_id(session_id)
@@ -293,6 +313,7 @@ def _append_pg(
                     updated_at=now if attempt == 0 else timezone.now(),
                     totals=_totals_of(rows),
                     key=key,
+                    instances=instances,
                 )
         except DatabaseError as exc:  # a total past its column: nothing written (§16.1)
             if (refused := total_overflow(exc, alias)) is not None:
@@ -307,7 +328,8 @@ def _append_pg(
     else:
         raise SessionNotFound()
     session, created = appended
-    _send_on_commit(signals.messages_appended, session=session, messages=created)
+    if instances:
+        _send_on_commit(signals.messages_appended, session=session, messages=created)
     return AppendResult(session=session, messages=created)
 
 

@@ -15,12 +15,12 @@ from django.test.utils import CaptureQueriesContext
 from langchain_core.messages import AIMessage, HumanMessage
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 
-from cortex_sessions import content, services
+from cortex_sessions import content, services, signals
 from cortex_sessions.integrations import blocks, pydantic_ai
 from cortex_sessions.integrations.langchain import CortexChatMessageHistory
 from cortex_sessions.integrations.langchain.messages import to_cortex
 from cortex_sessions.models import Message, Session
-from cortex_sessions.services import _pg
+from cortex_sessions.services import _pg, message_input
 
 pytestmark = pytest.mark.django_db
 
@@ -72,6 +72,7 @@ def test_each_record_is_walked_by_the_content_rule_once(adapter, session, monkey
 
     monkeypatch.setattr(content, "check_json_value", counting)
     monkeypatch.setattr(blocks, "check_json_value", counting)
+    monkeypatch.setattr(message_input, "check_json_value", counting)
     write(session, turn)
     assert len(walks) == len(turn)
     assert Session.objects.get(pk=session.pk).message_count == 2 * len(turn)
@@ -132,3 +133,52 @@ def test_a_pydantic_ai_record_the_content_rule_refuses_is_kept_as_json_text(sess
     odd, plain = Message.objects.filter(session=session).order_by("seq")
     assert "message_json" in odd.content[-1] and "message" in plain.content[-1]
     assert odd.content[0] == {"type": "text", "text": "lone ? surrogate"}
+
+
+def _fields(instance):
+    return {f.attname: getattr(instance, f.attname) for f in type(instance)._meta.concrete_fields}
+
+
+@pytest.mark.parametrize("adapter", sorted(TURNS))
+def test_a_receiver_gets_the_turns_rows_as_stored(
+    adapter, session, django_capture_on_commit_callbacks
+):
+    # The adapters read no row of their appends, so on PostgreSQL the rows are built only for
+    # a receiver of messages_appended (docs/design.md §12.2): one connected gets them all.
+    write, _, turn = TURNS[adapter]
+    received = []
+
+    def receiver(sender, session, messages, **kwargs):
+        received.append((session, messages))
+
+    signals.messages_appended.connect(receiver)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            write(session, turn)
+    finally:
+        signals.messages_appended.disconnect(receiver)
+    ((got, messages),) = received
+    assert _fields(got) == _fields(Session.objects.get(pk=session.pk))
+    assert (got.message_count, got.last_seq, got.last_message) == (2, 2, "Hello")
+    stored = list(Message.objects.filter(session=session).order_by("seq"))
+    assert [_fields(m) for m in messages] == [_fields(m) for m in stored]
+    assert all(m.session is got and not m._state.adding for m in messages)
+
+
+@pytest.mark.parametrize("adapter", sorted(TURNS))
+def test_without_a_receiver_a_turn_builds_no_message(adapter, session, monkeypatch):
+    if not _pg.serves("default"):
+        pytest.skip("the ORM path's bulk_create builds the rows it inserts")
+    write, _, turn = TURNS[adapter]
+    write(session, turn)  # the first write of a pinned session resolves it
+    built = []
+    from_db = Message.from_db
+
+    def counting(db, names, values):
+        built.append(values)
+        return from_db(db, names, values)
+
+    monkeypatch.setattr(Message, "from_db", counting)
+    write(session, turn)
+    assert built == []
+    assert Session.objects.get(pk=session.pk).message_count == 2 * len(turn)

@@ -127,7 +127,9 @@ class CortexChatMessageHistory(BaseChatMessageHistory):
 
         def append(pk: uuid.UUID) -> None:
             for start in range(0, len(built), batch):
-                append_built(scope=scope, session_id=pk, built=built[start : start + batch])
+                append_built(
+                    scope=scope, session_id=pk, built=built[start : start + batch], instances=False
+                )
 
         self._on_session(append)
 
