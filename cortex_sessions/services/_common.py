@@ -515,7 +515,7 @@ def send_on_commit(signal: Any, **kwargs: Any) -> None:
             database error ended the caller's transaction (see
             :func:`_send_in_callers_transaction`).
     """
-    if not signal.receivers or not signal.has_listeners(Session):
+    if not has_receivers(signal):
         return  # as Django's own model signals: receivers are those connected at the write
     alias = _db_for_write()
     if not _manages_transactions_by_hand(alias):
@@ -528,6 +528,16 @@ def send_on_commit(signal: Any, **kwargs: Any) -> None:
         held.append((signal, kwargs))
     else:
         _send_in_callers_transaction(signal, kwargs)
+
+
+def has_receivers(signal: Any) -> bool:
+    """Whether a receiver of ``signal`` (a :mod:`cortex_sessions.signals` signal, sent by
+    :class:`~cortex_sessions.models.Session`) is connected now: what :func:`send_on_commit`
+    sends to. A write that builds its signal's payload only for it (the adapters' appends,
+    docs/design.md §9, §14) asks this first; ``signal.receivers`` is read first because
+    ``has_listeners`` takes Django's lock and clears dead references.
+    """
+    return bool(signal.receivers) and signal.has_listeners(Session)
 
 
 #: The name the services modules import (:func:`send_on_commit`).

@@ -155,15 +155,7 @@ def build_message(
         content_json = _TEXT_BLOCK_JSON % json_text(content, field="content")
     else:
         content_json = json_text(blocks, field="content")
-    size = utf8_size(content_json) + utf8_size(metadata_json)
-    limit = app_settings.MAX_MESSAGE_BYTES
-    if size > limit:
-        raise MessageTooLarge(
-            f"The message is {size} bytes of JSON; MAX_MESSAGE_BYTES is {limit}.",
-            field="content",
-            size=size,
-            limit=limit,
-        )
+    _check_size(utf8_size(content_json) + utf8_size(metadata_json))
     stamp = now
     if created_at is not None:
         if not isinstance(created_at, datetime):
@@ -224,15 +216,7 @@ def build_blocks(role: str, blocks: list[dict[str, Any]], now: datetime) -> _Bui
         _refuse_choice(role, _ROLES, field="role", error=InvalidRole)
     check_json_value(blocks, field="content")
     content_json = json_text(blocks, field="content")
-    size = utf8_size(content_json) + 2  # + len("{}"), the metadata's
-    limit = app_settings.MAX_MESSAGE_BYTES
-    if size > limit:
-        raise MessageTooLarge(
-            f"The message is {size} bytes of JSON; MAX_MESSAGE_BYTES is {limit}.",
-            field="content",
-            size=size,
-            limit=limit,
-        )
+    _check_size(utf8_size(content_json) + 2)  # + len("{}"), the metadata's
     columns = {
         "role": role,
         "source": Message.Source.USER if role == Message.Role.USER else Message.Source.HOST,
@@ -244,6 +228,19 @@ def build_blocks(role: str, blocks: list[dict[str, Any]], now: datetime) -> _Bui
         "compacts_through_seq": None,
     }
     return _BuiltMessage(columns, content_json, "{}", None, None)
+
+
+def _check_size(size: int) -> None:
+    """Refuse a message of ``size`` bytes of JSON (content and metadata) over
+    ``MAX_MESSAGE_BYTES`` (docs/design.md §12.6) with :class:`MessageTooLarge`."""
+    limit = app_settings.MAX_MESSAGE_BYTES
+    if size > limit:
+        raise MessageTooLarge(
+            f"The message is {size} bytes of JSON; MAX_MESSAGE_BYTES is {limit}.",
+            field="content",
+            size=size,
+            limit=limit,
+        )
 
 
 def check_message_count(count: int) -> None:

@@ -35,6 +35,7 @@ from ._common import (
     _session_id,
     _write_transaction,
     check_totals_fit,
+    has_receivers,
     total_overflow,
 )
 from .context import has_compaction, refresh_context_tokens
@@ -242,8 +243,7 @@ def _append_rows(
         ]
         # The rows as instances only for a caller or a receiver that reads them: as Django's
         # own signals, the receivers are those connected at the write (send_on_commit).
-        signal = signals.messages_appended
-        wanted = instances or bool(signal.receivers and signal.has_listeners(Session))
+        wanted = instances or has_receivers(signals.messages_appended)
         return _append_pg(alias, scope, session_id, columns, texts, now, key, instances=wanted)
     added = _totals_of(columns)
     with _write_transaction(alias):

@@ -45,7 +45,12 @@ from ...counters import last_message_of_rows
 from ...exceptions import SessionArchived
 from ...models import Message, Session
 from ...services import _pg
-from ...services._common import autocommit_write, send_on_commit, total_overflow
+from ...services._common import (
+    autocommit_write,
+    has_receivers,
+    send_on_commit,
+    total_overflow,
+)
 from ...services._pg_run import (
     PlpgsqlFunction,
     built,
@@ -384,7 +389,7 @@ def put_checkpoint(
     live, inserted, *rest = array
     if live != "true":
         raise SessionArchived()
-    if rest and messages_appended.receivers and messages_appended.has_listeners(Session):
+    if rest and has_receivers(messages_appended):
         # (the instances are built for the receivers only: send_on_commit sends to none else)
         plan = _session_plan()
         width = len(plan.attnames)
