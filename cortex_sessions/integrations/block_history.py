@@ -37,7 +37,7 @@ from django.db import connections
 from .. import routing
 from ..models import Message, Session
 from ..scope import Scope
-from .blocks import with_text
+from .blocks import BAD_RECORD, with_text
 from .openai_agents_history import serves
 
 __all__ = ["read_history", "serves"]
@@ -63,7 +63,11 @@ def read_history(
 
     One statement per page of :data:`PAGE` messages; a page holding a message whose record is
     not kept under ``key`` (kept as JSON text, or no block: another writer's) takes a second
-    statement, which reads it message by message for ``convert``.
+    statement, which reads it message by message for ``convert``. A page where ``decode`` (or
+    ``convert`` of a block alone) raises :data:`.blocks.BAD_RECORD` (a block no adapter wrote,
+    ``{"type": block_type, key: null}`` posted through the API) is read again message by
+    message, every one with its content, which ``convert`` reads as another writer's: such a
+    block never makes the history unreadable, and reads as the services' path reads it.
 
     Args:
         pk: the session.
@@ -73,13 +77,16 @@ def read_history(
         key: the block's key holding the record as JSON (``key + "_json"``: as JSON text).
         decode: turns a list of records kept under ``key`` (parsed JSON, each with its
             message's text put back) into the runtime's records, in order (e.g.
-            ``ModelMessagesTypeAdapter.validate_python``).
-        convert: ``(role, block, content) -> record or None`` for each message of a mixed
-            page: ``block`` is its first block of ``block_type``, or ``None``; ``content`` is
-            the message's content when it has no such block or the block's record is kept
-            without its text (``"text_at"``, :func:`.blocks.stored_record`), else ``None``;
-            ``None`` skips the message. It must return what ``decode`` does for a record
-            under ``key``.
+            ``ModelMessagesTypeAdapter.validate_python``); raises a
+            :data:`.blocks.BAD_RECORD` error for a record it cannot read.
+        convert: ``(role, block, content) -> record or None`` for each message read message
+            by message: ``block`` is its first block of ``block_type``, or ``None``;
+            ``content`` is the message's content when it has no such block, the block's
+            record is kept without its text (``"text_at"``, :func:`.blocks.stored_record`) or
+            the page is read again whole, else ``None``; ``None`` skips the message. It must
+            return what ``decode`` does for a record under ``key``; given ``content`` it must
+            not raise for a bad record (it reads the message as another writer's); given
+            ``None``, it raises a :data:`.blocks.BAD_RECORD` error for one.
         agent_id: when given, the session must also be this agent's.
         parse: turns the page's JSON array of records (text) into a list (default
             ``json.loads``; e.g. ``pydantic_core.from_json``).
@@ -89,8 +96,8 @@ def read_history(
         expired, or another agent's): the caller raises the service's error.
 
     Raises:
-        django.db.Error: as the ORM would; and what ``parse``, ``decode`` and ``convert``
-            raise.
+        django.db.Error: as the ORM would; and what ``parse`` raises, and ``decode`` and
+            ``convert`` but :data:`.blocks.BAD_RECORD` (read again as described above).
     """
     canonical = scope.canonical
     connection = connections[routing.db_for_read(Message, scope=scope)]
@@ -100,39 +107,72 @@ def read_history(
         visible.append(agent_id)
     jsonpath = f'$[*] ? (@.type == "{block_type}")'
     first = [json.dumps(block_type)] * 2 + [jsonpath]  # _FIRST_BLOCK's parameters
+    agent = agent_id is not None
     out: list[T] = []
     after = 0
     while True:
+        where: list[Any] = [*first, pk, after]  # _FIRST_BLOCK's, the session, the page's start
         with connection.cursor() as cursor:
             cursor.execute(
-                _page_sql(quote_name, agent_id is not None),
-                [key, key, key, key, *first, pk, after, PAGE, *visible],
+                _page_sql(quote_name, agent),
+                [key, key, key, key, *where, PAGE, *visible],
             )
             row = cursor.fetchone()
         if row is None:
             return None
         count, last_seq, verbatim, texts, mixed = row
+        page: list[T] | None
         if not mixed:
             records = parse(verbatim)
             if texts is not None:  # some record is kept without its text: put it back
                 for index, entry in enumerate(json.loads(texts)):
                     if entry is not None:  # parsed for this read alone: set in place
                         with_text(records[index], entry[0], entry[1], copy=False)
-            out.extend(decode(records))
-        else:
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    _entries_sql(quote_name, agent_id is not None),
-                    [*first, pk, after, last_seq, *visible],
-                )
-                entries = cursor.fetchone()
-            for role, block, content in json.loads(entries[0]) if entries else ():
-                record = convert(role, block, content)
-                if record is not None:
-                    out.append(record)
+            try:
+                page = decode(records)
+            except BAD_RECORD:  # a block no adapter wrote (a host's): read message by message
+                page = None
+        else:  # the content only of the messages whose block does not suffice
+            page = _one_by_one(connection, agent, convert, [*where, last_seq, *visible], False)
+        if page is None:  # a record does not decode: every message with its content
+            page = _one_by_one(connection, agent, convert, [*where, last_seq, *visible], True) or []
+        out.extend(page)
         if count < PAGE:
             return out
         after = last_seq
+
+
+def _one_by_one(
+    connection: Any,
+    agent: bool,
+    convert: Callable[[str, Any, Any], T | None],
+    params: list[Any],
+    whole: bool,
+) -> list[T] | None:
+    """A page's messages read one by one (:func:`_entries_sql`, parameters ``params`` but the
+    first), each through ``convert``; ``None`` when, not ``whole``, ``convert`` raised
+    :data:`.blocks.BAD_RECORD` for a message given without its content (a block no adapter
+    wrote): the caller reads the page again, ``whole``, every message with its content, which
+    ``convert`` then reads as another writer's message (docs/design.md §19.2, §19.3).
+
+    Raises:
+        django.db.Error: as the ORM would; and what ``convert`` raises (but, not ``whole``,
+            :data:`.blocks.BAD_RECORD`).
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(_entries_sql(connection.ops.quote_name, agent), [whole, *params])
+        entries = cursor.fetchone()
+    out: list[T] = []
+    for role, block, content in json.loads(entries[0]) if entries else ():
+        try:
+            record = convert(role, block, content)
+        except BAD_RECORD:
+            if whole:
+                raise
+            return None
+        if record is not None:
+            out.append(record)
+    return out
 
 
 def _visible(agent: bool) -> str:
@@ -195,14 +235,14 @@ def _page_sql(quote_name: Any, agent: bool) -> str:
 
 @cache
 def _entries_sql(quote_name: Any, agent: bool) -> str:
-    """The statement reading a mixed page message by message, built once: one JSON array of
-    ``[role, block, content when there is no block or the block's record lacks its text]``
-    in ``seq`` order. Parameters: the :data:`_FIRST_BLOCK`'s, id, after, the page's last
-    seq, then :func:`_visible`'s."""
+    """The statement reading a page message by message, built once: one JSON array of
+    ``[role, block, content when asked for every message (whole), or there is no block, or the
+    block's record lacks its text]`` in ``seq`` order. Parameters: whole (a boolean), the
+    :data:`_FIRST_BLOCK`'s, id, after, the page's last seq, then :func:`_visible`'s."""
     messages, sessions = quote_name(Message._meta.db_table), quote_name(Session._meta.db_table)
     return (
-        "SELECT coalesce(json_agg(json_build_array(role, block, CASE WHEN block IS NULL OR"
-        " block ? 'text_at' THEN content END) ORDER BY seq)::text, '[]') FROM "
+        "SELECT coalesce(json_agg(json_build_array(role, block, CASE WHEN %s OR block IS NULL"
+        " OR block ? 'text_at' THEN content END) ORDER BY seq)::text, '[]') FROM "
         f"{sessions} s CROSS JOIN LATERAL (SELECT seq, role, content, "
         f"{_FIRST_BLOCK} AS block "
         f"FROM {messages} m WHERE m.session_id = %s AND m.seq > %s AND m.seq <= %s) AS page"

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ..services.messages import _BuiltMessage
 
 __all__ = [
+    "BAD_RECORD",
     "TEXT_AT",
     "find_block",
     "is_storable",
@@ -240,6 +241,16 @@ def _shallow(value: Any) -> Any:
     """A shallow copy of a dict or list (to change without changing ``value``); else ``value``."""
     kind = type(value)
     return dict(value) if kind is dict else list(value) if kind is list else value
+
+
+#: What reading a block's record raises when the block is not one an adapter wrote (a host's
+#: block posted through the API: ``{"type": "langchain_message", "message": null}``, a
+#: ``"message_json"`` that is not JSON, a record of no known type): :func:`stored_record`'s
+#: ``KeyError``, ``ValueError`` and ``TypeError``, and what the runtimes' decoders raise
+#: (``messages_from_dict``: ``KeyError``, ``TypeError``, ``ValueError``, ``AttributeError``;
+#: pydantic's ``ValidationError``, a ``ValueError``). The history reads then treat the block
+#: as no record: its message reads as another writer's (docs/design.md §19.2, §19.3).
+BAD_RECORD = (AttributeError, LookupError, TypeError, ValueError)
 
 
 def stored_record(block: Mapping[str, Any], key: str, content: Any) -> Any:

@@ -63,7 +63,7 @@ from ..models import Session
 from ..scope import Scope, as_scope
 from ..services.messages import _BuiltMessage, append_built
 from . import block_history
-from .blocks import Path, find_block, record_blocks, record_message, stored_record
+from .blocks import BAD_RECORD, Path, find_block, record_blocks, record_message, stored_record
 
 __all__ = [
     "MESSAGE_BLOCK_TYPE",
@@ -180,11 +180,19 @@ def _built(message: ModelMessage, now: datetime) -> _BuiltMessage:
 
 
 def from_cortex(role: str, content: Any) -> ModelMessage | None:
-    """The Pydantic AI message a cortex message reads back as, or ``None`` (see the module docs)."""
+    """The Pydantic AI message a cortex message reads back as, or ``None`` (see the module docs).
+
+    A block that keeps no message ``ModelMessagesTypeAdapter`` validates (``"message": null``,
+    a host's block: :data:`.blocks.BAD_RECORD`) counts as none: the message reads by its role
+    and text, as another writer's. Never raises (docs/design.md §19.3).
+    """
     block = find_block(content, MESSAGE_BLOCK_TYPE)
     if block is not None:
-        data = stored_record(block, "message", content)
-        return ModelMessagesTypeAdapter.validate_python([data])[0]
+        try:
+            data = stored_record(block, "message", content)
+            return ModelMessagesTypeAdapter.validate_python([data])[0]
+        except BAD_RECORD:
+            pass  # no record this adapter wrote: read as another writer's message
     text = content_text(content)
     if not text:
         return None
@@ -331,9 +339,19 @@ def _read(pk: uuid.UUID, scope: Scope, agent_id: str | None) -> list[ModelMessag
 
 
 def _convert(role: str, block: Any, content: Any) -> ModelMessage | None:
-    """:func:`from_cortex` of a message of a mixed page (:func:`.block_history.read_history`):
-    its content when given, else its block alone."""
-    return from_cortex(role, content if content is not None else [block])
+    """:func:`from_cortex` of a message read message by message
+    (:func:`.block_history.read_history`) when its content is given; else its block's record,
+    kept whole, validated.
+
+    Raises:
+        ValueError, TypeError, LookupError (:data:`.blocks.BAD_RECORD`): ``content`` is
+            ``None`` and the block keeps no message pydantic validates (the read then asks
+            again with the content).
+    """
+    if content is None:
+        data = stored_record(block, "message", [block])
+        return ModelMessagesTypeAdapter.validate_python([data])[0]
+    return from_cortex(role, content)
 
 
 async def asave_messages(
