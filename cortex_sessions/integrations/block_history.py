@@ -7,18 +7,22 @@ client's: a model instance per row, its whole content decoded (the text block on
 dropped), then each record rebuilt from its block. Here PostgreSQL picks each message's first
 block of the runtime's type (:data:`_FIRST_BLOCK`: two lookups, or ``jsonb_path_query_first``
 as the OpenAI Agents adapter's :mod:`.openai_agents_history`) and aggregates the records it
-keeps verbatim into one JSON array, beside a second one of each record's ``"text_at"`` and its
-message's text where it has one. The client parses the records at once, puts each message's
-text back into a record kept without it (:func:`.blocks.with_text`, the rule the Python read
-applies, so both paths agree by construction) and builds the runtime's records in one call
+keeps verbatim into one text, a line per record, each beside its block's ``"text_at"`` and its
+message's text where it has one. The client cuts the lines, then parses a hundred records at a
+time (:data:`CHUNK`: the page's parsed JSON is never alive at once, which cost the garbage
+collector a third of the read), puts each message's text back into a record kept without it
+(:func:`.blocks.with_texts`, by the rule the Python read applies, so both paths agree by
+construction) and builds the runtime's records in one call per hundred
 (``messages_from_dict``, or pydantic's ``validate_python``). PostgreSQL does not put the text
 back itself: ``jsonb_set`` rebuilds each record, and casting, matching and walking each
 ``"text_at"`` cost as much again, three to four times the page's plain read; with constant
 paths, one branch per path an adapter writes, it still cost what the client's put-back does
 (docs/performance.md, "Whole-history reads after the text was stored once"). A page holding
 a message whose record is kept as JSON text, or that has no such block (another writer's), is
-read again message by message for the adapter's own conversion. The scope check (and the
-agent's, for a pinned session) is in each statement.
+read again message by message for the adapter's own conversion, and so is a page holding a
+block no adapter wrote, whose record the runtime cannot read (its message then reads as
+another writer's). The scope check (and the agent's, for a pinned session) is in each
+statement.
 
 SQLite and MySQL/MariaDB keep the service path; both paths return the same records
 (``tests/runtimes/test_block_history.py``).
@@ -37,7 +41,7 @@ from django.db import connections
 from .. import routing
 from ..models import Message, Session
 from ..scope import Scope
-from .blocks import BAD_RECORD, with_text
+from .blocks import BAD_RECORD, with_texts
 from .openai_agents_history import serves
 
 __all__ = ["read_history", "serves"]
@@ -115,23 +119,15 @@ def read_history(
         with connection.cursor() as cursor:
             cursor.execute(
                 _page_sql(quote_name, agent),
-                [key, key, key, key, *where, PAGE, *visible],
+                [key, key, key, *where, PAGE, *visible],
             )
             row = cursor.fetchone()
         if row is None:
             return None
-        count, last_seq, verbatim, texts, mixed = row
+        count, last_seq, lines, mixed = row
         page: list[T] | None
         if not mixed:
-            records = parse(verbatim)
-            if texts is not None:  # some record is kept without its text: put it back
-                for index, entry in enumerate(json.loads(texts)):
-                    if entry is not None:  # parsed for this read alone: set in place
-                        with_text(records[index], entry[0], entry[1], copy=False)
-            try:
-                page = decode(records)
-            except BAD_RECORD:  # a block no adapter wrote (a host's): read message by message
-                page = None
+            page = _decoded(lines, parse, decode)  # None: a block no adapter wrote (a host's)
         else:  # the content only of the messages whose block does not suffice
             page = _one_by_one(connection, agent, convert, [*where, last_seq, *visible], False)
         if page is None:  # a record does not decode: every message with its content
@@ -140,6 +136,34 @@ def read_history(
         if count < PAGE:
             return out
         after = last_seq
+
+
+#: Records parsed and decoded at a time: each group's parsed JSON is dropped before the next
+#: is parsed, so the garbage collector sees a hundred records' worth, not a page's (parsing
+#: a whole page first made the read a third slower: docs/performance.md).
+CHUNK = 100
+
+
+def _decoded(
+    lines: str | None, parse: Callable[[str], Any], decode: Callable[[list[Any]], list[T]]
+) -> list[T] | None:
+    """The records of a page's ``lines`` (:func:`_page_sql`), :data:`CHUNK` at a time:
+    parsed, given their text (:func:`.blocks.with_texts`) and decoded; ``None`` when
+    ``decode`` raises :data:`.blocks.BAD_RECORD` (a block no adapter wrote)."""
+    if not lines:
+        return []
+    rows = lines.split("\n")
+    paths: dict[str, Any] = {}
+    out: list[T] = []
+    for start in range(0, len(rows), CHUNK):
+        values = parse("[" + ",".join(rows[start : start + CHUNK]) + "]")
+        records = values[0::3]
+        with_texts(records, values[1::3], values[2::3], seen=paths)  # parsed here: in place
+        try:
+            out.extend(decode(records))
+        except BAD_RECORD:
+            return None
+    return out
 
 
 def _one_by_one(
@@ -205,26 +229,30 @@ def _page_sql(quote_name: Any, agent: bool) -> str:
     """The page statement of :func:`read_history`, built once.
 
     The session is read first (``s``: at most one row), so a session that is not visible
-    returns no row and an empty one ``(0, NULL, '[]', NULL)``; the page walks
-    ``(session_id, seq)``, the unique index. ``verbatim``: the records kept under the key, as
-    stored (without the text of those kept without it). ``texts``: ``NULL`` when no such
-    record has a ``"text_at"``, else an array beside ``verbatim``, each item ``null`` or
-    ``[text_at, the text]`` for :func:`.blocks.with_text` (the text: the ``text`` of the
-    message's first block when that is a text block, any JSON value, else ``null``; taken in
-    the page's scan, so the messages' content is not carried through its sort). ``mixed``: some
-    message of the page has no record under the key (a flag, not the messages themselves: an
-    aggregate's arguments are computed for every row, whatever its ``FILTER``, and building
-    each row's JSON would cost more than the page). Parameters: key four times,
-    :data:`_FIRST_BLOCK`'s, id, after, limit, then :func:`_visible`'s.
+    returns no row and an empty one ``(0, NULL, NULL, NULL)``; the page walks
+    ``(session_id, seq)``, the unique index. ``lines``: for each message whose block keeps
+    its record under the key, in ``seq`` order, one line (joined by ``\\n``) of three JSON
+    values joined by commas: the record as stored (without the text of one kept without it),
+    its block's ``"text_at"`` as a JSON string of its JSON text (or ``null``), and the text of
+    the message's first block when that is a text block (any JSON value, or ``null``; taken
+    in the page's scan, so the messages' content is not carried through its sort), for
+    :func:`.blocks.with_texts`. PostgreSQL prints ``jsonb`` (and ``to_json`` a string) with
+    every control character escaped, so no line holds a newline: the client cuts the page
+    into lines, and parses and decodes a few at a time. ``mixed``: some message of the page
+    has no record under the key (a flag, not the messages themselves: an aggregate's
+    arguments are computed for every row, whatever its ``FILTER``, and building each row's
+    JSON would cost more than the page). One aggregate, so PostgreSQL 15 sorts the page's
+    rows for it once (it sorts an ordered aggregate's input even when the page comes in
+    ``seq`` order). Parameters: key three times, :data:`_FIRST_BLOCK`'s, id, after, limit,
+    then :func:`_visible`'s.
     """
     messages, sessions = quote_name(Message._meta.db_table), quote_name(Session._meta.db_table)
     return (
-        "SELECT p.n, p.last_seq, p.verbatim, p.texts, p.mixed FROM "
+        "SELECT p.n, p.last_seq, p.lines, p.mixed FROM "
         f"{sessions} s CROSS JOIN LATERAL (SELECT count(*) AS n, max(seq) AS last_seq, "
-        "coalesce((json_agg(block -> %s ORDER BY seq) FILTER (WHERE block ? %s))::text, '[]')"
-        " AS verbatim, CASE WHEN bool_or(block ? 'text_at') THEN (json_agg(CASE WHEN"
-        " block ? 'text_at' THEN json_build_array(block -> 'text_at', head) END"
-        " ORDER BY seq) FILTER (WHERE block ? %s))::text END AS texts,"
+        "string_agg((block -> %s)::text || CASE WHEN block ? 'text_at' THEN ',' ||"
+        " to_json((block -> 'text_at')::text)::text || ',' || coalesce(head::text, 'null')"
+        " ELSE ',null,null' END, E'\\n' ORDER BY seq) FILTER (WHERE block ? %s) AS lines,"
         " bool_or(block IS NULL OR NOT block ? %s) AS mixed FROM (SELECT seq, CASE WHEN"
         " content -> 0 ->> 'type' = 'text' THEN content -> 0 -> 'text' END AS head,"
         f" {_FIRST_BLOCK} AS block "
