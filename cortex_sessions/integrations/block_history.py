@@ -33,7 +33,8 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
-from functools import cache
+from dataclasses import dataclass
+from functools import cache, cached_property
 from typing import Any, TypeVar
 
 from django.db import connections
@@ -44,7 +45,7 @@ from ..scope import Scope
 from .blocks import BAD_RECORD, with_texts
 from .openai_agents_history import serves
 
-__all__ = ["read_history", "serves"]
+__all__ = ["Splice", "read_history", "serves"]
 
 T = TypeVar("T")
 
@@ -62,6 +63,7 @@ def read_history(
     convert: Callable[[str, Any, Any], T | None],
     agent_id: str | None = None,
     parse: Callable[[str], Any] = json.loads,
+    splice: Splice | None = None,
 ) -> list[T] | None:
     """Every message of session ``pk`` as a runtime record, in ``seq`` order, or ``None``.
 
@@ -92,8 +94,10 @@ def read_history(
             not raise for a bad record (it reads the message as another writer's); given
             ``None``, it raises a :data:`.blocks.BAD_RECORD` error for one.
         agent_id: when given, the session must also be this agent's.
-        parse: turns the page's JSON array of records (text) into a list (default
-            ``json.loads``; e.g. ``pydantic_core.from_json``).
+        parse: turns JSON text of a list (a hundred records, beside their texts) into a list
+            (default ``json.loads``; e.g. ``pydantic_core.from_json``).
+        splice: where the runtime decodes JSON text, how the text goes back into the JSON
+            text of the records of its common shape (:class:`Splice`), or ``None``.
 
     Returns:
         The records, or ``None`` when no such session is visible (missing, out of scope,
@@ -127,7 +131,7 @@ def read_history(
         count, last_seq, lines, mixed = row
         page: list[T] | None
         if not mixed:
-            page = _decoded(lines, parse, decode)  # None: a block no adapter wrote (a host's)
+            page = _decoded(lines, parse, decode, splice)  # None: a block no adapter wrote
         else:  # the content only of the messages whose block does not suffice
             page = _one_by_one(connection, agent, convert, [*where, last_seq, *visible], False)
         if page is None:  # a record does not decode: every message with its content
@@ -144,21 +148,110 @@ def read_history(
 CHUNK = 100
 
 
+@dataclass(frozen=True)
+class Splice:
+    """How the text goes back into the JSON text of the records of one common shape, so
+    they are decoded from JSON text (pydantic's ``validate_json``, no Python tree of the
+    records first: the floor's own decode, docs/performance.md) where the rest are parsed,
+    given their text (:func:`.blocks.with_texts`) and decoded (docs/design.md §19.3).
+
+    A record whose block's ``"text_at"`` prints (``jsonb::text``) as :attr:`path` and whose
+    text is a JSON string, and whose JSON text starts with one of :attr:`prefixes` followed
+    by anything but ``}``, gets ``"key": text,`` (``key`` the path's last) right after the
+    prefix. Each prefix must end with the ``{`` opening the object the path leads to (keys
+    and scalar values only before it), so the text lands where :func:`.blocks.with_text`
+    puts it; where that object already holds the key, ``decode_json`` must keep the later
+    value (pydantic's parser does), the record's own, as :func:`.blocks.with_text` keeps it.
+    A record without ``"text_at"`` goes as it is; any other goes the parse's way.
+
+    Attributes:
+        path: a ``"text_at"`` the adapter writes, as PostgreSQL prints it
+            (``'["parts", 0, "content"]'``).
+        prefixes: the starts of the records' JSON text (PostgreSQL's: ``", "`` and ``": "``
+            between items) that open that object.
+        decode_json: JSON text of a list of records to the runtime's records, raising a
+            :data:`.blocks.BAD_RECORD` error where ``decode`` would.
+    """
+
+    path: str
+    prefixes: tuple[str, ...]
+    decode_json: Callable[[str], list[Any]]
+
+    @cached_property
+    def _key(self) -> str:
+        """``"key": `` for the path's last key, as JSON."""
+        return json.dumps(json.loads(self.path)[-1]) + ": "
+
+    def record(self, line: str) -> str | None:
+        """The JSON text of the record of a page's ``line`` with its text in place, or
+        ``None`` when it is not of this shape."""
+        path, text, record = line.split("\t")
+        if path == "null":
+            return record  # no text to put back
+        if path != self.path or text[:1] != '"':
+            return None
+        for prefix in self.prefixes:
+            if record.startswith(prefix) and record[len(prefix) : len(prefix) + 1] != "}":
+                return prefix + self._key + text + ", " + record[len(prefix) :]
+        return None
+
+
 def _decoded(
-    lines: str | None, parse: Callable[[str], Any], decode: Callable[[list[Any]], list[T]]
+    lines: str | None,
+    parse: Callable[[str], Any],
+    decode: Callable[[list[Any]], list[T]],
+    splice: Splice | None,
 ) -> list[T] | None:
-    """The records of a page's ``lines`` (:func:`_page_sql`), :data:`CHUNK` at a time:
-    parsed, given their text (:func:`.blocks.with_texts`) and decoded; ``None`` when
-    ``decode`` raises :data:`.blocks.BAD_RECORD` (a block no adapter wrote)."""
+    """The records of a page's ``lines`` (:func:`_page_sql`), in order: each run of records
+    of the ``splice``'s shape decoded from JSON text at once, the others :data:`CHUNK` at a
+    time (:func:`_parsed`); ``None`` when a decode raises :data:`.blocks.BAD_RECORD` (a block
+    no adapter wrote)."""
     if not lines:
         return []
     rows = lines.split("\n")
+    if splice is None:
+        return _parsed(rows, parse, decode)
+    out: list[T] = []
+    spliced: list[str] = []
+    parsed: list[str] = []
+    try:
+        for line in rows:
+            record = splice.record(line)
+            if record is None:
+                if spliced:
+                    out.extend(splice.decode_json("[" + ",".join(spliced) + "]"))
+                    spliced = []
+                parsed.append(line)
+                continue
+            if parsed:
+                done = _parsed(parsed, parse, decode)
+                if done is None:
+                    return None
+                out.extend(done)
+                parsed = []
+            spliced.append(record)
+        if spliced:
+            out.extend(splice.decode_json("[" + ",".join(spliced) + "]"))
+    except BAD_RECORD:
+        return None
+    done = _parsed(parsed, parse, decode) if parsed else []
+    return None if done is None else out + done
+
+
+def _parsed(
+    rows: list[str], parse: Callable[[str], Any], decode: Callable[[list[Any]], list[T]]
+) -> list[T] | None:
+    """The records of a page's lines ``rows``, :data:`CHUNK` at a time: parsed, given their
+    text (:func:`.blocks.with_texts`) and decoded; ``None`` when ``decode`` raises
+    :data:`.blocks.BAD_RECORD`."""
     paths: dict[str, Any] = {}
     out: list[T] = []
     for start in range(0, len(rows), CHUNK):
-        values = parse("[" + ",".join(rows[start : start + CHUNK]) + "]")
-        records = values[0::3]
-        with_texts(records, values[1::3], values[2::3], seen=paths)  # parsed here: in place
+        cut = [row.split("\t", 1) for row in rows[start : start + CHUNK]]
+        values = parse("[" + ",".join(rest for _, rest in cut).replace("\t", ",") + "]")
+        records = values[1::2]
+        texts = values[0::2]
+        with_texts(records, [path for path, _ in cut], texts, seen=paths)  # parsed: in place
         try:
             out.extend(decode(records))
         except BAD_RECORD:
@@ -232,13 +325,14 @@ def _page_sql(quote_name: Any, agent: bool) -> str:
     returns no row and an empty one ``(0, NULL, NULL, NULL)``; the page walks
     ``(session_id, seq)``, the unique index. ``lines``: for each message whose block keeps
     its record under the key, in ``seq`` order, one line (joined by ``\\n``) of three JSON
-    values joined by commas: the record as stored (without the text of one kept without it),
-    its block's ``"text_at"`` as a JSON string of its JSON text (or ``null``), and the text of
-    the message's first block when that is a text block (any JSON value, or ``null``; taken
-    in the page's scan, so the messages' content is not carried through its sort), for
-    :func:`.blocks.with_texts`. PostgreSQL prints ``jsonb`` (and ``to_json`` a string) with
-    every control character escaped, so no line holds a newline: the client cuts the page
-    into lines, and parses and decodes a few at a time. ``mixed``: some message of the page
+    values joined by tabs: its block's ``"text_at"`` (or ``null``), the text of the message's
+    first block when that is a text block (any JSON value, or ``null``; taken in the page's
+    scan, so the messages' content is not carried through its sort), and the record as
+    stored (without the text of one kept without it), for :func:`.blocks.with_texts` (which
+    reads each distinct path's text once: ``0.0`` prints apart from ``0``) or a
+    :class:`Splice`. PostgreSQL prints ``jsonb`` with every control character escaped, so no
+    value holds a newline or a tab: the client cuts the page into lines and each line into
+    its values, and parses and decodes a few lines at a time. ``mixed``: some message of the page
     has no record under the key (a flag, not the messages themselves: an aggregate's
     arguments are computed for every row, whatever its ``FILTER``, and building each row's
     JSON would cost more than the page). One aggregate, so PostgreSQL 15 sorts the page's
@@ -250,9 +344,9 @@ def _page_sql(quote_name: Any, agent: bool) -> str:
     return (
         "SELECT p.n, p.last_seq, p.lines, p.mixed FROM "
         f"{sessions} s CROSS JOIN LATERAL (SELECT count(*) AS n, max(seq) AS last_seq, "
-        "string_agg((block -> %s)::text || CASE WHEN block ? 'text_at' THEN ',' ||"
-        " to_json((block -> 'text_at')::text)::text || ',' || coalesce(head::text, 'null')"
-        " ELSE ',null,null' END, E'\\n' ORDER BY seq) FILTER (WHERE block ? %s) AS lines,"
+        "string_agg(CASE WHEN block ? 'text_at' THEN (block -> 'text_at')::text"
+        " || E'\\t' || coalesce(head::text, 'null') ELSE E'null\\tnull' END || E'\\t' ||"
+        " (block -> %s)::text, E'\\n' ORDER BY seq) FILTER (WHERE block ? %s) AS lines,"
         " bool_or(block IS NULL OR NOT block ? %s) AS mixed FROM (SELECT seq, CASE WHEN"
         " content -> 0 ->> 'type' = 'text' THEN content -> 0 -> 'text' END AS head,"
         f" {_FIRST_BLOCK} AS block "

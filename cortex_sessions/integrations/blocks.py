@@ -348,9 +348,9 @@ def with_texts(
 
     Args:
         records: records parsed for this read alone (each may be changed).
-        paths: beside ``records``, item for item: ``None`` (nothing to put back) or the
-            block's ``"text_at"`` as JSON text (PostgreSQL's ``jsonb::text``, so ``0.0``
-            stays apart from ``0``).
+        paths: beside ``records``, item for item: ``None`` or ``"null"`` (nothing to put
+            back) or the block's ``"text_at"`` as JSON text (PostgreSQL's ``jsonb::text``,
+            so ``0.0`` stays apart from ``0``).
         texts: beside ``records``: the text of each message's first block when that is a
             text block, any JSON value (``None``: none).
         seen: the paths read so far, kept across calls for one page (a new dict: none).

@@ -321,11 +321,25 @@ def _as_uuid(value: uuid.UUID | str) -> uuid.UUID | None:
         return None
 
 
+#: The text of a message whose one part holds it (the usual request and response: its first
+#: part's ``content``) goes back into the stored message's JSON text, which pydantic then
+#: validates as JSON (``validate_json``, as the plain-SQL floor does: no Python tree of the
+#: messages first). PostgreSQL prints a message's keys shortest first, so ``"kind"`` then
+#: ``"parts"`` open it; a message of any other shape is parsed and given its text as
+#: :func:`from_cortex` gives it (:class:`.block_history.Splice`).
+_SPLICE = block_history.Splice(
+    path='["parts", 0, "content"]',
+    prefixes=('{"kind": "request", "parts": [{', '{"kind": "response", "parts": [{'),
+    decode_json=ModelMessagesTypeAdapter.validate_json,
+)
+
+
 def _read(pk: uuid.UUID, scope: Scope, agent_id: str | None) -> list[ModelMessage] | None:
-    """The history of session ``pk`` on PostgreSQL, the stored messages parsed
-    (``pydantic_core.from_json``) and validated at once (:func:`.block_history.read_history`:
-    ``validate_python``, as :func:`from_cortex` validates one); ``None`` when the session is
-    not visible (or, given ``agent_id``, not that agent's)."""
+    """The history of session ``pk`` on PostgreSQL (:func:`.block_history.read_history`):
+    the messages of the usual shape validated from their JSON text with the text put back
+    (:data:`_SPLICE`), the others parsed (``pydantic_core.from_json``), given their text and
+    validated (``validate_python``, as :func:`from_cortex` validates one); ``None`` when the
+    session is not visible (or, given ``agent_id``, not that agent's)."""
     return block_history.read_history(
         pk,
         scope,
@@ -335,6 +349,7 @@ def _read(pk: uuid.UUID, scope: Scope, agent_id: str | None) -> list[ModelMessag
         convert=_convert,
         agent_id=agent_id,
         parse=from_json,
+        splice=_SPLICE,
     )
 
 

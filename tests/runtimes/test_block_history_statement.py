@@ -61,8 +61,10 @@ def _page_row_of(history: CortexChatMessageHistory, length: int) -> tuple:
 
 
 def _lines(lines: str) -> list[list]:
-    """The page's ``lines``: each ``[record, text_at as JSON text or None, text or None]``."""
-    return [json.loads("[" + line + "]") for line in lines.split("\n")]
+    """The page's ``lines``: each ``[record, text_at as JSON text or None, text or None]``
+    (a line: the two, then the record, joined by tabs)."""
+    lines_ = [json.loads("[" + line.replace("\t", ",") + "]") for line in lines.split("\n")]
+    return [[record, path, text] for path, text, record in lines_]  # path: parsed here
 
 
 def test_the_page_statement_ships_the_records_as_stored_and_the_text_beside_them():
@@ -76,9 +78,9 @@ def test_the_page_statement_ships_the_records_as_stored_and_the_text_beside_them
     records = [record for record, _, _ in _lines(lines)]
     assert records == [content[-1]["message"] for content in stored]
     assert all("content" not in record["data"] for record in records)
-    # Beside each, its text_at (as JSON text: the client checks each distinct path once) and
-    # the text of its message's first block, for the client.
-    assert [[json.loads(path), text] for _, path, text in _lines(lines)] == [
+    # Beside each, its text_at (the client checks each distinct path's text once) and the
+    # text of its message's first block, for the client.
+    assert [[path, text] for _, path, text in _lines(lines)] == [
         [content[-1][TEXT_AT], content[0]["text"]] for content in stored
     ]
     assert all(content[-1]["type"] == LANGCHAIN_TYPE for content in stored)
