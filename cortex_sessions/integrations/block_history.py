@@ -13,11 +13,15 @@ time (:data:`CHUNK`: the page's parsed JSON is never alive at once, which cost t
 collector a third of the read), puts each message's text back into a record kept without it
 (:func:`.blocks.with_texts`, by the rule the Python read applies, so both paths agree by
 construction) and builds the runtime's records in one call per hundred
-(``messages_from_dict``, or pydantic's ``validate_python``). PostgreSQL does not put the text
-back itself: ``jsonb_set`` rebuilds each record, and casting, matching and walking each
-``"text_at"`` cost as much again, three to four times the page's plain read; with constant
-paths, one branch per path an adapter writes, it still cost what the client's put-back does
-(docs/performance.md, "Whole-history reads after the text was stored once"). A page holding
+(``messages_from_dict``, or pydantic's ``validate_python``). Where the runtime decodes JSON
+text, records of its usual shape skip the parse: the text goes back into their JSON text and
+they are decoded from it at once (:class:`Splice`: Pydantic AI's ``validate_json``, as its
+plain-SQL floor decodes, docs/performance.md "Whole-history reads: a page as lines"). The
+statement itself does not put the text back: ``jsonb_set`` rebuilds each record, and
+casting, matching and walking each ``"text_at"`` cost as much again, three to four times the
+page's plain read; with constant paths, one branch per path an adapter writes, it still cost
+what the client's put-back does (docs/performance.md, "Whole-history reads after the text was
+stored once"). A page holding
 a message whose record is kept as JSON text, or that has no such block (another writer's), is
 read again message by message for the adapter's own conversion, and so is a page holding a
 block no adapter wrote, whose record the runtime cannot read (its message then reads as
