@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ..services.messages import _BuiltMessage
 
 __all__ = [
+    "BAD_RECORD",
     "TEXT_AT",
     "find_block",
     "is_storable",
@@ -42,6 +43,7 @@ __all__ = [
     "text_blocks",
     "verbatim_block",
     "with_text",
+    "with_texts",
 ]
 
 #: The key of a verbatim block naming where in its record the message's text belongs: a JSON
@@ -243,6 +245,16 @@ def _shallow(value: Any) -> Any:
     return dict(value) if kind is dict else list(value) if kind is list else value
 
 
+#: What reading a block's record raises when the block is not one an adapter wrote (a host's
+#: block posted through the API: ``{"type": "langchain_message", "message": null}``, a
+#: ``"message_json"`` that is not JSON, a record of no known type): :func:`stored_record`'s
+#: ``KeyError``, ``ValueError`` and ``TypeError``, and what the runtimes' decoders raise
+#: (``messages_from_dict``: ``KeyError``, ``TypeError``, ``ValueError``, ``AttributeError``;
+#: pydantic's ``ValidationError``, a ``ValueError``). The history reads then treat the block
+#: as no record: its message reads as another writer's (docs/design.md §19.2, §19.3).
+BAD_RECORD = (AttributeError, LookupError, TypeError, ValueError)
+
+
 def stored_record(block: Mapping[str, Any], key: str, content: Any) -> Any:
     """The record a verbatim block keeps: its ``key``, or its ``key + "_json"`` decoded, with the
     message's text put back where the block's ``"text_at"`` says (see the module docs).
@@ -296,6 +308,9 @@ def with_text(record: Any, path: Any, text: Any, *, copy: bool = True) -> Any:
     """
     if type(text) is not str or not _well_formed(path):
         return record
+    if not copy:
+        _put_text(record, path, text)
+        return record
     *steps, last = path
     parent = record
     for step in steps:  # as PostgreSQL's #> walks a path: a key by its text, an index
@@ -308,9 +323,6 @@ def with_text(record: Any, path: Any, text: Any, *, copy: bool = True) -> Any:
             return record
     if type(parent) is not dict or last in parent:
         return record
-    if not copy:
-        parent[last] = text
-        return record
     copied = outer = _shallow(record)
     for step in steps:
         index = str(step) if type(outer) is dict else step
@@ -318,6 +330,62 @@ def with_text(record: Any, path: Any, text: Any, *, copy: bool = True) -> Any:
         outer = inner
     outer[last] = text
     return copied
+
+
+#: A path :func:`with_texts` has not met yet in its page.
+_UNSEEN = object()
+
+
+def with_texts(
+    records: list[Any],
+    paths: Sequence[Any],
+    texts: Sequence[Any],
+    *,
+    seen: dict[str, Any] | None = None,
+) -> None:
+    """:func:`with_text` of each record in place, by the same rule, each distinct path read
+    and checked once (on PostgreSQL, :mod:`.block_history`'s page: a thousand records, one or
+    two distinct paths).
+
+    Args:
+        records: records parsed for this read alone (each may be changed).
+        paths: beside ``records``, item for item: ``None`` or ``"null"`` (nothing to put
+            back) or the block's ``"text_at"`` as JSON text (PostgreSQL's ``jsonb::text``,
+            so ``0.0`` stays apart from ``0``).
+        texts: beside ``records``: the text of each message's first block when that is a
+            text block, any JSON value (``None``: none).
+        seen: the paths read so far, kept across calls for one page (a new dict: none).
+
+    Raises:
+        ValueError: ``paths`` or ``texts`` is not as long as ``records``, or a path is not
+            JSON text.
+    """
+    known: dict[str, Any] = {} if seen is None else seen
+    for record, key, text in zip(records, paths, texts, strict=True):
+        if key is None or type(text) is not str:
+            continue
+        path = known.get(key, _UNSEEN)
+        if path is _UNSEEN:
+            path = json.loads(key)
+            path = known[key] = path if _well_formed(path) else None
+        if path is not None:
+            _put_text(record, path, text)
+
+
+def _put_text(record: Any, path: list[str | int], text: str) -> None:
+    """:func:`with_text` in place, ``path`` known well formed."""
+    *steps, last = path
+    parent = record
+    for step in steps:  # as PostgreSQL's #> walks a path: a key by its text, an index
+        kind = type(parent)
+        if kind is dict:
+            parent = parent.get(str(step))
+        elif kind is list and type(step) is int and step < len(parent):
+            parent = parent[step]
+        else:
+            return
+    if type(parent) is dict and last not in parent:
+        parent[last] = text
 
 
 def _well_formed(path: Any) -> bool:

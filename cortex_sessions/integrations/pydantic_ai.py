@@ -63,7 +63,7 @@ from ..models import Session
 from ..scope import Scope, as_scope
 from ..services.messages import _BuiltMessage, append_built
 from . import block_history
-from .blocks import Path, find_block, record_blocks, record_message, stored_record
+from .blocks import BAD_RECORD, Path, find_block, record_blocks, record_message, stored_record
 
 __all__ = [
     "MESSAGE_BLOCK_TYPE",
@@ -180,11 +180,19 @@ def _built(message: ModelMessage, now: datetime) -> _BuiltMessage:
 
 
 def from_cortex(role: str, content: Any) -> ModelMessage | None:
-    """The Pydantic AI message a cortex message reads back as, or ``None`` (see the module docs)."""
+    """The Pydantic AI message a cortex message reads back as, or ``None`` (see the module docs).
+
+    A block that keeps no message ``ModelMessagesTypeAdapter`` validates (``"message": null``,
+    a host's block: :data:`.blocks.BAD_RECORD`) counts as none: the message reads by its role
+    and text, as another writer's. Never raises (docs/design.md §19.3).
+    """
     block = find_block(content, MESSAGE_BLOCK_TYPE)
     if block is not None:
-        data = stored_record(block, "message", content)
-        return ModelMessagesTypeAdapter.validate_python([data])[0]
+        try:
+            data = stored_record(block, "message", content)
+            return ModelMessagesTypeAdapter.validate_python([data])[0]
+        except BAD_RECORD:
+            pass  # no record this adapter wrote: read as another writer's message
     text = content_text(content)
     if not text:
         return None
@@ -313,11 +321,25 @@ def _as_uuid(value: uuid.UUID | str) -> uuid.UUID | None:
         return None
 
 
+#: The text of a message whose one part holds it (the usual request and response: its first
+#: part's ``content``) goes back into the stored message's JSON text, which pydantic then
+#: validates as JSON (``validate_json``, as the plain-SQL floor does: no Python tree of the
+#: messages first). PostgreSQL prints a message's keys shortest first, so ``"kind"`` then
+#: ``"parts"`` open it; a message of any other shape is parsed and given its text as
+#: :func:`from_cortex` gives it (:class:`.block_history.Splice`).
+_SPLICE = block_history.Splice(
+    path='["parts", 0, "content"]',
+    prefixes=('{"kind": "request", "parts": [{', '{"kind": "response", "parts": [{'),
+    decode_json=ModelMessagesTypeAdapter.validate_json,
+)
+
+
 def _read(pk: uuid.UUID, scope: Scope, agent_id: str | None) -> list[ModelMessage] | None:
-    """The history of session ``pk`` on PostgreSQL, the stored messages parsed
-    (``pydantic_core.from_json``) and validated at once (:func:`.block_history.read_history`:
-    ``validate_python``, as :func:`from_cortex` validates one); ``None`` when the session is
-    not visible (or, given ``agent_id``, not that agent's)."""
+    """The history of session ``pk`` on PostgreSQL (:func:`.block_history.read_history`):
+    the messages of the usual shape validated from their JSON text with the text put back
+    (:data:`_SPLICE`), the others parsed (``pydantic_core.from_json``), given their text and
+    validated (``validate_python``, as :func:`from_cortex` validates one); ``None`` when the
+    session is not visible (or, given ``agent_id``, not that agent's)."""
     return block_history.read_history(
         pk,
         scope,
@@ -327,13 +349,24 @@ def _read(pk: uuid.UUID, scope: Scope, agent_id: str | None) -> list[ModelMessag
         convert=_convert,
         agent_id=agent_id,
         parse=from_json,
+        splice=_SPLICE,
     )
 
 
 def _convert(role: str, block: Any, content: Any) -> ModelMessage | None:
-    """:func:`from_cortex` of a message of a mixed page (:func:`.block_history.read_history`):
-    its content when given, else its block alone."""
-    return from_cortex(role, content if content is not None else [block])
+    """:func:`from_cortex` of a message read message by message
+    (:func:`.block_history.read_history`) when its content is given; else its block's record,
+    kept whole, validated.
+
+    Raises:
+        ValueError, TypeError, LookupError (:data:`.blocks.BAD_RECORD`): ``content`` is
+            ``None`` and the block keeps no message pydantic validates (the read then asks
+            again with the content).
+    """
+    if content is None:
+        data = stored_record(block, "message", [block])
+        return ModelMessagesTypeAdapter.validate_python([data])[0]
+    return from_cortex(role, content)
 
 
 async def asave_messages(

@@ -47,28 +47,63 @@ def _langchain_session() -> CortexChatMessageHistory:
 
 
 def _page_row(history: CortexChatMessageHistory) -> tuple:
-    assert len(history.messages) == 4  # the pinned session checked once
+    return _page_row_of(history, 4)
+
+
+def _page_row_of(history: CortexChatMessageHistory, length: int) -> tuple:
+    assert len(history.messages) == length  # the pinned session checked once
     with CaptureQueriesContext(connection) as captured:
-        assert len(history.messages) == 4
+        assert len(history.messages) == length
     (query,) = captured.captured_queries  # one statement: the page
     with connection.cursor() as cursor:
         cursor.execute(query["sql"])
         return query["sql"], cursor.fetchone()
 
 
+def _lines(lines: str) -> list[list]:
+    """The page's ``lines``: each ``[record, text_at as JSON text or None, text or None]``
+    (a line: the two, then the record, joined by tabs)."""
+    lines_ = [json.loads("[" + line.replace("\t", ",") + "]") for line in lines.split("\n")]
+    return [[record, path, text] for path, text, record in lines_]  # path: parsed here
+
+
 def test_the_page_statement_ships_the_records_as_stored_and_the_text_beside_them():
     history = _langchain_session()
-    _, (count, _, verbatim, texts, mixed) = _page_row(history)
+    _, (count, _, lines, mixed) = _page_row(history)
     stored = [
         m.content for m in Message.objects.filter(session_id=history.session_id).order_by("seq")
     ]
     assert count == 4 and mixed is False
     # The records without their text, exactly as stored: PostgreSQL rebuilt none of them.
-    assert json.loads(verbatim) == [content[-1]["message"] for content in stored]
-    assert all("content" not in record["data"] for record in json.loads(verbatim))
-    # Beside each, its text_at and the text of its message's first block, for the client.
-    assert json.loads(texts) == [[content[-1][TEXT_AT], content[0]["text"]] for content in stored]
+    records = [record for record, _, _ in _lines(lines)]
+    assert records == [content[-1]["message"] for content in stored]
+    assert all("content" not in record["data"] for record in records)
+    # Beside each, its text_at (the client checks each distinct path's text once) and the
+    # text of its message's first block, for the client.
+    assert [[path, text] for _, path, text in _lines(lines)] == [
+        [content[-1][TEXT_AT], content[0]["text"]] for content in stored
+    ]
     assert all(content[-1]["type"] == LANGCHAIN_TYPE for content in stored)
+
+
+def test_no_line_is_cut_by_a_newline_in_a_record():
+    """PostgreSQL prints ``jsonb`` with every control character escaped, so the page's lines
+    (joined by a newline) are its records, however many newlines, tabs or carriage returns
+    their keys, strings and texts hold."""
+    pk = services.create_session(scope=SCOPE, agent_id=AGENT).pk
+    history = CortexChatMessageHistory(scope=SCOPE, agent_id=AGENT, session_id=pk)
+    messages = [
+        HumanMessage("line one\nline two\r\n\tend\n", id="n\n1"),
+        AIMessage(
+            [{"type": "text", "text": "a\nb"}, {"type": "text", "text": "\n"}],
+            additional_kwargs={"key\nwith\tbreaks\u2028": ["\n", {"\r": "\x1f\n"}]},
+        ),
+        HumanMessage("\n", id="only a newline"),
+    ]
+    history.add_messages(messages)
+    assert history.messages == messages
+    _, (count, _, lines, _) = _page_row_of(history, 3)
+    assert count == 3 and len(lines.split("\n")) == 3
 
 
 def test_the_page_statement_rebuilds_no_record_per_row():
@@ -79,13 +114,13 @@ def test_the_page_statement_rebuilds_no_record_per_row():
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (VERBOSE) " + sql)
         plan = "\n".join(row[0] for row in cursor.fetchall())
-    assert "json_agg" in plan  # the page's aggregate is in the plan read
+    assert "string_agg" in plan  # the page's aggregate is in the plan read
     assert [word for word in PER_ROW_REBUILD if word in plan] == []
 
 
 def test_a_page_of_old_rows_ships_no_texts():
-    """Records written before the text was stored once carry no ``"text_at"``: the page's
-    ``texts`` is ``NULL`` and the client puts nothing back."""
+    """Records written before the text was stored once carry no ``"text_at"``: each line's
+    path and text are ``null`` and the client puts nothing back."""
     pk = services.create_session(scope=SCOPE, agent_id=AGENT).pk
     messages = [
         ModelRequest(parts=[UserPromptPart("hello")]),
@@ -104,7 +139,7 @@ def test_a_page_of_old_rows_ships_no_texts():
     with connection.cursor() as cursor:
         cursor.execute(query["sql"])
         row = cursor.fetchone()
-    assert row[3] is None  # texts
+    assert [line[1:] for line in _lines(row[2])] == [[None, None]] * 2  # no path, no text
 
 
 def test_a_path_equal_as_json_to_the_adapters_but_not_of_their_form_is_left_alone():

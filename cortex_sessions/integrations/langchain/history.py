@@ -18,6 +18,7 @@ from ...models import Session
 from ...scope import Scope, as_scope
 from ...services.messages import append_built
 from .. import block_history
+from ..blocks import stored_record
 from ..sessions import on_session
 from .messages import MESSAGE_BLOCK_TYPE, built_message, from_cortex
 
@@ -204,6 +205,15 @@ def _read(scope: Scope, pk: uuid.UUID) -> list[BaseMessage]:
 
 
 def _convert(role: str, block: Any, content: Any) -> BaseMessage | None:
-    """:func:`.messages.from_cortex` of a message of a mixed page
-    (:func:`.block_history.read_history`): its content when given, else its block alone."""
-    return from_cortex(role, content if content is not None else [block])
+    """:func:`.messages.from_cortex` of a message read message by message
+    (:func:`.block_history.read_history`) when its content is given; else its block's record,
+    kept whole, decoded.
+
+    Raises:
+        KeyError, TypeError, ValueError, AttributeError (:data:`..blocks.BAD_RECORD`):
+            ``content`` is ``None`` and the block keeps no message LangChain reads (the read
+            then asks again with the content).
+    """
+    if content is None:
+        return messages_from_dict([stored_record(block, "message", [block])])[0]
+    return from_cortex(role, content)

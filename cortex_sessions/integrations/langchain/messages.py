@@ -42,7 +42,7 @@ from langchain_core.messages import (
 from ...content import content_text
 from ...exceptions import InvalidContent, InvalidInput
 from ...services.messages import _BuiltMessage
-from ..blocks import Path, find_block, record_blocks, record_message, stored_record
+from ..blocks import BAD_RECORD, Path, find_block, record_blocks, record_message, stored_record
 
 __all__ = ["MESSAGE_BLOCK_TYPE", "built_message", "from_cortex", "message_id", "to_cortex"]
 
@@ -164,12 +164,16 @@ def from_cortex(role: str, content: Any) -> BaseMessage | None:
 
     Returns:
         The stored message, equal to the one :func:`to_cortex` was given; or one built from
-        the text of a ``user``, ``assistant`` or ``system`` message another writer added;
-        ``None`` for anything else.
+        the text of a ``user``, ``assistant`` or ``system`` message another writer added, or
+        whose block keeps no message LangChain reads (``"message": null``, a host's block:
+        :data:`..blocks.BAD_RECORD`); ``None`` for anything else. Never raises.
     """
     block = find_block(content, MESSAGE_BLOCK_TYPE)
     if block is not None:
-        return messages_from_dict([stored_record(block, "message", content)])[0]
+        try:
+            return messages_from_dict([stored_record(block, "message", content)])[0]
+        except BAD_RECORD:
+            pass  # no record this adapter wrote: read as another writer's message
     kind = _READ_BACK.get(role)
     if kind is None:
         return None
