@@ -312,15 +312,7 @@ def with_text(record: Any, path: Any, text: Any, *, copy: bool = True) -> Any:
         _put_text(record, path, text)
         return record
     *steps, last = path
-    parent = record
-    for step in steps:  # as PostgreSQL's #> walks a path: a key by its text, an index
-        kind = type(parent)
-        if kind is dict:
-            parent = parent.get(str(step))
-        elif kind is list and type(step) is int and step < len(parent):
-            parent = parent[step]
-        else:
-            return record
+    parent = _parent_at(record, steps)
     if type(parent) is not dict or last in parent:
         return record
     copied = outer = _shallow(record)
@@ -375,17 +367,24 @@ def with_texts(
 def _put_text(record: Any, path: list[str | int], text: str) -> None:
     """:func:`with_text` in place, ``path`` known well formed."""
     *steps, last = path
+    parent = _parent_at(record, steps)
+    if type(parent) is dict and last not in parent:
+        parent[last] = text
+
+
+def _parent_at(record: Any, steps: list[str | int]) -> Any:
+    """What ``steps`` lead to in ``record``, walked as PostgreSQL's ``#>`` walks a path (a key
+    by its text, an index of a list), or ``None`` where a step finds nothing."""
     parent = record
-    for step in steps:  # as PostgreSQL's #> walks a path: a key by its text, an index
+    for step in steps:
         kind = type(parent)
         if kind is dict:
             parent = parent.get(str(step))
         elif kind is list and type(step) is int and step < len(parent):
             parent = parent[step]
         else:
-            return
-    if type(parent) is dict and last not in parent:
-        parent[last] = text
+            return None
+    return parent
 
 
 def _well_formed(path: Any) -> bool:
