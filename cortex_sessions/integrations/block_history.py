@@ -182,7 +182,7 @@ class Splice:
     decode_json: Callable[[str], list[Any]]
 
     @cached_property
-    def _key(self) -> str:
+    def key_prefix(self) -> str:
         """``"key": `` for the path's last key, as JSON."""
         return json.dumps(json.loads(self.path)[-1]) + ": "
 
@@ -196,7 +196,7 @@ class Splice:
             return None
         for prefix in self.prefixes:
             if record.startswith(prefix) and record[len(prefix) : len(prefix) + 1] != "}":
-                return prefix + self._key + text + ", " + record[len(prefix) :]
+                return prefix + self.key_prefix + text + ", " + record[len(prefix) :]
         return None
 
 
