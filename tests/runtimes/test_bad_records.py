@@ -47,6 +47,9 @@ BAD = {
     "an empty object": {"message": {}},
     "no known type": {"message": {"type": "nonsense"}},
     "a known type, bad data": {"message": {"type": "human", "data": [], "kind": "request"}},
+    # LangChain reads it, as a RemoveMessage: an instruction to a reducer, never stored by
+    # the adapter, so not a message of the history
+    "a RemoveMessage": {"message": {"type": "remove", "data": {"id": "x"}}},
     "no record": {},
     "JSON text not JSON": {"message_json": "not json"},
     "JSON text of null": {"message_json": "null"},

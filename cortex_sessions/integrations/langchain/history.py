@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 from langchain_core.chat_history import BaseChatMessageHistory
-from langchain_core.messages import BaseMessage, messages_from_dict
+from langchain_core.messages import BaseMessage
 
 from ... import services
 from ...conf import app_settings
@@ -20,7 +20,7 @@ from ...services.messages import append_built
 from .. import block_history
 from ..blocks import stored_record
 from ..sessions import on_session
-from .messages import MESSAGE_BLOCK_TYPE, built_message, from_cortex
+from .messages import MESSAGE_BLOCK_TYPE, built_message, decode_records, from_cortex
 
 __all__ = ["CortexChatMessageHistory"]
 
@@ -185,7 +185,7 @@ def _read(scope: Scope, pk: uuid.UUID) -> list[BaseMessage]:
             scope,
             block_type=MESSAGE_BLOCK_TYPE,
             key="message",
-            decode=messages_from_dict,
+            decode=decode_records,
             convert=_convert,
         )
         if messages is None:
@@ -215,5 +215,5 @@ def _convert(role: str, block: Any, content: Any) -> BaseMessage | None:
             then asks again with the content).
     """
     if content is None:
-        return messages_from_dict([stored_record(block, "message", [block])])[0]
+        return decode_records([stored_record(block, "message", [block])])[0]
     return from_cortex(role, content)

@@ -44,7 +44,14 @@ from ...exceptions import InvalidContent, InvalidInput
 from ...services.messages import _BuiltMessage
 from ..blocks import BAD_RECORD, Path, find_block, record_blocks, record_message, stored_record
 
-__all__ = ["MESSAGE_BLOCK_TYPE", "built_message", "from_cortex", "message_id", "to_cortex"]
+__all__ = [
+    "MESSAGE_BLOCK_TYPE",
+    "built_message",
+    "decode_records",
+    "from_cortex",
+    "message_id",
+    "to_cortex",
+]
 
 #: The ``type`` of the content block that keeps a LangChain message verbatim.
 MESSAGE_BLOCK_TYPE = "langchain_message"
@@ -155,6 +162,28 @@ def _parts(message: BaseMessage) -> tuple[str, str, dict[str, Any]]:
     return _role(message), str(message.text), {"type": message.type, "data": data}
 
 
+def decode_records(records: list[Any]) -> list[BaseMessage]:
+    """LangChain's ``messages_from_dict`` of the records kept in ``langchain_message`` blocks,
+    refusing a ``RemoveMessage``: :func:`to_cortex` never stores one (it is an instruction to a
+    reducer, not a message of the conversation), so a block holding one is a host's, read as
+    another writer's message (docs/design.md §19.2).
+
+    Args:
+        records: ``{"type": ..., "data": {...}}`` mappings, their text put back.
+
+    Returns:
+        The messages, in order.
+
+    Raises:
+        ValueError: a record is a ``RemoveMessage``. And what ``messages_from_dict`` raises for
+            a record it cannot read (:data:`..blocks.BAD_RECORD`).
+    """
+    messages = messages_from_dict(records)
+    if RemoveMessage in set(map(type, messages)):  # the type "remove" makes exactly this class
+        raise ValueError("A RemoveMessage is not a message of the conversation.")
+    return messages
+
+
 def from_cortex(role: str, content: Any) -> BaseMessage | None:
     """The LangChain message a cortex message reads back as, or ``None`` (see the module docs).
 
@@ -171,7 +200,7 @@ def from_cortex(role: str, content: Any) -> BaseMessage | None:
     block = find_block(content, MESSAGE_BLOCK_TYPE)
     if block is not None:
         try:
-            return messages_from_dict([stored_record(block, "message", content)])[0]
+            return decode_records([stored_record(block, "message", content)])[0]
         except BAD_RECORD:
             pass  # no record this adapter wrote: read as another writer's message
     kind = _READ_BACK.get(role)
