@@ -38,6 +38,7 @@ from cortex_sessions.integrations.langchain import CortexChatMessageHistory
 from cortex_sessions.integrations.langgraph import (
     CortexCheckpointSaver,
     athread_config,
+    mirror,
     thread_config,
 )
 from cortex_sessions.integrations.langgraph.mirror import new_messages
@@ -187,11 +188,61 @@ def test_new_messages_after_the_previous_values_own_objects_are_only_those_it_la
     again = HumanMessage("a again", id="a")  # an id already seen: not new
     c = AIMessage("c", id="c")
     current = [*before, again, AIMessage("anon"), c, RemoveMessage(id="b"), AIMessage("d")]
-    assert new_messages(current, before) == [c, AIMessage("d")]
-    assert new_messages(current, list(before)) == [c, AIMessage("d")]
+    # after the prefix, a message without an id equal to an earlier one is a new turn
+    assert new_messages(current, before) == [AIMessage("anon"), c, AIMessage("d")]
+    assert new_messages(current, list(before)) == [AIMessage("anon"), c, AIMessage("d")]
+    decoded = [m.model_copy() if hasattr(m, "model_copy") else m for m in before]
+    assert new_messages(current, decoded) == [AIMessage("anon"), c, AIMessage("d")]  # equal
     shuffled = [b, a, anon, "not a message", c]  # not a prefix: every message compared
     assert new_messages(shuffled, before) == [c]
     assert new_messages([a], before) == []  # shorter than before
+
+
+def test_new_messages_count_each_earlier_message_without_an_id_once():
+    """Not a prefix (a value rebuilt by a reducer): each earlier message without an id matches
+    one equal message, so a repeated one is new (a multiset, not a set)."""
+    yes, ok = HumanMessage("yes"), AIMessage("OK.")
+    before = [HumanMessage("Delete?"), ok, yes, ok]
+    current = [HumanMessage("Delete?"), HumanMessage("yes"), AIMessage("OK.")]
+    current += [AIMessage("OK."), HumanMessage("yes"), AIMessage("OK.")]
+    assert new_messages(current, before) == [HumanMessage("yes"), AIMessage("OK.")]
+    assert new_messages(list(reversed(before)), before) == []
+
+
+def test_a_repeated_message_without_an_id_is_mirrored_as_its_own_turn():
+    """A graph whose reducer keeps messages as given (``operator.add``, no ids assigned): the
+    user's second "yes" and the model's second "OK." are turns of their own, whether the
+    parent's value is the one the saver remembered or decoded from its blob (forgotten)."""
+    thread_id = uuid.uuid4()
+    config = _config(thread_id, scope=ALICE)
+    value: list = []
+    parent, version = None, None
+    for turn, text in enumerate(["Delete the file?", "yes", "And the folder?", "yes"]):
+        saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+        if turn >= 2:
+            mirror.forget(thread_id)  # the parent's value read back from its blob: equal objects
+        value = [*value, HumanMessage(text), AIMessage("OK.")]  # as operator.add makes it
+        version = saver.get_next_version(version, None)
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"messages": value}
+        checkpoint["channel_versions"] = {"messages": version}
+        at = config if parent is None else _config(thread_id, scope=ALICE, checkpoint_id=parent)
+        stored = saver.put(at, checkpoint, {"source": "loop", "step": turn}, {"messages": version})
+        parent = stored["configurable"]["checkpoint_id"]
+    texts = list(
+        Message.objects.filter(session_id=thread_id).order_by("seq").values_list("role", "content")
+    )
+    assert [(role, content[0]["text"]) for role, content in texts] == [
+        ("user", "Delete the file?"),
+        ("assistant", "OK."),
+        ("user", "yes"),
+        ("assistant", "OK."),
+        ("user", "And the folder?"),
+        ("assistant", "OK."),
+        ("user", "yes"),
+        ("assistant", "OK."),
+    ]
+    assert Session.objects.get(pk=thread_id).message_count == 8
 
 
 def test_threads_of_another_tenant_are_invisible_and_untouchable():

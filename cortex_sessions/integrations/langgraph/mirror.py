@@ -120,7 +120,9 @@ def mirrored_rows(fresh: Sequence[BaseMessage], now: datetime) -> list[MirroredR
 
 
 def new_messages(current: Any, previous: Any) -> list[BaseMessage]:
-    """The messages of ``current`` that ``previous`` did not hold, in order.
+    """The messages of ``current`` that ``previous`` did not hold, in order: by LangChain
+    message ``id``, and a message without one by equality, each earlier message matching one
+    (a repeated "yes" is a new turn); ``RemoveMessage`` never (docs/design.md §19.1).
 
     Args:
         current: the channel's value at the new checkpoint (a list of messages, normally).
@@ -150,19 +152,35 @@ def new_messages(current: Any, previous: Any) -> list[BaseMessage]:
                     seen.add(m.id)
                 else:
                     anonymous.append(m)
-    # A value that starts with the previous one's own objects (as the channel's reducer keeps
-    # them, and as remembered values are) can hold new messages only after them: each of those
-    # objects is excluded below anyway (its id is seen, or it is itself anonymous).
-    start = 0
-    if 0 < len(before) <= len(current) and all(map(operator.is_, before, current)):
-        start = len(before)
-    return [
-        m
-        for m in (current[start:] if start else current)
-        if isinstance(m, BaseMessage)
-        and (m.id not in seen if m.id else m not in anonymous)
-        and m.type != "remove"
-    ]
+    # A value that starts with the previous one (its own objects, as the channel's reducer
+    # keeps them and as remembered values are, or equal ones, decoded from the parent's blob)
+    # holds new messages only after it: those are every message there but one of a seen id.
+    # Otherwise each earlier message without an id stands for one equal message of the value,
+    # so a second "yes" a user sends is new, as its own turn (a multiset, not a set).
+    left: list[BaseMessage] = []
+    start = len(before)
+    if not (
+        0 < start <= len(current)
+        and (all(map(operator.is_, before, current)) or _equal_prefix(before, current))
+    ):
+        start, left = 0, anonymous
+    fresh = []
+    for m in current[start:] if start else current:
+        if not isinstance(m, BaseMessage) or m.type == "remove":
+            continue
+        if m.id:
+            if m.id in seen:
+                continue
+        elif left and m in left:
+            left.remove(m)  # the earlier one it repeats, counted once
+            continue
+        fresh.append(m)
+    return fresh
+
+
+def _equal_prefix(before: Sequence[Any], current: Sequence[Any]) -> bool:
+    """Whether ``current`` starts with items equal to ``before``'s, in order."""
+    return all(map(operator.eq, before, current))
 
 
 def mirror_messages(
