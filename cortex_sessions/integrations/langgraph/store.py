@@ -133,8 +133,10 @@ def _packet_named(alias: str, size: int) -> Iterator[None]:
         raise OperationalError(
             code,
             f"{exc.args[1] if len(exc.args) > 1 else exc}: the statement carried {size:,} bytes"
-            " of values, likely more than the server's max_allowed_packet; nothing was"
-            " written (raise max_allowed_packet, docs/langgraph.md)",
+            " of values, which the driver escapes into its text (up to twice as many: a NUL,"
+            " quote or backslash byte takes two), likely more than the server's"
+            " max_allowed_packet; nothing was written (raise max_allowed_packet,"
+            " docs/langgraph.md)",
         ) from exc
 
 
