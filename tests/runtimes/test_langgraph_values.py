@@ -146,7 +146,7 @@ def test_a_put_over_max_allowed_packet_is_refused_with_nothing_written(new_threa
     # server drops the connection (2006) rather than answering 1153 as for a smaller excess
     big = b"x" * (limit + (4 << 20))
     checkpoint = _checkpoint(saver, {"big": big, "bigger": big, "biggest": big})
-    with pytest.raises(OperationalError, match="escapes into its text.*max_allowed_packet"):
+    with pytest.raises(OperationalError, match=r"escapes into its text.*max_allowed_packet"):
         saver.put(config, checkpoint, {"step": 1}, checkpoint["channel_versions"])
     thread_id = config["configurable"]["thread_id"]
     assert Session.objects.filter(pk=thread_id).count() == (0 if new_thread else 1)
