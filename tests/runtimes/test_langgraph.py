@@ -245,6 +245,40 @@ def test_a_repeated_message_without_an_id_is_mirrored_as_its_own_turn():
     assert Session.objects.get(pk=thread_id).message_count == 8
 
 
+def test_put_writes_to_a_new_thread_creates_its_session_as_put_does():
+    """A sync graph run writes a new thread's first writes from LangGraph's worker threads,
+    possibly before the put of the checkpoint they follow has committed: put_writes creates the
+    session as put does, and the put then finds it (docs/design.md §19.1)."""
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    thread_id = uuid.uuid4()
+    checkpoint = empty_checkpoint()
+    config = _config(thread_id, scope=ALICE, checkpoint_id=checkpoint["id"])
+    saver.put_writes(config, [("ch", 1)], "task")
+    session = Session.objects.get(pk=thread_id)
+    assert (session.scope, session.agent_id) == (ALICE, AGENT)
+    saver.put(_config(thread_id, scope=ALICE), checkpoint, {"source": "loop", "step": 0}, {})
+    assert saver.get_tuple(config).pending_writes == [("task", "ch", 1)]
+    assert Session.objects.filter(pk=thread_id).count() == 1
+    anonymous = CortexCheckpointSaver(scope=ACME)  # no agent to create the thread for
+    with pytest.raises(InvalidInput):
+        anonymous.put_writes(_config(uuid.uuid4(), checkpoint_id="x"), [("ch", 1)], "task")
+
+
+@pytest.mark.concurrent_db
+@pytest.mark.django_db(transaction=True)
+def test_a_sync_graph_run_on_a_new_thread_id_answers():
+    """``graph.invoke`` with a new thread id (no ``thread_config`` first): its first put and
+    the tasks' put_writes race on LangGraph's worker threads, and the run still answers."""
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    for _ in range(5):
+        graph = chat_graph(saver, ["Hello."])
+        thread_id = uuid.uuid4()
+        config = {"configurable": {"thread_id": str(thread_id)}}
+        result = graph.invoke({"messages": [HumanMessage("Hi", id="q")]}, config)
+        assert [m.content for m in result["messages"]] == ["Hi", "Hello."]
+        assert Session.objects.get(pk=thread_id).message_count == 2
+
+
 def test_threads_of_another_tenant_are_invisible_and_untouchable():
     acme = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
     globex = CortexCheckpointSaver(scope=GLOBEX, agent_id=AGENT)

@@ -89,14 +89,15 @@ def _json_metadata(metadata: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     return cast(dict[str, Any], value), text
 
 
-def _live_session(target: threads.Target, alias: str, *, create: bool) -> Session:
-    if create:
-        session = threads.create_or_get(target, alias)
-    else:
-        found = threads.find(target, alias=alias)
-        if found is None:
-            raise SessionNotFound()
-        session = found
+def _live_session(target: threads.Target, alias: str, *, lock: bool = True) -> Session:
+    """The session of ``target``'s thread (:func:`.threads.create_or_get`: created when the id
+    names none; locked as ``lock`` says), refused when archived.
+
+    Raises:
+        InvalidInput, SessionNotFound: as :func:`.threads.create_or_get`.
+        SessionArchived: the session is archived (docs/design.md §11.2).
+    """
+    session = threads.create_or_get(target, alias, lock=lock)
     if session.archived_at is not None:
         raise SessionArchived()
     return session
@@ -213,7 +214,7 @@ def put_checkpoint(
         return config_out
     size = len(data or b"") + sum(len(blob) for *_, blob in blob_rows if blob is not None)
     with _packet_named(alias, size), transaction.atomic(using=alias):
-        session = _live_session(target, alias, create=True)
+        session = _live_session(target, alias)
         CheckpointBlob.objects.using(alias).bulk_create(
             [
                 CheckpointBlob(
@@ -333,10 +334,14 @@ def put_writes(
     - a write already stored under the same task and index is kept (LangGraph replays writes);
       when every write is to a special channel, they replace the stored ones;
     - a value the serializer gives no bytes for (``(type, None)``) is stored as ``NULL`` and
-      read back as ``None``, on every database.
+      read back as ``None``, on every database;
+    - a thread id that names no session creates it, as :func:`put_checkpoint` does (a sync
+      graph run may write a new thread's first writes before its first checkpoint's ``put``
+      has committed; docs/design.md §19.1).
 
     Raises:
-        InvalidInput: the config names no ``checkpoint_id``.
+        InvalidInput: the config names no ``checkpoint_id``; or the thread must be created and
+            no ``agent_id`` is known.
         ValueTooLong, SessionNotFound, SessionArchived.
         django.db.OperationalError: on MySQL/MariaDB, over ``max_allowed_packet``
             (:func:`_packet_named`); nothing written.
@@ -362,21 +367,25 @@ def put_writes(
         return
     rows = list(by_idx.values())
     alias = routing.db_for_write(Session)
-    if _pg_writes.serves(alias):
-        if _pg_writes.put_writes(
-            alias,
-            canonical=target.scope.canonical,
-            agent_id=target.agent_id,
-            session_id=target.session_id,
-            key=(ns, checkpoint_id, task_id, task_path),
-            rows=rows,
-            replace=replace,
-        ):
-            return
-        raise SessionNotFound()
+    # On PostgreSQL one statement, when the session is visible; when not (a new thread's, or
+    # another tenant's, agent's or an expired one), the ORM below creates it or refuses.
+    if _pg_writes.serves(alias) and _pg_writes.put_writes(
+        alias,
+        canonical=target.scope.canonical,
+        agent_id=target.agent_id,
+        session_id=target.session_id,
+        key=(ns, checkpoint_id, task_id, task_path),
+        rows=rows,
+        replace=replace,
+    ):
+        return
     size = sum(len(blob) for *_, blob in rows if blob is not None)
     with _packet_named(alias, size), transaction.atomic(using=alias):
-        session = _live_session(target, alias, create=False)
+        # A sync graph run writes its first tasks' writes from LangGraph's worker threads
+        # while the put of the checkpoint they follow, which creates a new thread's session,
+        # may not have committed yet: the first of the two creates it, the other gets it.
+        # Unlocked, as the PostgreSQL statement reads it: the writes do not change the row.
+        session = _live_session(target, alias, lock=False)
         key = {"session": session, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
         stored = CheckpointWrite.objects.using(alias).filter(task_id=task_id, **key)
         if replace:

@@ -2,7 +2,7 @@
 
 A thread id is a cortex session id. ``config["configurable"]`` may carry ``scope`` (a scope at or
 beneath the saver's) and ``agent_id``; without them the saver's own apply. Pure lookups and the
-one create: the first ``put`` to a thread id that names no session creates it.
+one create: the first ``put`` or ``put_writes`` to a thread id that names no session creates it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from django.db import IntegrityError, transaction
 
-from ... import routing, services, signals
+from ... import services, signals
 from ...exceptions import InvalidInput, ScopeForbidden, SessionNotFound
 from ...models import Session, not_expired_q
 from ...scope import Scope, as_scope, scope_q
@@ -22,7 +22,6 @@ __all__ = [
     "Target",
     "TargetCache",
     "create_or_get",
-    "find",
     "scope_and_agent",
     "target_of",
     "thread_uuid",
@@ -164,29 +163,15 @@ def _keyable(value: Any) -> bool:
     return value is None or type(value) is str or type(value) is Scope
 
 
-def _lookup(alias: str, scope: Scope, agent_id: str | None, pk: uuid.UUID) -> Session | None:
-    # an expired session is hidden from every read until the sweep deletes it (§18.1)
-    rows = Session.objects.using(alias).filter(scope_q(scope), not_expired_q(), pk=pk)
-    if agent_id is not None:
-        rows = rows.filter(agent_id=agent_id)
-    return rows.first()
-
-
-def find(target: Target, *, alias: str | None = None) -> Session | None:
-    """The session ``target`` names within its scope (and agent), or ``None``.
-
-    Args:
-        alias: the database of an open write transaction; ``None`` reads where
-            :func:`cortex_sessions.routing.db_for_read` says (docs/design.md §17.1).
-    """
-    using = alias or routing.db_for_read(Session, scope=target.scope)
-    return _lookup(using, target.scope, target.agent_id, target.session_id)
-
-
-def create_or_get(target: Target, alias: str) -> Session:
+def create_or_get(target: Target, alias: str, *, lock: bool = True) -> Session:
     """The session ``target`` names, created (with that id, at the target's scope, for its
-    agent) when no session has the id; locked (``SELECT … FOR UPDATE``) in the caller's
-    transaction on ``alias``.
+    agent) when no session has the id; with ``lock``, locked (``SELECT … FOR UPDATE``) in the
+    caller's transaction on ``alias``.
+
+    ``lock=False`` is for a write that does not change the session row (``put_writes``): it
+    may run beside the ``put`` creating the thread and beside other tasks' writes, and on
+    MySQL/MariaDB two transactions that each lost the race to insert the row hold a shared
+    lock on it (the duplicate-key check's), so two ``FOR UPDATE`` reads after it deadlock.
 
     Raises:
         InvalidInput: the session must be created and no ``agent_id`` is known (field
@@ -194,7 +179,9 @@ def create_or_get(target: Target, alias: str) -> Session:
         SessionNotFound: the id is a session outside the scope or another agent's.
     """
     pk = target.session_id
-    rows = Session.objects.using(alias).select_for_update()
+    rows = Session.objects.using(alias)
+    if lock:
+        rows = rows.select_for_update()
     session = rows.filter(scope_q(target.scope), pk=pk).first()
     if session is None:
         if target.agent_id is None:
