@@ -8,6 +8,7 @@ checkpoint), archived sessions, deletion with the session, the admin, and a real
 
 from __future__ import annotations
 
+import threading
 import uuid
 from datetime import timedelta
 
@@ -16,6 +17,7 @@ import pytest
 pytest.importorskip("langgraph")
 
 from django.contrib.auth import get_user_model
+from django.db import OperationalError, connection, transaction
 from django.urls import reverse
 from django.utils import timezone
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
@@ -40,6 +42,7 @@ from cortex_sessions.integrations.langgraph import (
     athread_config,
     mirror,
     thread_config,
+    threads,
 )
 from cortex_sessions.integrations.langgraph.mirror import new_messages
 from cortex_sessions.integrations.langgraph.models import (
@@ -277,6 +280,71 @@ def test_a_sync_graph_run_on_a_new_thread_id_answers():
         result = graph.invoke({"messages": [HumanMessage("Hi", id="q")]}, config)
         assert [m.content for m in result["messages"]] == ["Hi", "Hello."]
         assert Session.objects.get(pk=thread_id).message_count == 2
+
+
+@pytest.mark.concurrent_db
+@pytest.mark.django_db(transaction=True)
+def test_puts_creating_one_new_thread_at_once_all_land():
+    """Several puts creating the same new thread at once (two runs of a graph on one new thread
+    id): on MySQL/MariaDB the losers of the insert race deadlock on the new row, and the
+    victim's put is restarted (threads.retrying_deadlocks); every put lands, one session."""
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    for _ in range(8):
+        thread_id = uuid.uuid4()
+        barrier = threading.Barrier(4)
+        errors: list[BaseException] = []
+
+        def put(barrier=barrier, thread_id=thread_id, errors=errors) -> None:
+            try:
+                barrier.wait()
+                _put(saver, _config(thread_id), {"messages": [HumanMessage("hi", id="hi")]})
+            except BaseException as error:  # reported below
+                errors.append(error)
+            finally:
+                connection.close()
+
+        workers = [threading.Thread(target=put) for _ in range(4)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        assert errors == []
+        assert Checkpoint.objects.filter(session_id=thread_id).count() == 4
+        # four first checkpoints (no parent), each mirroring its message, counted once each
+        session = Session.objects.get(pk=thread_id)
+        assert session.message_count == Message.objects.filter(session=session).count() == 4
+
+
+@pytest.mark.django_db(transaction=True)  # the test's own transaction would forbid a restart
+def test_retrying_deadlocks_restarts_only_a_mysql_deadlock_victim_outside_a_transaction():
+    calls = []
+
+    def deadlocked_twice() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise OperationalError(1213, "Deadlock found when trying to get lock")
+        return "stored"
+
+    if connection.vendor == "mysql":
+        assert threads.retrying_deadlocks(deadlocked_twice) == "stored"
+        assert len(calls) == 3
+        calls.clear()
+        with transaction.atomic(), pytest.raises(OperationalError):  # nothing to restart
+            threads.retrying_deadlocks(deadlocked_twice)
+        assert len(calls) == 1
+    else:  # no such error code elsewhere: raised as it is
+        with pytest.raises(OperationalError):
+            threads.retrying_deadlocks(deadlocked_twice)
+        assert len(calls) == 1
+
+    def always() -> None:
+        calls.append(1)
+        raise OperationalError(1213, "Deadlock found when trying to get lock")
+
+    calls.clear()
+    with pytest.raises(OperationalError):
+        threads.retrying_deadlocks(always)
+    assert len(calls) == (threads.CREATE_ATTEMPTS if connection.vendor == "mysql" else 1)
 
 
 def test_threads_of_another_tenant_are_invisible_and_untouchable():

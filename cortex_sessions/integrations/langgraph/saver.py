@@ -222,14 +222,17 @@ class CortexCheckpointSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return store.put_checkpoint(  # type: ignore[return-value]
-            self.serde,
-            self._target(config),
-            checkpoint,
-            metadata,
-            new_versions,
-            config=config,
-            messages_key=self.messages_key,
+        target = self._target(config)
+        return threads.retrying_deadlocks(  # type: ignore[return-value]
+            lambda: store.put_checkpoint(
+                self.serde,
+                target,
+                checkpoint,
+                metadata,
+                new_versions,
+                config=config,
+                messages_key=self.messages_key,
+            )
         )
 
     def put_writes(

@@ -8,20 +8,22 @@ one create: the first ``put`` or ``put_writes`` to a thread id that names no ses
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple, TypeVar
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, connections, transaction
 
-from ... import services, signals
+from ... import routing, services, signals
 from ...exceptions import InvalidInput, ScopeForbidden, SessionNotFound
 from ...models import Session, not_expired_q
 from ...scope import Scope, as_scope, scope_q
 
 __all__ = [
+    "CREATE_ATTEMPTS",
     "Target",
     "TargetCache",
     "create_or_get",
+    "retrying_deadlocks",
     "scope_and_agent",
     "target_of",
     "thread_uuid",
@@ -211,3 +213,42 @@ def create_or_get(target: Target, alias: str, *, lock: bool = True) -> Session:
     ):  # expired: gone for every read and write until the sweep (§18.1)
         raise SessionNotFound()
     return session
+
+
+T = TypeVar("T")
+
+#: How many times :func:`retrying_deadlocks` runs a write in all.
+CREATE_ATTEMPTS = 3
+#: MySQL/MariaDB's ER_LOCK_DEADLOCK: the server rolled the whole transaction back.
+_DEADLOCK = 1213
+
+
+def retrying_deadlocks(operation: Callable[[], T]) -> T:
+    """``operation()`` (a ``put``'s write, its own transaction), run again when MySQL/MariaDB
+    chose it as a deadlock's victim, at most :data:`CREATE_ATTEMPTS` times in all.
+
+    Two ``put`` calls creating the same new thread at once (two runs of a graph on one new
+    thread id) deadlock there: each insert that lost the race holds the duplicate-key check's
+    shared lock on the new row, then asks for :func:`create_or_get`'s ``FOR UPDATE``. The
+    server rolls the victim back whole and says to restart it, which this does, unless a
+    transaction of the caller's holds the connection (then nothing can be restarted here).
+
+    Raises:
+        django.db.OperationalError: the deadlock again on the last attempt, under a caller's
+            transaction, or any other error of ``operation``, as it is.
+    """
+    alias = routing.db_for_write(Session)
+    attempt = 1
+    while True:
+        try:
+            return operation()
+        except OperationalError as error:
+            code = error.args[0] if error.args else None
+            if (
+                code != _DEADLOCK
+                or attempt == CREATE_ATTEMPTS
+                or connections[alias].vendor != "mysql"
+                or connections[alias].in_atomic_block
+            ):
+                raise
+        attempt += 1
