@@ -8,7 +8,6 @@ checkpoint), archived sessions, deletion with the session, the admin, and a real
 
 from __future__ import annotations
 
-import threading
 import uuid
 from datetime import timedelta
 
@@ -53,6 +52,7 @@ from cortex_sessions.integrations.langgraph.models import (
 from cortex_sessions.models import Message, Session
 from example_project.runtimes.langgraph_example import main
 from tests.asyncio_support import async_test
+from tests.test_concurrency import run_together
 
 pytestmark = pytest.mark.django_db
 
@@ -291,24 +291,8 @@ def test_puts_creating_one_new_thread_at_once_all_land():
     saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
     for _ in range(8):
         thread_id = uuid.uuid4()
-        barrier = threading.Barrier(4)
-        errors: list[BaseException] = []
-
-        def put(barrier=barrier, thread_id=thread_id, errors=errors) -> None:
-            try:
-                barrier.wait()
-                _put(saver, _config(thread_id), {"messages": [HumanMessage("hi", id="hi")]})
-            except BaseException as error:  # reported below
-                errors.append(error)
-            finally:
-                connection.close()
-
-        workers = [threading.Thread(target=put) for _ in range(4)]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
-        assert errors == []
+        config, value = _config(thread_id), {"messages": [HumanMessage("hi", id="hi")]}
+        run_together(4, lambda _, config=config, value=value: _put(saver, config, value))
         assert Checkpoint.objects.filter(session_id=thread_id).count() == 4
         # four first checkpoints (no parent), each mirroring its message, counted once each
         session = Session.objects.get(pk=thread_id)
