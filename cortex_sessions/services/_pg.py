@@ -64,6 +64,7 @@ __all__ = [
     "resolve_default",
     "scope_params",
     "serves",
+    "session_as_set_up",
 ]
 
 
@@ -94,6 +95,17 @@ def serves(alias: str) -> bool:
     connection = connections[alias]
     connection.close_if_health_check_failed()
     connection.ensure_connection()
+    return session_as_set_up(connection)
+
+
+def session_as_set_up(connection: Any) -> bool:
+    """Whether the server session of Django ``connection`` (open) is as Django sets it up:
+    ``client_encoding`` ``UTF8``, ``DateStyle`` ISO (:func:`serves`), read from psycopg's
+    public ``info.parameter_status`` (no round trip).
+
+    Raises:
+        django.db.Error: the connection was closed behind Django's back.
+    """
     with connection.wrap_database_errors:
         status = connection.connection.info.parameter_status
         encoding, style = status("client_encoding"), status("DateStyle")

@@ -93,13 +93,9 @@ def serves(alias: str) -> bool:
     if not _pg.enabled(alias):
         return False
     connection = connections[alias]
-    raw = connection.connection
-    if raw is None:
+    if connection.connection is None:
         return _pg.serves(alias)
-    with connection.wrap_database_errors:
-        status = raw.info.parameter_status
-        encoding, style = status("client_encoding"), status("DateStyle")
-    return encoding == "UTF8" and style is not None and style.startswith("ISO")
+    return _pg.session_as_set_up(connection)
 
 
 #: The PL/pgSQL function of :func:`put_checkpoint`. Its name changes with its statement or
