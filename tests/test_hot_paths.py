@@ -141,7 +141,7 @@ def _function_exists(signature: str | None = None) -> bool:
 #: The result type of the function the code calls: the narrow row as one value.
 NARROW = "text[]"
 
-#: Every function the code calls (but 0022's :data:`_pg.APPEND_MANY`, tested on its own).
+#: Every function the code calls (but 0024's :data:`_pg.APPEND_MANY`, tested on its own).
 FUNCTIONS = (_pg.APPEND_ONE, _pg.GET, _pg.RESOLVE)
 
 
@@ -200,13 +200,14 @@ def test_0020_replaces_the_functions_and_backward_restores_the_previous_ones(ses
     assert not any(map(_function_exists, _previous_functions() + list(EARLIER)))
 
 
-def _migration_0022():
-    return importlib.import_module("cortex_sessions.migrations.0022_append_many_function")
+def _migration(name: str):
+    return importlib.import_module(f"cortex_sessions.migrations.{name}")
 
 
-def _run_0022(*, forwards: bool) -> None:
-    """0022's ``RunSQL`` forward or backward (on PostgreSQL, as its ``OnVendors`` runs it)."""
-    ((operation,),) = (on.database_operations for on in _migration_0022().Migration.operations)
+def _run(name: str, *, forwards: bool) -> None:
+    """Migration ``name``'s ``RunSQL`` forward or backward (on PostgreSQL, as its
+    ``OnVendors`` runs it)."""
+    ((operation,),) = (on.database_operations for on in _migration(name).Migration.operations)
     with connection.schema_editor() as editor:
         if forwards:
             operation.database_forwards("cortex_sessions", editor, None, None)
@@ -214,27 +215,35 @@ def _run_0022(*, forwards: bool) -> None:
             operation.database_backwards("cortex_sessions", editor, None, None)
 
 
+#: The migrations of the multi-message append: ``_v1``, then ``_v2`` (the messages as jsonb).
+APPEND_MANY_V1, APPEND_MANY_V2 = "0022_append_many_function", "0024_append_many_jsonb"
+
+
 @on_postgresql
-def test_0022_creates_the_append_many_function_the_code_calls_and_backward_drops_it(session):
-    migration = _migration_0022()
+def test_0024_creates_the_append_many_function_the_code_calls_and_backward_drops_it(session):
+    current, previous = _migration(APPEND_MANY_V2), _migration(APPEND_MANY_V1)
     create, drop = _pg.function_sql(_pg.APPEND_MANY)
-    assert (create, drop) == (migration.CREATE_APPEND_MANY, migration.DROP_APPEND_MANY)
+    assert (create, drop) == (current.CREATE_APPEND_MANY, current.DROP_APPEND_MANY)
+    assert _pg.APPEND_MANY.endswith("_v2") and "jsonb_array_elements" in create
     assert _function_result(_signature(drop)) == NARROW
-    _run_0022(forwards=False)
+    # 0022's v1 stays for code of the previous release while this release rolls out
+    assert _function_result(_signature(previous.DROP_APPEND_MANY)) == NARROW
+    _run(APPEND_MANY_V2, forwards=False)
     assert not _function_exists(_signature(drop))
+    assert _function_exists(_signature(previous.DROP_APPEND_MANY))
     assert _function_exists()  # the one-message append's is 0020's
-    _run_0022(forwards=True)
+    _run(APPEND_MANY_V2, forwards=True)
     assert _function_result(_signature(drop)) == NARROW
 
 
 @on_postgresql
 @pytest.mark.django_db(transaction=True)
-def test_this_code_on_a_database_without_0022_writes_nothing_of_a_many_message_append():
+def test_this_code_on_a_database_without_0024_writes_nothing_of_a_many_message_append():
     from django.db import ProgrammingError
 
     session = services.create_session(scope=SCOPE, agent_id="agent-1")
     two = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
-    _run_0022(forwards=False)
+    _run(APPEND_MANY_V2, forwards=False)
     try:
         with pytest.raises(ProgrammingError, match="does not exist"):
             services.append_messages(scope=SCOPE, session_id=session.pk, messages=two)
@@ -242,7 +251,7 @@ def test_this_code_on_a_database_without_0022_writes_nothing_of_a_many_message_a
         assert (stored.message_count, stored.last_seq) == (0, 0)
         assert not Message.objects.filter(session=session).exists()
     finally:
-        _run_0022(forwards=True)
+        _run(APPEND_MANY_V2, forwards=True)
     result = services.append_messages(scope=SCOPE, session_id=session.pk, messages=two)
     assert [m.seq for m in result.messages] == [1, 2]
 
@@ -444,6 +453,9 @@ def test_a_many_message_append_stores_every_value_as_given(path, session):
     assert second.content[1] == {"type": "json", "data": {"a": [text]}}
     assert second.usage == result.messages[1].usage and second.usage["input_tokens"] == 3
     assert (second.source, third.role, third.usage) == ("host", "tool", None)
+    # no usage is SQL NULL, not a JSON null (which reads back as None too)
+    no_usage = Message.objects.filter(session=session, usage__isnull=True)
+    assert sorted(no_usage.values_list("seq", flat=True)) == [1, 3]
     row = Session.objects.get(pk=session.pk)
     assert _fields(result.session) == _fields(row)
     assert (row.message_count, row.last_seq, row.input_tokens, row.output_tokens) == (3, 3, 3, 4)

@@ -69,6 +69,8 @@ ORIGINALS = (
     "0022_append_many_function",
     "0023_newest_page_function",
 )
+#: The migrations after the last squash (a new database runs them after it).
+AFTER = ("0024_append_many_jsonb",)
 #: 1.0.0's last migration: the originals of the first two squashes, none of the third's.
 RELEASED = ORIGINALS.index("0018_drop_pre_release_append_functions") + 1
 ADK = "cortex_adk"
@@ -95,7 +97,7 @@ def _squash(name: str) -> Any:
 def test_the_squashes_replace_every_original_in_order():
     loader = _loader()
     on_disk = sorted(name for app, name in loader.disk_migrations if app == APP)
-    assert on_disk == sorted(ORIGINALS + SQUASHES)
+    assert on_disk == sorted(ORIGINALS + SQUASHES + AFTER)
     replaced = [
         name for squash in SQUASHES for _, name in loader.disk_migrations[(APP, squash)].replaces
     ]
@@ -122,8 +124,14 @@ RELEASED_FUNCTIONS = (
     "cortex_sessions_get_v1",
     "cortex_sessions_resolve_v1",
 )
-#: (Each name is the one its SQL creates, e.g. ``cortex_sessions_append_one_v6``.)
-FUNCTIONS = (_pg.APPEND_ONE, _pg.GET, _pg.RESOLVE, _pg.APPEND_MANY, _pg_page.NEWEST)
+#: (Each name is the one its SQL creates, e.g. ``cortex_sessions_append_one_v6``.) The
+#: multi-message append the third squash creates is ``0022``'s ``_v1``; the code calls
+#: ``0024``'s ``_v2`` (:data:`APPEND_MANY_V1`).
+APPEND_MANY_V1 = "cortex_sessions_append_many_v1"
+FUNCTIONS = (_pg.APPEND_ONE, _pg.GET, _pg.RESOLVE, APPEND_MANY_V1, _pg_page.NEWEST)
+#: The functions :data:`AFTER` creates, and those a migrated database ends with.
+AFTER_FUNCTIONS = (_pg.APPEND_MANY,)
+MIGRATED_FUNCTIONS = (*FUNCTIONS, *AFTER_FUNCTIONS)
 
 
 def _reverse_sql(operation: Any) -> list[str]:
@@ -194,19 +202,24 @@ def _operations(name: str) -> list[Any]:
 
 def test_the_squashes_hold_the_function_sql_the_code_describes():
     """The second squash's functions are 1.0.0's; the third holds each function the code calls
-    with the SQL the code describes today, under a name of its own (docs/design.md §14.1), and
+    with the SQL the code describes today, under a name of its own (docs/design.md §14.1), but
+    the multi-message append, which is ``0022``'s (``0024`` adds the one the code calls), and
     drops 1.0.0's with the second squash's SQL (backward: creates them with it)."""
     released, squash = _squash(SQUASHES[1]), _squash(SQUASHES[2])
     constants = {
         _pg.APPEND_ONE: "APPEND_ONE",
         _pg.GET: "GET",
         _pg.RESOLVE: "RESOLVE",
-        _pg.APPEND_MANY: "APPEND_MANY",
+        APPEND_MANY_V1: "APPEND_MANY",
         _pg_page.NEWEST: "NEWEST",
     }
     assert set(constants) == set(FUNCTIONS)
+    v1 = importlib.import_module("cortex_sessions.migrations.0022_append_many_function")
     for function, name in constants.items():
-        code = _pg.function_sql(function)
+        if function == APPEND_MANY_V1:
+            code = (v1.CREATE_APPEND_MANY, v1.DROP_APPEND_MANY)
+        else:
+            code = _pg.function_sql(function)
         assert code == (getattr(squash, f"CREATE_{name}"), getattr(squash, f"DROP_{name}"))
         assert code in squash.FUNCTIONS
         if hasattr(released, f"DROP_{name}"):
@@ -315,7 +328,7 @@ def test_a_new_database_through_the_squashes_has_the_schema_of_the_originals(res
     targets = executor.loader.graph.leaf_nodes(APP) + executor.loader.graph.leaf_nodes(ADK)
     plan = executor.migration_plan(targets)
     assert [(migration.name, backwards) for migration, backwards in plan] == [
-        (name, False) for name in (*SQUASHES, ADK_SQUASH)
+        (name, False) for name in (*SQUASHES, *AFTER, ADK_SQUASH)
     ]
     with _recorded() as statements:
         executor.migrate(targets)
@@ -323,12 +336,12 @@ def test_a_new_database_through_the_squashes_has_the_schema_of_the_originals(res
     assert set(squashed) >= {f"{APP}_session", f"{APP}_message", f"{ADK}_adksession"}
     assert f"{APP}_erasure" in squashed
     if connection.vendor == "postgresql":
-        # Each function created once: the code's five, and 1.0.0's three, which the third
-        # squash drops; the database ends with exactly the functions the code calls.
-        assert _created(statements) == Counter((*RELEASED_FUNCTIONS, *FUNCTIONS))
+        # Each function created once: the third squash's five and the later migrations', and
+        # 1.0.0's three, which the third squash drops.
+        assert _created(statements) == Counter((*RELEASED_FUNCTIONS, *MIGRATED_FUNCTIONS))
         assert _dropped(statements) == Counter(RELEASED_FUNCTIONS)
-        assert {name for name, _ in squashed["functions"]} == set(FUNCTIONS)
-        assert _function_names() == sorted(FUNCTIONS)
+        assert {name for name, _ in squashed["functions"]} == set(MIGRATED_FUNCTIONS)
+        assert _function_names() == sorted(MIGRATED_FUNCTIONS)
     else:
         assert not _created(statements) and not _dropped(statements)
 
@@ -338,16 +351,16 @@ def test_a_new_database_through_the_squashes_has_the_schema_of_the_originals(res
     targets = executor.loader.graph.leaf_nodes(APP) + executor.loader.graph.leaf_nodes(ADK)
     plan = executor.migration_plan(targets)
     assert [(migration.name, backwards) for migration, backwards in plan] == [
-        (name, False) for name in (*ORIGINALS, *ADK_ORIGINALS)
+        (name, False) for name in (*ORIGINALS, *AFTER, *ADK_ORIGINALS)
     ]
     with _recorded() as statements:
         executor.migrate(targets)
     assert _schema() == squashed
     if connection.vendor == "postgresql":
-        # What the squashes spare a new database: 14 functions created and 9 dropped through
-        # the originals, against 8 and 3 through the squashes.
+        # What the squashes spare a new database: 15 functions created and 9 dropped through
+        # the originals, against 9 and 3 through the squashes (AFTER's one included in each).
         created, dropped = _created(statements), _dropped(statements)
-        assert (sum(created.values()), sum(dropped.values())) == (14, 9)
+        assert (sum(created.values()), sum(dropped.values())) == (15, 9)
     # Every original applied: Django records the squashes as applied too.
     applied = MigrationRecorder(connection).applied_migrations()
     assert all((APP, name) in applied for name in SQUASHES) and (ADK, ADK_SQUASH) in applied
@@ -394,16 +407,22 @@ def _rows() -> tuple[list[Any], list[Any]]:
     [
         # Inside the first squash's range: its remaining original, then the second squash,
         # none of whose originals ran.
-        ("0010_mysql_exact_columns_and_default_flag", ["0011_session_lifecycle", *SQUASHES[1:]]),
+        (
+            "0010_mysql_exact_columns_and_default_flag",
+            ["0011_session_lifecycle", *SQUASHES[1:], *AFTER],
+        ),
         # Inside the second squash's range: its remaining originals, then the third squash.
-        ("0014_append_one_narrow_row", [*ORIGINALS[14:RELEASED], SQUASHES[2]]),
+        ("0014_append_one_narrow_row", [*ORIGINALS[14:RELEASED], SQUASHES[2], *AFTER]),
         # Migrated by the commit before the second squash: the cleanup, then the third.
-        ("0017_get_and_resolve_functions", ["0018_drop_pre_release_append_functions", SQUASHES[2]]),
+        (
+            "0017_get_and_resolve_functions",
+            ["0018_drop_pre_release_append_functions", SQUASHES[2], *AFTER],
+        ),
         # At 1.0.0: the third squash.
-        ("0018_drop_pre_release_append_functions", [SQUASHES[2]]),
+        ("0018_drop_pre_release_append_functions", [SQUASHES[2], *AFTER]),
         # Inside the third squash's range (migrated by a commit after 1.0.0): the remaining
         # originals.
-        ("0020_retention", list(ORIGINALS[RELEASED + 2 :])),
+        ("0020_retention", [*ORIGINALS[RELEASED + 2 :], *AFTER]),
     ],
 )
 @pytest.mark.django_db(transaction=True)
@@ -433,7 +452,7 @@ def test_a_database_at_an_original_finishes_with_the_originals_and_keeps_its_row
     assert all((APP, name) in applied for name in ORIGINALS + SQUASHES)
     if connection.vendor == "postgresql":
         assert _pre_release_functions() == [False, False, False]
-        assert _function_names() == sorted(FUNCTIONS)
+        assert _function_names() == sorted(MIGRATED_FUNCTIONS)
     # This code serves the database: on PostgreSQL through the functions of the squash range.
     first = sessions[0][0]
     result = services.append_messages(
@@ -481,7 +500,7 @@ def test_a_database_at_1_0_0_migrates_through_the_third_squash_as_through_the_or
     migrator,  # noqa: F811
 ):
     """From 1.0.0 (``0018``) Django plans the third squash alone: on PostgreSQL it drops 1.0.0's
-    three functions and creates each of the five the code calls once; its data step counts
+    three functions and creates each of its five once (then ``0024`` the append the code calls); its data step counts
     the tokens of the rows 1.0.0 wrote. The schema (columns, indexes, constraints, function
     definitions) and the rows are those the originals ``0019`` to ``0023`` give the same
     database. Backward, the squash leaves 1.0.0's schema, functions included."""
@@ -492,16 +511,18 @@ def test_a_database_at_1_0_0_migrates_through_the_third_squash_as_through_the_or
         assert _function_names() == sorted(RELEASED_FUNCTIONS)
     executor = MigrationExecutor(connection)
     plan = executor.migration_plan(executor.loader.graph.leaf_nodes(APP))
-    assert [(migration.name, backwards) for migration, backwards in plan] == [(SQUASHES[2], False)]
+    assert [(migration.name, backwards) for migration, backwards in plan] == [
+        (name, False) for name in (SQUASHES[2], *AFTER)
+    ]
     with _recorded() as statements:
         executor.migrate(executor.loader.graph.leaf_nodes(APP))
     squashed, rows, counts = _schema(), _rows(), _token_counts()
     assert f"{APP}_erasure" in squashed
     assert all(counts[0]) and counts[1] == [sum(counts[0][:2]), sum(counts[0][2:])]
     if postgres:
-        assert _created(statements) == Counter(FUNCTIONS)
+        assert _created(statements) == Counter(MIGRATED_FUNCTIONS)
         assert _dropped(statements) == Counter(RELEASED_FUNCTIONS)
-        assert _function_names() == sorted(FUNCTIONS)
+        assert _function_names() == sorted(MIGRATED_FUNCTIONS)
 
     # Backward: Django plans the squash's backward (1.0.0's squashes stay).
     executor = MigrationExecutor(connection)
@@ -521,7 +542,7 @@ def test_a_database_at_1_0_0_migrates_through_the_third_squash_as_through_the_or
     originals_only(executor.loader)
     plan = executor.migration_plan(executor.loader.graph.leaf_nodes(APP))
     assert [(migration.name, backwards) for migration, backwards in plan] == [
-        (name, False) for name in ORIGINALS[RELEASED:]
+        (name, False) for name in (*ORIGINALS[RELEASED:], *AFTER)
     ]
     executor.migrate(executor.loader.graph.leaf_nodes(APP))
     assert _schema() == squashed
@@ -558,4 +579,4 @@ def test_back_from_the_squashes_to_an_original_and_forward_again_keeps_the_rows(
         scope=SCOPE, session_id=session.pk, messages=[{"role": "user", "content": "three"}]
     )
     assert [m.seq for m in result.messages] == [3]
-    assert MigrationExecutor(connection).loader.graph.leaf_nodes(APP) == [(APP, SQUASHES[-1])]
+    assert MigrationExecutor(connection).loader.graph.leaf_nodes(APP) == [(APP, AFTER[-1])]

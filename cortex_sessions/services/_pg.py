@@ -14,7 +14,7 @@ query; rows become instances through each field's ``from_db_value`` and ``Model.
 ``CORTEX_SESSIONS["PREPARED_STATEMENTS"]`` (default off) prepares them: :func:`_cursor`.
 
 The append calls the PL/pgSQL function :data:`APPEND_ONE` (one message) or :data:`APPEND_MANY`
-(``0022_append_many_function``), get and resolve call :data:`GET` and :data:`RESOLVE`
+(``0024_append_many_jsonb``), get and resolve call :data:`GET` and :data:`RESOLVE`
 (``0020_retention``), the newest page of messages :data:`._pg_page.NEWEST`
 (``0023_newest_page_function``; the page itself is :mod:`._pg_page`'s): the server plans a
 function's statement once per session
@@ -196,7 +196,11 @@ def _append_many_statement() -> str:
       when the messages carry conversation text, ``last_message``; it returns the new row.
     - ``m`` inserts the messages, numbered ``last_seq - n + 1 … last_seq`` from the row ``s``
       returned, with the session's agent and scope; they come as one JSON array
-      (:func:`._pg_run.messages_json`; ``WITH ORDINALITY`` keeps their order).
+      (:func:`._pg_run.messages_json`; ``WITH ORDINALITY`` keeps their order), parsed once
+      as ``jsonb``: a ``json`` value is parsed again by each operator that reads it, which
+      for a turn of two messages cost ~0.1 ms of the server's time (``_v1``,
+      docs/performance.md). A ``null`` usage is read with ``->>`` (SQL ``NULL``, not JSON
+      ``null``).
     - The result is :func:`_narrow_fields`' array of the session, followed by the new
       messages' ids in ``seq`` order, into the function's variable ``appended``; ``NULL``
       when there is no such live session within the scope (missing, foreign, expired or
@@ -210,10 +214,9 @@ def _append_many_statement() -> str:
     return _append_statement(
         step="%s",
         values=(
-            's."last_seq" - %s + v.ord, v.e ->> 0, v.e ->> 1, (v.e -> 2)::jsonb,'
-            " (v.e -> 3)::jsonb, (v.e ->> 4)::timestamptz, (v.e ->> 5)::jsonb,"
-            " (v.e ->> 6)::integer FROM s, json_array_elements(%s::json) WITH ORDINALITY"
-            " AS v(e, ord)"
+            's."last_seq" - %s + v.ord, v.e ->> 0, v.e ->> 1, v.e -> 2, v.e -> 3,'
+            " (v.e ->> 4)::timestamptz, (v.e ->> 5)::jsonb, (v.e ->> 6)::integer"
+            " FROM s, jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS v(e, ord)"
         ),
         result=f'{narrow} || array_agg(m."id"::text ORDER BY m."seq") INTO appended',
         source="m",
@@ -226,9 +229,10 @@ def _append_many_statement() -> str:
 #: an expired session refused, ``0020``), so code and database on two sides of a migration
 #: fail at parse time, before writing; a later migration drops the old version.
 APPEND_ONE = "cortex_sessions_append_one_v6"
-#: The PL/pgSQL function that appends several messages (docs/design.md §14.1; migration
-#: ``0022_append_many_function``), versioned as :data:`APPEND_ONE`.
-APPEND_MANY = "cortex_sessions_append_many_v1"
+#: The PL/pgSQL function that appends several messages (docs/design.md §14.1), versioned as
+#: :data:`APPEND_ONE` (``_v1``: migration ``0022_append_many_function``; ``_v2``: the messages
+#: parsed as ``jsonb``, ``0024_append_many_jsonb``).
+APPEND_MANY = "cortex_sessions_append_many_v2"
 #: The PL/pgSQL functions that read one session by id within a scope, and the default session
 #: of an agent at a scope, each returning every column as one ``text[]`` (``NULL``: none);
 #: versioned as :data:`APPEND_ONE` (``_v2``: the usage totals, ``0019_context_window``;
@@ -379,7 +383,7 @@ def function_sql(function: str) -> tuple[str, str]:
     ``id`` and ``seq``, or the new messages' ids), the reads every column of the session;
     ``NULL`` when nothing was written or found. :data:`._pg_page.NEWEST` returns the rows of
     its statement (``RETURN QUERY``). The migrations that create them hold a copy of this SQL
-    (``0020_retention`` the three first, ``0022_append_many_function`` and
+    (``0020_retention`` the three first, ``0024_append_many_jsonb`` and
     ``0023_newest_page_function`` one each), frozen as migrations are;
     ``tests/test_hot_paths.py`` and ``tests/test_pg_newest_page.py`` check that they agree, so
     a change to the session's or message's columns or to a statement comes with a migration

@@ -230,17 +230,22 @@ def _function_exists(drop: str) -> bool:
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="the PostgreSQL functions")
 def test_the_migrations_create_the_functions_the_code_calls():
-    """The migrations' frozen SQL is what the code describes today (the writes of ``0003``, the
-    latest read of ``0002``): a change to a statement or to the session's columns needs a
-    migration that adds the function under a new name. ``0003`` drops ``0002``'s writes, and
-    the database has the functions the code calls and not those."""
+    """The migrations' frozen SQL is what the code describes today (the put of ``0005``, the
+    writes of ``0003``, the latest read of ``0002``): a change to a statement or to the
+    session's columns needs a migration that adds the function under a new name. ``0003``
+    drops ``0002``'s writes and ``0005`` ``0003``'s put, and the database has the functions
+    the code calls and not those."""
     functions = importlib.import_module(
         "cortex_sessions.integrations.langgraph.migrations.0002_functions"
     )
     packed = importlib.import_module(
         "cortex_sessions.integrations.langgraph.migrations.0003_packed_writes"
     )
-    assert _pg_writes.function_sql(_pg_writes.PUT) == (packed.CREATE_PUT, packed.DROP_PUT)
+    put = importlib.import_module(
+        "cortex_sessions.integrations.langgraph.migrations.0005_put_jsonb"
+    )
+    assert _pg_writes.function_sql(_pg_writes.PUT) == (put.CREATE_PUT, put.DROP_PUT)
+    assert put.V2 is packed and "jsonb_array_elements" in put.CREATE_PUT
     assert _pg_writes.function_sql(_pg_writes.WRITES) == (
         packed.CREATE_WRITES,
         packed.DROP_WRITES,
@@ -252,7 +257,8 @@ def test_the_migrations_create_the_functions_the_code_calls():
     assert packed.V1 is functions
     assert not _function_exists(functions.DROP_PUT)
     assert not _function_exists(functions.DROP_WRITES)
-    for drop in (packed.DROP_PUT, packed.DROP_WRITES, functions.DROP_LATEST):
+    assert not _function_exists(packed.DROP_PUT)
+    for drop in (put.DROP_PUT, packed.DROP_WRITES, functions.DROP_LATEST):
         assert _function_exists(drop)
         # the plan kept per connection: the server re-planned the latest read on every call
         with connection.cursor() as cursor:
@@ -456,9 +462,42 @@ def test_a_database_at_0002_moves_to_the_packed_writes_and_back():
     assert not _function_exists(functions.DROP_PUT)
     assert not _function_exists(functions.DROP_WRITES)
     assert not any(_function_exists(drop) for _, drop in in_place)
-    assert _function_exists(packed.DROP_PUT) and _function_exists(packed.DROP_WRITES)
+    assert _function_exists(packed.DROP_WRITES)
+    assert not _function_exists(packed.DROP_PUT)  # 0005 replaced it
     thread = _Thread(CortexCheckpointSaver(scope=ACME, agent_id=AGENT))
     thread.put([HumanMessage("a", id="a")])
     thread.saver.put_writes(thread.config, [("step", 1)], "task")
     assert _texts(thread.thread_id) == ["a"]
     assert thread.saver.get_tuple(thread.config).pending_writes == [("task", "step", 1)]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the PostgreSQL functions")
+@pytest.mark.django_db(transaction=True)
+def test_a_database_at_0004_moves_to_the_jsonb_put_and_back():
+    """``0005_put_jsonb`` replaces ``0003``'s put (the mirrored messages read as ``json``) with
+    ``_v3`` (read as ``jsonb``); backward, the reverse. Both mirror the same rows."""
+    from django.db.migrations.executor import MigrationExecutor
+
+    packed = importlib.import_module(
+        "cortex_sessions.integrations.langgraph.migrations.0003_packed_writes"
+    )
+    put = importlib.import_module(
+        "cortex_sessions.integrations.langgraph.migrations.0005_put_jsonb"
+    )
+    executor = MigrationExecutor(connection)
+    executor.migrate([("cortex_langgraph", "0004_write_blob_null")])
+    try:
+        assert _function_exists(packed.DROP_PUT) and not _function_exists(put.DROP_PUT)
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
+    assert _function_exists(put.DROP_PUT) and not _function_exists(packed.DROP_PUT)
+    thread = _Thread(CortexCheckpointSaver(scope=ACME, agent_id=AGENT))
+    a, b = HumanMessage("a é \\u0041", id="a"), AIMessage("b", id="b")
+    thread.put([a])
+    thread.put([a, b])
+    assert _texts(thread.thread_id) == ["a é \\u0041", "b"]
+    session = Session.objects.get(pk=thread.thread_id)
+    assert (session.message_count, session.last_seq) == (2, 2)
+    # a message without usage: SQL NULL, not JSON null
+    assert Message.objects.filter(session=session, usage__isnull=True).count() == 2

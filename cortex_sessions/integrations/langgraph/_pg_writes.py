@@ -100,8 +100,10 @@ def serves(alias: str) -> bool:
 
 #: The PL/pgSQL function of :func:`put_checkpoint`. Its name changes with its statement or
 #: result (as the core's, :data:`cortex_sessions.services._pg.APPEND_ONE`), so code and
-#: database on two sides of a migration fail at parse time, before writing.
-PUT = "cortex_langgraph_put_v2"
+#: database on two sides of a migration fail at parse time, before writing (``_v2``:
+#: ``0003_packed_writes``; ``_v3``: the mirrored messages parsed as ``jsonb``,
+#: ``0005_put_jsonb``).
+PUT = "cortex_langgraph_put_v3"
 #: The PL/pgSQL function of :func:`put_writes`, versioned as :data:`PUT`.
 WRITES = "cortex_langgraph_writes_v2"
 
@@ -175,7 +177,9 @@ def _put_statement() -> str:
     ``[channel, version, type, start, length]`` rows); n, n, the four totals,
     updated_at, last_message (NULL: keep), session id, n; n, then the messages as one JSON
     text (``services._pg_run.messages_json``, as the core's multi-message append: one string
-    escape where seven arrays cost psycopg's array dumper per element, docs/performance.md).
+    escape where seven arrays cost psycopg's array dumper per element, docs/performance.md),
+    parsed once as ``jsonb`` as the core's ``_v2`` parses it (``_v2`` of this function read it
+    as ``json``, which each of a message's seven reads parsed again).
     """
     checkpoint, blob = Checkpoint._meta.db_table, CheckpointBlob._meta.db_table
     session, message = Session._meta.db_table, Message._meta.db_table
@@ -208,8 +212,8 @@ def _put_statement() -> str:
         ' ("session_id", "agent_id", "scope", "seq", "role", "source", "content", "metadata",'
         ' "created_at", "usage", "token_count")'
         ' SELECT s."id", s."agent_id", s."scope", s."last_seq" - %s + v.ord, v.e ->> 0,'
-        " v.e ->> 1, (v.e -> 2)::jsonb, (v.e -> 3)::jsonb, (v.e ->> 4)::timestamptz,"
-        " (v.e ->> 5)::jsonb, (v.e ->> 6)::integer FROM s, json_array_elements(%s::json)"
+        " v.e ->> 1, v.e -> 2, v.e -> 3, (v.e ->> 4)::timestamptz, (v.e ->> 5)::jsonb,"
+        " (v.e ->> 6)::integer FROM s, jsonb_array_elements(%s::jsonb)"
         ' WITH ORDINALITY AS v(e, ord) RETURNING "id", "seq"'
         ') SELECT ARRAY[(v."archived_at" IS NULL)::text, (SELECT c.inserted FROM c)::text]'
         f" || CASE WHEN s.\"id\" IS NULL THEN '{{}}'::text[] ELSE ARRAY[{_session_text()}] END"
