@@ -87,14 +87,21 @@ def serves(alias: str) -> bool:
     gets the ORM path meanwhile. Opens the connection if need be; reads psycopg's public
     ``info.parameter_status`` (no round trip).
 
+    On a connection already open it leaves Django's checks (``CONN_HEALTH_CHECKS``' health
+    check, ``ensure_connection``) to the cursor every hot path makes right after, which runs
+    them as ``connection.cursor()`` does (:func:`._pg_run.execute`, or ``connection.cursor()``
+    itself): checking twice cost each call a few microseconds, and a connection the check
+    replaces is a new one Django set up as this one. The only way into the hot paths, the
+    core's and the integrations' alike.
+
     Raises:
         django.db.Error: the connection cannot be opened, or was closed behind Django's back.
     """
     if not enabled(alias):
         return False
     connection = connections[alias]
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
+    if connection.connection is None:
+        connection.ensure_connection()
     return session_as_set_up(connection)
 
 

@@ -25,6 +25,7 @@ from cortex_sessions.integrations.langgraph.models import (
     CheckpointWrite,
 )
 from cortex_sessions.models import Session
+from cortex_sessions.services import _pg
 
 pytestmark = pytest.mark.django_db
 
@@ -53,7 +54,7 @@ def path(request, monkeypatch):
     """Each test once as the database serves it, once through the ORM (PostgreSQL's functions
     off; the same on other databases)."""
     if request.param == "orm":
-        monkeypatch.setattr(_pg_writes, "serves", lambda alias: False)
+        monkeypatch.setattr(_pg, "serves", lambda alias: False)
         monkeypatch.setattr(_pg_reads, "serves", lambda alias: False)
     return request.param
 
@@ -167,17 +168,16 @@ def test_a_put_over_max_allowed_packet_is_refused_with_nothing_written(new_threa
     "setting", [None, "client_encoding TO 'SJIS'", "DateStyle TO 'German'"], ids=str
 )
 def test_the_writes_serve_a_connection_as_the_cores_hot_paths_do(setting):
-    """``_pg_writes.serves`` (no connection checks of its own on an open connection) answers as
-    ``services._pg.serves``: a host's encoding or ``DateStyle`` sends the writes the ORM way,
-    and they still store what they are given."""
-    from cortex_sessions.services import _pg
-
+    """The writes take the core's way into the hot paths (``services._pg.serves``): a host's
+    encoding or ``DateStyle`` sends them the ORM way, and they still store what they are
+    given."""
     saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
     config = _stored(saver, {"step": 1}, [])
     if setting:
         with connection.cursor() as cursor:
             cursor.execute(f"SET {setting}")
-    assert _pg_writes.serves("default") is _pg.serves("default") is (setting is None)
+    assert not hasattr(_pg_writes, "serves")
+    assert _pg.serves("default") is (setting is None)
     if setting is None or "client_encoding" in setting:
         saver.put_writes(config, [("ch", "ソ¥")], "task")
         assert saver.get_tuple(config).pending_writes == [("task", "ch", "ソ¥")]
@@ -187,7 +187,7 @@ def test_the_writes_serve_a_connection_as_the_cores_hot_paths_do(setting):
 @pytest.mark.django_db(transaction=True)
 def test_the_writes_open_a_closed_connection_and_take_their_function():
     connection.close()
-    assert _pg_writes.serves("default") and connection.connection is not None
+    assert _pg.serves("default") and connection.connection is not None
     saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
     config = _stored(saver, {"step": 1}, [])
     connection.close()

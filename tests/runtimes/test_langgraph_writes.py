@@ -36,6 +36,7 @@ from cortex_sessions.integrations.langgraph.models import (
     CheckpointWrite,
 )
 from cortex_sessions.models import Message, Session
+from cortex_sessions.services import _pg
 
 pytestmark = pytest.mark.django_db
 
@@ -333,7 +334,7 @@ def test_the_function_stores_and_signals_what_the_orm_path_does(
     try:
         fast_rows, fast = run(_Thread(CortexCheckpointSaver(scope=ACME, agent_id=AGENT)))
         signalled = received[-1]
-        monkeypatch.setattr(_pg_writes, "serves", lambda alias: False)
+        monkeypatch.setattr(_pg, "serves", lambda alias: False)
         slow_rows, slow = run(_Thread(CortexCheckpointSaver(scope=ACME, agent_id=AGENT)))
     finally:
         signals.messages_appended.disconnect(receiver)

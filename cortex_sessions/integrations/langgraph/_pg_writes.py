@@ -74,28 +74,7 @@ __all__ = [
     "function_sql",
     "put_checkpoint",
     "put_writes",
-    "serves",
 ]
-
-
-def serves(alias: str) -> bool:
-    """:func:`cortex_sessions.services._pg.serves` for the saver's writes: whether the
-    functions serve database ``alias`` (PostgreSQL on psycopg 3, the server session as Django
-    sets it up: ``client_encoding`` ``UTF8``, ``DateStyle`` ISO, read from psycopg's
-    ``info.parameter_status``, no round trip). On a connection already open it skips the
-    core's connection checks (the health check, ``ensure_connection``): the write's cursor
-    (``services._pg_run._cursor``) makes them right after, and a connection it replaces is a
-    new one Django set up the same way. A closed one is opened by the core's ``serves``.
-
-    Raises:
-        django.db.Error: the connection cannot be opened, or was closed behind Django's back.
-    """
-    if not _pg.enabled(alias):
-        return False
-    connection = connections[alias]
-    if connection.connection is None:
-        return _pg.serves(alias)
-    return _pg.session_as_set_up(connection)
 
 
 #: The PL/pgSQL function of :func:`put_checkpoint`. Its name changes with its statement or
@@ -342,7 +321,7 @@ def put_checkpoint(
     :data:`PUT`; ``messages_appended`` is sent on commit when messages were appended.
 
     Args:
-        alias: the write database (PostgreSQL, :func:`serves`).
+        alias: the write database (PostgreSQL, ``services._pg.serves``).
         canonical, agent_id: the scope the session must lie at or beneath, and its agent
             (``None``: any).
         checkpoint: ``(namespace, checkpoint id, parent id, type, bytes)``, checked.

@@ -41,6 +41,7 @@ from ...exceptions import (
 )
 from ...models import Session, not_expired_q
 from ...scope import Scope, scope_q
+from ...services import _pg
 from ..blocks import is_storable
 from . import _pg_reads, _pg_writes, mirror, threads
 from ._pg_reads import _config, _loads
@@ -200,7 +201,7 @@ def put_checkpoint(
             )
 
     config_out = _config(target.thread_id, ns, checkpoint_id)
-    if _pg_writes.serves(alias) and _put_pg(
+    if _pg.serves(alias) and _put_pg(
         alias,
         target,
         pk,
@@ -369,7 +370,7 @@ def put_writes(
     alias = routing.db_for_write(Session)
     # On PostgreSQL one statement, when the session is visible; when not (a new thread's, or
     # another tenant's, agent's or an expired one), the ORM below creates it or refuses.
-    if _pg_writes.serves(alias) and _pg_writes.put_writes(
+    if _pg.serves(alias) and _pg_writes.put_writes(
         alias,
         canonical=target.scope.canonical,
         agent_id=target.agent_id,
