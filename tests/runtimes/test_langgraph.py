@@ -431,6 +431,22 @@ def test_a_new_thread_needs_an_agent():
     assert Session.objects.get().agent_id == "from-config"
 
 
+def test_a_saver_without_an_agent_answers_another_scopes_thread_as_a_missing_one():
+    # It could create neither, so both are the missing agent's InvalidInput: which one the
+    # id is, another tenant's session or none, is not told (docs/langgraph.md).
+    other = services.create_session(scope=GLOBEX, agent_id=AGENT)
+    saver = CortexCheckpointSaver(scope=ACME)
+    for thread_id in (other.pk, uuid.uuid4()):
+        with pytest.raises(InvalidInput) as caught:
+            _put(saver, _config(thread_id))
+        assert caught.value.field == "agent_id"
+        with pytest.raises(InvalidInput) as caught:
+            saver.put_writes(_config(thread_id, checkpoint_id="1"), [("step", 1)], "task")
+        assert caught.value.field == "agent_id"
+    assert list(Session.objects.values_list("pk", flat=True)) == [other.pk]
+    assert not Checkpoint.objects.exists() and not CheckpointWrite.objects.exists()
+
+
 def test_overlong_names_are_refused_and_write_nothing():
     saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
     with pytest.raises(ValueTooLong):
