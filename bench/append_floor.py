@@ -28,13 +28,12 @@ import argparse
 import json
 import statistics
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 from .db import create_database, database_url
 from .runtimes import DATABASE, TARGET
-from .runtimes_more import SCOPE, _message
+from .runtimes_more import SCOPE, _message, langchain_stores
 from .setup import setup_django
 
 #: One statement for a turn of two messages: the session's counters, then its rows.
@@ -90,19 +89,13 @@ def run(url: str, reps: int) -> dict[str, float]:
     """Time the three appends of a turn on database ``url``; returns ms medians by name."""
     from datetime import UTC, datetime
 
-    from langchain_postgres import PostgresChatMessageHistory
     from psycopg import connect
 
     from cortex_sessions import services
-    from cortex_sessions.integrations.langchain import CortexChatMessageHistory
 
     conn = connect(url, autocommit=True, prepare_threshold=0)
     try:
-        table = "bench_langchain_messages"
-        PostgresChatMessageHistory.create_tables(conn, table)
-        theirs = PostgresChatMessageHistory(table, str(uuid.uuid4()), sync_connection=conn)
-        ours_session = services.create_session(scope=SCOPE, agent_id="bench")
-        ours = CortexChatMessageHistory(scope=SCOPE, agent_id="bench", session_id=ours_session.pk)
+        ours, theirs = langchain_stores(conn)
         floor_session = services.create_session(scope=SCOPE, agent_id="bench")
         with conn.cursor() as cursor:
             cursor.execute("ANALYZE")

@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["langchain", "langgraph", "pydantic_ai"]
+__all__ = ["langchain", "langchain_stores", "langgraph", "pydantic_ai"]
 
 TEXT = "Please look at the failing test in the billing module and propose a fix."
 SCOPE = "org=bench/user=1"
@@ -170,21 +170,29 @@ def langgraph(url: str, items: int, reps: int) -> list[dict[str, Any]]:
         conn.close()
 
 
-def langchain(url: str, items: int, reps: int) -> list[dict[str, Any]]:
-    """CortexChatMessageHistory vs PostgresChatMessageHistory (langchain-postgres)."""
+def langchain_stores(conn: Any) -> tuple[Any, Any]:
+    """A new ``CortexChatMessageHistory`` (of a new session) and a new
+    ``PostgresChatMessageHistory`` on psycopg connection ``conn``, as ``(ours, theirs)``."""
     from langchain_postgres import PostgresChatMessageHistory
-    from psycopg import connect
 
     from cortex_sessions import services
     from cortex_sessions.integrations.langchain import CortexChatMessageHistory
 
+    table = "bench_langchain_messages"
+    PostgresChatMessageHistory.create_tables(conn, table)
+    theirs = PostgresChatMessageHistory(table, str(uuid.uuid4()), sync_connection=conn)
+    created = services.create_session(scope=SCOPE, agent_id="bench")
+    ours = CortexChatMessageHistory(scope=SCOPE, agent_id="bench", session_id=created.pk)
+    return ours, theirs
+
+
+def langchain(url: str, items: int, reps: int) -> list[dict[str, Any]]:
+    """CortexChatMessageHistory vs PostgresChatMessageHistory (langchain-postgres)."""
+    from psycopg import connect
+
     conn = connect(url, autocommit=True)
     try:
-        table = "bench_langchain_messages"
-        PostgresChatMessageHistory.create_tables(conn, table)
-        theirs = PostgresChatMessageHistory(table, str(uuid.uuid4()), sync_connection=conn)
-        created = services.create_session(scope=SCOPE, agent_id="bench")
-        ours = CortexChatMessageHistory(scope=SCOPE, agent_id="bench", session_id=created.pk)
+        ours, theirs = langchain_stores(conn)
         for start in range(0, items, 100):
             batch = [_message(n) for n in range(start, min(start + 100, items))]
             ours.add_messages(batch)
