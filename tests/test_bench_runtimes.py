@@ -80,3 +80,33 @@ def test_the_newer_adapters_are_printed_side_by_side_with_their_peers(database: 
             ratio = float(cells[2]) / float(cells[3])
             assert abs(float(cells[4].rstrip("×")) - ratio) <= 0.01 + 0.01 * ratio, row
     assert not any("CortexSession vs" in line for line in lines)  # --only left the others out
+
+
+def test_the_append_floor_prints_the_sdk_store_the_floor_and_the_adapter(database: str):
+    """``python -m bench.append_floor``: three rows, each ratio that of the printed figures;
+    the floor's statement kept the session's counters (the bench asserts it before printing)."""
+    pytest.importorskip("langchain_postgres")
+    inherited = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.append_floor", "--reps", "3"],
+        cwd=ROOT,
+        env={**inherited, "PYTHONPATH": str(ROOT), "BENCH_RUNTIMES_DATABASE": database},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {
+        cells[0]: [float(cell.split("×")[0]) for cell in cells[1:4]]
+        for line in done.stdout.splitlines()
+        if line.startswith("| ") and not line.startswith(("| append", "|---"))
+        for cells in [[cell.strip() for cell in line.strip("|").split("|")]]
+    }
+    names = ["SDK store (bare INSERT)", "floor (the design's work, raw SQL)", "adapter"]
+    assert list(rows) == names, done.stdout
+    store, floor, adapter = (rows[name][0] for name in names)
+    assert min(store, floor, adapter) > 0
+    for name, ms in zip(names, (store, floor, adapter), strict=True):
+        by_store, by_floor = rows[name][1:]
+        assert abs(by_store - ms / store) <= 0.01 + 0.01 * by_store, name
+        assert abs(by_floor - ms / floor) <= 0.01 + 0.01 * by_floor, name
