@@ -13,7 +13,7 @@ import codecs
 from typing import Any
 
 from rest_framework.exceptions import ParseError
-from rest_framework.parsers import JSONParser, get_encoding  # type: ignore[attr-defined]  # not in the stubs
+from rest_framework.parsers import JSONParser, get_encoding  # type: ignore[attr-defined,unused-ignore]  # in the stubs from djangorestframework-stubs 3.18.2
 
 from cortex_sessions.content import NO_KEY_LIMIT, check_json_value, parse_json
 from cortex_sessions.exceptions import InvalidInput, InvalidText
