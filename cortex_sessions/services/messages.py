@@ -59,6 +59,7 @@ from .message_input import (
     check_messages as check_messages,
 )
 from .sessions import _get
+from .statement_size import fits_one_call, insert_batches
 
 
 @dataclass(frozen=True)
@@ -237,7 +238,9 @@ def _append_rows(
     ``instances``: as for :func:`append_built` (the ORM path builds them whatever it says)."""
     columns = [message.columns for message in built]
     alias = _db_for_write()
-    if _pg.serves(alias):  # one statement (docs/design.md §14)
+    # One statement (docs/design.md §14), unless the messages are more than one call's array
+    # holds (statement_size): the ORM path then inserts them in as many statements as needed.
+    if _pg.serves(alias) and (len(built) == 1 or fits_one_call(built)):
         texts = [
             (message.content_json, message.metadata_json, message.usage_json) for message in built
         ]
@@ -246,10 +249,11 @@ def _append_rows(
         wanted = instances or has_receivers(signals.messages_appended)
         return _append_pg(alias, scope, session_id, columns, texts, now, key, instances=wanted)
     added = _totals_of(columns)
+    batches = insert_batches(alias, built)  # before the lock: it may read a server setting
     with _write_transaction(alias):
         session = _check_live(_locked_session(scope, session_id))
         check_totals_fit(session, added, alias)
-        created = Message.objects.using(alias).bulk_create(
+        rows = [
             Message(
                 session=session,
                 agent_id=session.agent_id,
@@ -258,7 +262,12 @@ def _append_rows(
                 **row,
             )
             for offset, row in enumerate(columns, start=1)
-        )
+        ]
+        created = [
+            message
+            for batch in batches
+            for message in Message.objects.using(alias).bulk_create(rows[batch])
+        ]
         changes: dict[str, Any] = {
             "last_seq": session.last_seq + len(created),
             # Read under the row lock, so never behind a prior append's; and never behind the
