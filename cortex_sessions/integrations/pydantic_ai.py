@@ -167,7 +167,7 @@ def _built(message: ModelMessage, now: datetime) -> _BuiltMessage:
     """:func:`to_cortex`'s message, validated and encoded once (:func:`.blocks.record_message`),
     created at ``now``: what :func:`save_messages` appends."""
     role, text, data = _parts(message)
-    return record_message(
+    built = record_message(
         role,
         text,
         MESSAGE_BLOCK_TYPE,
@@ -177,6 +177,36 @@ def _built(message: ModelMessage, now: datetime) -> _BuiltMessage:
         now=now,
         text_at=_text_at(data, text),
     )
+    # Pydantic's JSON-mode dump writes a lone surrogate in an object key (a tool call's
+    # argument name, say) as U+FFFD replacement characters, which would read back as another
+    # key: refused, as the LangChain adapter refuses it. Only a dump holding U+FFFD is looked at.
+    if ("\ufffd" in built.content_json or "\\ufffd" in built.content_json) and _surrogate_key(
+        ModelMessagesTypeAdapter.dump_python([message])[0]
+    ):
+        raise InvalidContent(
+            "content has an object key with a lone surrogate, which is not text.",
+            field="content",
+        )
+    return built
+
+
+def _surrogate_key(value: Any) -> bool:
+    """Whether ``value`` (a Python-mode dump: dicts, lists, scalars) has a dict key holding a
+    lone surrogate at any depth."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if isinstance(key, str) and not key.isascii():
+                    try:
+                        key.encode("utf-8")
+                    except UnicodeEncodeError:
+                        return True
+                stack.append(child)
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False
 
 
 def from_cortex(role: str, content: Any) -> ModelMessage | None:

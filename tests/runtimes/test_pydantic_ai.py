@@ -23,6 +23,7 @@ from pydantic_ai.messages import (
     RetryInfo,
     SystemPromptPart,
     TextPart,
+    ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
 )
@@ -30,7 +31,12 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
 from cortex_sessions import services
-from cortex_sessions.exceptions import InvalidInput, SessionArchived, SessionNotFound
+from cortex_sessions.exceptions import (
+    InvalidContent,
+    InvalidInput,
+    SessionArchived,
+    SessionNotFound,
+)
 from cortex_sessions.integrations.pydantic_ai import (
     MESSAGE_BLOCK_TYPE,
     aload_history,
@@ -117,6 +123,25 @@ def test_bad_input_writes_nothing():
     with pytest.raises(InvalidInput):
         save_messages(scope=ALICE, agent_id=AGENT, messages=[good, {"kind": "request"}])
     assert not Message.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "args", [{"\ud800": 1}, {"ok": [{"deep \udfff": None}]}], ids=["key", "nested key"]
+)
+def test_a_lone_surrogate_in_a_key_is_refused_not_replaced(args):
+    # Pydantic's JSON-mode dump writes such a key as U+FFFD characters: stored, it would read
+    # back as another key. Values keep round-tripping (as JSON text), and so does a real U+FFFD.
+    good = ModelRequest(parts=[UserPromptPart("ok")])
+    bad = ModelResponse(parts=[ToolCallPart("f", args, tool_call_id="c1")])
+    with pytest.raises(InvalidContent) as caught:
+        save_messages(scope=ALICE, agent_id=AGENT, messages=[good, bad])
+    assert caught.value.field == "content"
+    assert not Message.objects.exists()
+    kept = [
+        ModelResponse(parts=[ToolCallPart("f", {"\ufffd key": "\ud800 value"}, tool_call_id="c")])
+    ]
+    session = save_messages(scope=ALICE, agent_id=AGENT, messages=kept)
+    assert load_history(scope=ALICE, agent_id=AGENT, session_id=session.pk) == kept
 
 
 def test_more_than_one_append_batch(settings):
