@@ -128,10 +128,11 @@ def test_text_postgresql_cannot_store_is_kept_as_json_text():
 
 def test_bad_input_writes_nothing():
     history = CortexChatMessageHistory(scope=ALICE, agent_id=AGENT)
-    with pytest.raises(InvalidInput):
+    with pytest.raises(InvalidInput, match="RemoveMessage removes"):
         history.add_messages([HumanMessage("ok"), RemoveMessage(id="x")])
-    with pytest.raises(InvalidInput):
+    with pytest.raises(InvalidInput, match="BaseMessage, not str") as caught:
         history.add_messages([HumanMessage("ok"), "not a message"])  # type: ignore[list-item]
+    assert "RemoveMessage" not in str(caught.value)
     assert history.messages == []
     assert Message.objects.count() == 0
 

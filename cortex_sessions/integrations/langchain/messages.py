@@ -150,9 +150,14 @@ def _text_at(record: dict[str, Any], text: str) -> Path | None:
 
 def _parts(message: BaseMessage) -> tuple[str, str, dict[str, Any]]:
     """``(role, readable text, the record kept verbatim)`` of a message (see :func:`to_cortex`)."""
-    if not isinstance(message, BaseMessage) or isinstance(message, RemoveMessage):
+    if isinstance(message, RemoveMessage):
         raise InvalidInput(
-            "Every message must be a LangChain BaseMessage (not a RemoveMessage).",
+            "A RemoveMessage removes a message from a graph's state; it is not one to store.",
+            field="messages",
+        )
+    if not isinstance(message, BaseMessage):
+        raise InvalidInput(
+            f"Every message must be a LangChain BaseMessage, not {type(message).__name__}.",
             field="messages",
         )
     try:
