@@ -26,7 +26,12 @@ from langchain_core.messages import (
 )
 
 from cortex_sessions import services
-from cortex_sessions.exceptions import InvalidInput, SessionArchived, SessionNotFound
+from cortex_sessions.exceptions import (
+    InvalidContent,
+    InvalidInput,
+    SessionArchived,
+    SessionNotFound,
+)
 from cortex_sessions.integrations.langchain import CortexChatMessageHistory
 from cortex_sessions.integrations.langchain.messages import (
     MESSAGE_BLOCK_TYPE,
@@ -135,6 +140,23 @@ def test_bad_input_writes_nothing():
     assert "RemoveMessage" not in str(caught.value)
     assert history.messages == []
     assert Message.objects.count() == 0
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_nan_and_infinity_are_refused_not_stored_as_null(value):
+    # LangChain's JSON-mode dump writes them as null, which would read back as None.
+    history = CortexChatMessageHistory(scope=ALICE, agent_id=AGENT)
+    for bad in (
+        AIMessage("x", additional_kwargs={"v": value}),
+        AIMessage("x", response_metadata={"scores": [1.0, {"s": value}]}),
+    ):
+        with pytest.raises(InvalidContent) as caught:
+            history.add_messages([HumanMessage("ok"), bad])
+        assert caught.value.field == "content"
+    assert Message.objects.count() == 0
+    fine = [AIMessage("x", additional_kwargs={"v": 1.5, "small": -2.5e-300})]
+    history.add_messages(fine)
+    assert history.messages == fine
 
 
 def test_empty_add_writes_nothing():

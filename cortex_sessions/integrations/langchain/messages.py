@@ -26,6 +26,7 @@ Pure functions: nothing here reads or writes the database.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -160,11 +161,40 @@ def _parts(message: BaseMessage) -> tuple[str, str, dict[str, Any]]:
             f"Every message must be a LangChain BaseMessage, not {type(message).__name__}.",
             field="messages",
         )
+    if _non_finite(vars(message)):
+        # model_dump(mode="json") writes NaN and the infinities as null: stored, they would read
+        # back as None. JSON has neither (docs/design.md §12.4).
+        raise InvalidContent(
+            "content is not valid JSON: NaN and infinity are not JSON numbers.", field="content"
+        )
     try:
         data = message.model_dump(mode="json")
     except (TypeError, ValueError) as error:
         raise InvalidContent(f"content is not valid JSON: {error}", field="content") from None
     return _role(message), str(message.text), {"type": message.type, "data": data}
+
+
+def _non_finite(value: Any) -> bool:
+    """Whether ``value`` (a message's fields: dicts, lists, scalars, nested models' dicts not
+    looked into) holds a float that is NaN or infinite at any depth."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is float:
+            if not math.isfinite(item):
+                return True
+        elif kind is dict:
+            stack.extend(item.values())
+        elif kind is list or kind is tuple:
+            stack.extend(item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            return True
+        elif isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False
 
 
 def decode_records(records: list[Any]) -> list[BaseMessage]:
