@@ -111,7 +111,11 @@ def _role_and_text(message: ModelMessage) -> tuple[str, str]:
 
 def _part_text(part: Any) -> str:
     if isinstance(part, ToolReturnPart):
-        return part.model_response_str()
+        try:
+            return part.model_response_str()
+        except ValueError:  # content Pydantic cannot write as JSON (a lone surrogate): as Python
+            # writes it; the readable copy replaces what is not text (blocks.text_blocks)
+            return str(part.content)
     response = getattr(part, "model_response", None)
     if callable(response):
         text = response()

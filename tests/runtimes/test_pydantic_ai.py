@@ -144,6 +144,16 @@ def test_a_lone_surrogate_in_a_key_is_refused_not_replaced(args):
     assert load_history(scope=ALICE, agent_id=AGENT, session_id=session.pk) == kept
 
 
+@pytest.mark.parametrize("content", [{"k": "\ud800"}, ["a\ud800"]], ids=["dict", "list"])
+def test_a_tool_return_pydantic_cannot_write_as_json_round_trips(content):
+    # A lone surrogate in a value is kept (as JSON text), as in a tool call's arguments; the
+    # readable copy is made without Pydantic's JSON writer, which refuses it.
+    sent = [ModelRequest(parts=[ToolReturnPart("f", content, tool_call_id="c1")])]
+    session = save_messages(scope=ALICE, agent_id=AGENT, messages=sent)
+    assert load_history(scope=ALICE, agent_id=AGENT, session_id=session.pk) == sent
+    assert Message.objects.get(session=session).role == "tool"
+
+
 def test_more_than_one_append_batch(settings):
     settings.CORTEX_SESSIONS = {"MAX_MESSAGES_PER_APPEND": 2}
     sent = [ModelRequest(parts=[UserPromptPart(f"m{i}")]) for i in range(5)]
