@@ -46,6 +46,7 @@ from ._common import (
     _signals_held,
     _write_transaction,
 )
+from .statement_size import check_text_fits
 
 __all__ = [
     "IDEMPOTENCY_KEY_PATTERN",
@@ -193,6 +194,9 @@ def run_once(
         IdempotencyKeyInProgress: a call with the key was still running when the database's
             lock wait timeout (or statement timeout) ended the wait for it.
         WriteOutcomeUnknown: the commit failed and may have been carried out.
+        MessageTooLarge: the response to keep is more than one statement of the database
+            carries (MySQL/MariaDB's ``max_allowed_packet``, ``statement_size``); nothing
+            is recorded or written.
         OperationalError: InnoDB broke a deadlock on the key inside a caller's transaction (it
             rolled that transaction back) or on every attempt.
         Whatever ``write`` raises; then nothing is recorded and the key stays free.
@@ -213,6 +217,7 @@ def run_once(
                 claimed = True
                 result = write()
                 status_code, response = record(result)
+                check_text_fits(using, response, what="The response the Idempotency-Key keeps")
                 IdempotencyKey.objects.using(using).filter(pk=claim.pk).update(
                     status_code=status_code, response=response, created_at=timezone.now()
                 )

@@ -27,7 +27,13 @@ from django.db import connections
 from ..content import utf8_size
 from ..exceptions import MessageTooLarge
 
-__all__ = ["ONE_CALL_BYTES", "fits_one_call", "insert_batches", "statement_bytes"]
+__all__ = [
+    "ONE_CALL_BYTES",
+    "check_text_fits",
+    "fits_one_call",
+    "insert_batches",
+    "statement_bytes",
+]
 
 #: The most bytes of message JSON one call of PostgreSQL's append function takes: half of
 #: what its ``jsonb`` array may hold (268,435,455 bytes), the array's own framing and the
@@ -112,6 +118,35 @@ def insert_batches(alias: str, built: Sequence[Any]) -> list[slice]:
         carried += size
     runs.append(slice(start, len(sizes)))
     return runs
+
+
+def check_text_fits(alias: str, text: str, *, what: str) -> None:
+    """Refuse ``text``, about to be stored in one statement on database ``alias`` (an
+    idempotency key's recorded response, which holds every message of the append it
+    answers), when no statement of the database carries it (:func:`insert_batches`' limit:
+    on MySQL/MariaDB the server's ``max_allowed_packet``).
+
+    Args:
+        what: what ``text`` is, for the error's message.
+
+    Raises:
+        MessageTooLarge: as said (413 ``message_too_large`` from the API); the caller's
+            transaction rolls back, so nothing is written.
+        django.db.Error: reading the server's setting failed.
+    """
+    if not text.isascii():
+        text = text.encode("ascii", "backslashreplace").decode("ascii")
+    size = ROW_BYTES + 2 * len(text)
+    limit = _limit(alias, size)
+    if size > limit:
+        raise MessageTooLarge(
+            f"{what} takes up to {size} bytes in the statement that stores it; the database"
+            f" takes statements of at most {limit} bytes (on MySQL/MariaDB:"
+            " max_allowed_packet).",
+            field="messages",
+            size=size,
+            limit=limit,
+        )
 
 
 def _limit(alias: str, total: int) -> int:

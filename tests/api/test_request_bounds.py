@@ -217,3 +217,30 @@ def test_the_metadata_filter_with_a_nested_object_over_the_bound_is_invalid_filt
     metadata = json.dumps({"k": keys(KEYS + 1)})
     response = api.get(BASE, {"metadata": metadata})
     assert (response.status_code, response.json()["code"]) == (400, "invalid_filter")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_keyed_append_whose_response_no_statement_carries_is_413_and_writes_nothing(
+    api, session, monkeypatch
+):
+    # The Idempotency-Key keeps the response, every message of the append in it, in one
+    # statement: on MariaDB 17 messages of 1 MB passed its 16 MiB max_allowed_packet, a 500
+    # (1153) or a 503 inviting retries that failed alike (2006). services.statement_size
+    # measures it first; its limit is lowered here so every database shows the rule.
+    from cortex_sessions.models import IdempotencyKey
+    from cortex_sessions.services import statement_size
+
+    body = [{"role": "user", "content": f"{n} " + "x" * 300} for n in range(10)]
+    url = session_url(session.pk, "messages/")
+    monkeypatch.setattr(statement_size, "_limit", lambda alias, total: 4000)
+    refused = api.post(url, body, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    assert refused.status_code == 413, refused.content
+    assert refused.json()["code"] == "message_too_large"
+    assert "Idempotency-Key" in refused.json()["detail"]
+    assert not Message.objects.exists() and not IdempotencyKey.objects.exists()
+    assert Session.objects.get(pk=session.pk).message_count == 0
+    monkeypatch.undo()
+    first = api.post(url, body, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    again = api.post(url, body, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    assert first.status_code == again.status_code == 201
+    assert again.json() == first.json() and Message.objects.count() == 10
