@@ -26,6 +26,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 
 from cortex_sessions import services
 from cortex_sessions.exceptions import (
+    InvalidContent,
     InvalidInput,
     InvalidMetadata,
     InvalidText,
@@ -89,6 +90,32 @@ def chat_graph(saver, replies):
     builder.add_node("chat", chat)
     builder.add_edge(START, "chat")
     return builder.compile(checkpointer=saver)
+
+
+@pytest.mark.concurrent_db  # a sync graph run (see the note above the graph runs below)
+@pytest.mark.django_db(transaction=True)
+def test_a_node_answer_the_mirror_refuses_is_not_kept_as_a_pending_write():
+    # An answer holding NaN: put refuses to mirror it (InvalidContent). Kept as a pending
+    # write, every later step applied it and every put refused it: a resume raised without
+    # running the node. Refused at put_writes, the thread goes on with a good answer.
+    saver = CortexCheckpointSaver(scope=ACME, agent_id=AGENT)
+    answers = iter(
+        [AIMessage("bad", id="a1", additional_kwargs={"v": float("nan")}), AIMessage("ok", id="a2")]
+    )
+    builder = StateGraph(MessagesState)
+    builder.add_node("chat", lambda state: {"messages": [next(answers)]})
+    builder.add_edge(START, "chat")
+    graph = builder.compile(checkpointer=saver)
+    config = thread_config(scope=ALICE, agent_id=AGENT)
+    with pytest.raises(InvalidContent):
+        graph.invoke({"messages": [HumanMessage("q1", id="q1")]}, config)
+    pk = config["configurable"]["thread_id"]
+    pending = saver.get_tuple(config).pending_writes
+    assert "bad" not in repr(pending)
+    assert [m.text for m in Message.objects.filter(session_id=pk).order_by("seq")] == ["q1"]
+    state = graph.invoke(None, config)  # the resume runs the node again
+    assert [m.content for m in state["messages"]] == ["q1", "ok"]
+    assert [m.text for m in Message.objects.filter(session_id=pk).order_by("seq")] == ["q1", "ok"]
 
 
 def test_first_put_creates_the_session_with_the_thread_id_at_the_configs_scope():

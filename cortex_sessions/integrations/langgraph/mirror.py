@@ -119,6 +119,26 @@ def mirrored_rows(fresh: Sequence[BaseMessage], now: datetime) -> list[MirroredR
     return rows
 
 
+def check_written(writes: Sequence[tuple[str, Any]], channel: str, now: datetime) -> None:
+    """Refuse pending ``writes`` whose messages the mirror could not store: each message
+    (``BaseMessage``) written to ``channel``, alone or in a list, validated as
+    :func:`mirrored_rows` validates it. A refused write stored anyway would be applied by
+    every later step and refused by every ``put``: the thread could not go on (a resume
+    raises again without running the node). Other values (message-likes the reducer turns
+    into messages) are checked when the ``put`` mirrors them.
+
+    Raises:
+        InvalidContent, MessageTooLarge, …: what ``services.append_messages`` raises for the
+            message; nothing is written.
+    """
+    for name, value in writes:
+        if name != channel:
+            continue
+        for message in value if isinstance(value, list | tuple) else (value,):
+            if isinstance(message, BaseMessage):
+                built_message(message, now)
+
+
 def new_messages(current: Any, previous: Any) -> list[BaseMessage]:
     """The messages of ``current`` that ``previous`` did not hold, in order: by LangChain
     message ``id``, and a message without one by equality, each earlier message matching one

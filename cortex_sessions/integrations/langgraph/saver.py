@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import connections
+from django.utils import timezone
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
@@ -23,7 +24,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ... import services
 from ...scope import Scope, as_scope
-from . import store, threads
+from . import mirror, store, threads
 
 __all__ = ["CortexCheckpointSaver", "athread_config", "thread_config"]
 
@@ -250,6 +251,9 @@ class CortexCheckpointSaver(BaseCheckpointSaver[str]):
                 over its length, or with a NUL or lone surrogate (as :meth:`put`).
             SessionNotFound: the thread is missing, outside the scope or another agent's.
             SessionArchived: the session is archived.
+            InvalidContent, MessageTooLarge, …: a message written to the mirrored channel
+                (``messages_key``, root namespace) that :meth:`put` could not mirror
+                (NaN in its ``additional_kwargs``, say); nothing is written.
             django.db.OperationalError: on MySQL/MariaDB, values over the server's
                 ``max_allowed_packet``, as :meth:`put`.
         """
@@ -262,7 +266,10 @@ class CortexCheckpointSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str,
     ) -> None:
-        store.put_writes(self.serde, self._target(config), writes, task_id, task_path)
+        target = self._target(config)
+        if self.messages_key is not None and target.checkpoint_ns == "":  # what puts mirror
+            mirror.check_written(writes, self.messages_key, timezone.now())
+        store.put_writes(self.serde, target, writes, task_id, task_path)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete the thread: its cortex session, with its checkpoints, writes and messages
