@@ -138,3 +138,22 @@ def test_an_append_past_max_allowed_packet_is_stored_whole_on_mysql(session):
         services.append_messages(scope=SCOPE, session_id=session.pk, messages=messages)
     assert len(_inserts(captured)) >= 2
     _stored_as_given(session, messages)
+
+
+@pytest.mark.skipif(connection.vendor == "mysql", reason="PostgreSQL and SQLite")
+def test_a_recorded_response_is_not_measured_where_a_value_may_be_a_gigabyte(monkeypatch):
+    # A keyed append of 270 messages of 1 MB is stored and replayed on PostgreSQL: its
+    # response is not measured against any statement limit there.
+    def read(alias, total):
+        raise AssertionError("no limit is read")
+
+    monkeypatch.setattr(statement_size, "_limit", read)
+    statement_size.check_text_fits("default", "é" * 1000, what="The response")
+
+
+@pytest.mark.skipif(connection.vendor != "mysql", reason="MySQL/MariaDB's max_allowed_packet")
+def test_a_recorded_response_is_measured_against_the_servers_packet(monkeypatch):
+    monkeypatch.setattr(statement_size, "_limit", lambda alias, total: 4000)
+    statement_size.check_text_fits("default", "x" * 1000, what="The response")
+    with pytest.raises(MessageTooLarge, match="The response takes up to"):
+        statement_size.check_text_fits("default", "é" * 1000, what="The response")

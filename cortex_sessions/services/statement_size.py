@@ -123,8 +123,9 @@ def insert_batches(alias: str, built: Sequence[Any]) -> list[slice]:
 def check_text_fits(alias: str, text: str, *, what: str) -> None:
     """Refuse ``text``, about to be stored in one statement on database ``alias`` (an
     idempotency key's recorded response, which holds every message of the append it
-    answers), when no statement of the database carries it (:func:`insert_batches`' limit:
-    on MySQL/MariaDB the server's ``max_allowed_packet``).
+    answers), when no statement of the database carries it: on MySQL/MariaDB past the
+    server's ``max_allowed_packet`` (:func:`insert_batches`' limit). PostgreSQL and SQLite
+    take a value of up to a gigabyte, more than any append's response (nothing is checked).
 
     Args:
         what: what ``text`` is, for the error's message.
@@ -134,6 +135,8 @@ def check_text_fits(alias: str, text: str, *, what: str) -> None:
             transaction rolls back, so nothing is written.
         django.db.Error: reading the server's setting failed.
     """
+    if connections[alias].vendor != "mysql":
+        return
     if not text.isascii():
         text = text.encode("ascii", "backslashreplace").decode("ascii")
     size = ROW_BYTES + 2 * len(text)
