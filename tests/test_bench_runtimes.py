@@ -50,12 +50,12 @@ def database() -> str:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def test_the_newer_adapters_are_printed_side_by_side_with_their_peers(database: str):
+def _bench(database: str, *args: str) -> str:
+    """``python -m <args>`` on ``database``, as a user runs it; its standard output."""
     # Without the tests' DJANGO_SETTINGS_MODULE, which pytest-django exports.
     inherited = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
-    only = [arg for name in PAIRS for arg in ("--only", name)]
     done = subprocess.run(
-        [sys.executable, "-m", "bench.runtimes", "--items", "20", "--reps", "3", *only],
+        [sys.executable, "-m", *args],
         cwd=ROOT,
         env={**inherited, "PYTHONPATH": str(ROOT), "BENCH_RUNTIMES_DATABASE": database},
         capture_output=True,
@@ -63,7 +63,12 @@ def test_the_newer_adapters_are_printed_side_by_side_with_their_peers(database: 
         timeout=900,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.splitlines()
+    return done.stdout
+
+
+def test_the_newer_adapters_are_printed_side_by_side_with_their_peers(database: str):
+    only = [arg for name in PAIRS for arg in ("--only", name)]
+    lines = _bench(database, "bench.runtimes", "--items", "20", "--reps", "3", *only).splitlines()
     for name, (module, pair, operations) in PAIRS.items():
         rows = [line for line in lines if line.startswith(f"| {pair} |")]
         if importlib.util.find_spec(module) is None:
@@ -86,24 +91,15 @@ def test_the_append_floor_prints_the_sdk_store_the_floor_and_the_adapter(databas
     """``python -m bench.append_floor``: three rows, each ratio that of the printed figures;
     the floor's statement kept the session's counters (the bench asserts it before printing)."""
     pytest.importorskip("langchain_postgres")
-    inherited = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.append_floor", "--reps", "3"],
-        cwd=ROOT,
-        env={**inherited, "PYTHONPATH": str(ROOT), "BENCH_RUNTIMES_DATABASE": database},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    printed = _bench(database, "bench.append_floor", "--reps", "3")
     rows = {
         cells[0]: [float(cell.split("×")[0]) for cell in cells[1:4]]
-        for line in done.stdout.splitlines()
+        for line in printed.splitlines()
         if line.startswith("| ") and not line.startswith(("| append", "|---"))
         for cells in [[cell.strip() for cell in line.strip("|").split("|")]]
     }
     names = ["SDK store (bare INSERT)", "floor (the design's work, raw SQL)", "adapter"]
-    assert list(rows) == names, done.stdout
+    assert list(rows) == names, printed
     store, floor, adapter = (rows[name][0] for name in names)
     assert min(store, floor, adapter) > 0
     for name, ms in zip(names, (store, floor, adapter), strict=True):
