@@ -74,12 +74,7 @@ def statement_bytes(message: Any) -> int:
     every quote, backslash and NUL doubled by the driver's escaping, plus :data:`ROW_BYTES`
     (twice the JSON text, a non-ASCII character counted as its Python escape; elsewhere, where
     values are bound apart or quoted without escapes, an ample bound)."""
-    size = ROW_BYTES
-    for text in _texts(message):
-        if not text.isascii():  # each character as its escape, at most as long as JSON's
-            text = text.encode("ascii", "backslashreplace").decode("ascii")
-        size += 2 * len(text)
-    return size
+    return ROW_BYTES + sum(map(_quoted_bytes, _texts(message)))
 
 
 def insert_batches(alias: str, built: Sequence[Any]) -> list[slice]:
@@ -137,9 +132,7 @@ def check_text_fits(alias: str, text: str, *, what: str) -> None:
     """
     if connections[alias].vendor != "mysql":
         return
-    if not text.isascii():
-        text = text.encode("ascii", "backslashreplace").decode("ascii")
-    size = ROW_BYTES + 2 * len(text)
+    size = ROW_BYTES + _quoted_bytes(text)
     limit = _limit(alias, size)
     if size > limit:
         raise MessageTooLarge(
@@ -164,6 +157,15 @@ def _limit(alias: str, total: int) -> int:
         cursor.execute("SELECT @@max_allowed_packet")
         (packet,) = cursor.fetchone()
     return int(packet) - 64 * ROW_BYTES  # the statement's own text around the rows
+
+
+def _quoted_bytes(text: str) -> int:
+    """An upper bound of the bytes JSON ``text`` takes quoted into a MySQL statement (see
+    :func:`statement_bytes`): twice its length, a non-ASCII character counted as its Python
+    escape, at least as long as JSON's."""
+    if not text.isascii():
+        text = text.encode("ascii", "backslashreplace").decode("ascii")
+    return 2 * len(text)
 
 
 def _texts(message: Any) -> list[str]:
