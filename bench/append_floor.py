@@ -26,14 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
-from collections.abc import Callable
 from typing import Any
 
 from .db import create_database, database_url
 from .runtimes import DATABASE, TARGET
-from .runtimes_more import SCOPE, _message, langchain_stores
+from .runtimes_more import SCOPE, _message, langchain_stores, time_calls
 from .setup import setup_django
 
 #: One statement for a turn of two messages: the session's counters, then its rows.
@@ -54,21 +51,6 @@ FROM s, (VALUES (1, 'user', 'user', %(first)s::jsonb, %(first_tokens)s::integer)
                 (2, 'assistant', 'host', %(second)s::jsonb, %(second_tokens)s::integer))
      AS v(ord, role, source, content, tokens)
 """
-
-
-def _time(calls: dict[str, Callable[[], Any]], reps: int) -> dict[str, float]:
-    """Median milliseconds of each call, the order rotated every repetition."""
-    names = list(calls)
-    for _ in range(5):
-        for name in names:
-            calls[name]()
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for rep in range(reps):
-        for name in names[rep % len(names) :] + names[: rep % len(names)]:
-            started = time.perf_counter()
-            calls[name]()
-            times[name].append(time.perf_counter() - started)
-    return {name: statistics.median(values) * 1000 for name, values in times.items()}
 
 
 def _content(message: Any) -> str:
@@ -121,7 +103,7 @@ def run(url: str, reps: int) -> dict[str, float]:
                 },
             )
 
-        figures = _time(
+        figures = time_calls(
             {
                 "SDK store": lambda: theirs.add_messages(turn()),
                 "floor": floor,

@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["langchain", "langchain_stores", "langgraph", "pydantic_ai"]
+__all__ = ["langchain", "langchain_stores", "langgraph", "pydantic_ai", "time_calls"]
 
 TEXT = "Please look at the failing test in the billing module and propose a fix."
 SCOPE = "org=bench/user=1"
@@ -36,21 +36,26 @@ SCOPE = "org=bench/user=1"
 CHECKPOINTS = 50
 
 
+def time_calls(calls: dict[str, Callable[[], Any]], reps: int) -> dict[str, float]:
+    """Median milliseconds of each (blocking) call by name, after five warm-up rounds, the
+    order rotated every repetition so drift hits every call alike."""
+    names = list(calls)
+    for _ in range(5):
+        for name in names:
+            calls[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for rep in range(reps):
+        for name in names[rep % len(names) :] + names[: rep % len(names)]:
+            started = time.perf_counter()
+            calls[name]()
+            times[name].append(time.perf_counter() - started)
+    return {name: statistics.median(values) * 1000 for name, values in times.items()}
+
+
 def _pair(ours: Callable[[], Any], theirs: Callable[[], Any], reps: int) -> tuple[float, float]:
     """Median milliseconds of each (blocking) call, alternating which goes first."""
-    for _ in range(5):
-        ours()
-        theirs()
-    times: dict[str, list[float]] = {"ours": [], "theirs": []}
-    for rep in range(reps):
-        order = [("ours", ours), ("theirs", theirs)]
-        if rep % 2:
-            order.reverse()
-        for name, call in order:
-            started = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - started)
-    return statistics.median(times["ours"]) * 1000, statistics.median(times["theirs"]) * 1000
+    figures = time_calls({"ours": ours, "theirs": theirs}, reps)
+    return figures["ours"], figures["theirs"]
 
 
 def _ready() -> None:
